@@ -1,0 +1,346 @@
+/*
+ * strata.h - the public API of strata, a hierarchical collective-communication runtime.
+ *
+ * The API has NCCL's shape: the same names with the prefix "strata" instead of "nccl", the same
+ * argument order and the same numeric enum values, so a port from NCCL is a rename
+ * (ncclAllReduce -> strataAllReduce, ncclBfloat16 -> strataBfloat16, NCCL_SPLIT_NOCOLOR ->
+ * STRATA_SPLIT_NOCOLOR). This header is the manual: each declaration gives units, aliasing rules,
+ * the stream rule and every result it can return.
+ *
+ * Conventions used throughout:
+ *  - count arguments are in ELEMENTS of the datatype, never bytes; they are size_t, so counts above
+ *    2^31 elements work.
+ *  - Buffers are host memory in this version. "In place" follows NCCL: AllReduce, Broadcast and
+ *    Reduce are in place when sendbuff == recvbuff; AllGather when sendbuff == recvbuff +
+ *    rank * sendcount (in elements); ReduceScatter when recvbuff == sendbuff + rank * recvcount.
+ *    Any other overlap between sendbuff and recvbuff is undefined, as in NCCL.
+ *  - stream: NULL makes the call return when the operation is complete and its result is in place.
+ *    A strata host stream (strataStreamCreate) queues the operation, in call order, on that stream's
+ *    progress thread and the call returns at once; buffers must stay valid and untouched until
+ *    strataStreamSynchronize returns or strataStreamQuery says strataSuccess.
+ *  - Errors: every call returns a strataResult_t; strataGetLastError gives a one-line explanation of
+ *    the last failure of the calling thread (which argument, which rank, which phase).
+ *  - Results are bitwise identical on every rank, and from run to run for a fixed number of ranks,
+ *    layout, algorithm and count. fp16 and bf16 reduce in fp32 and round to nearest even; integer
+ *    sums and products wrap (two's complement); unsigned types compare unsigned; a NaN on any rank
+ *    propagates through max and min (and sum, prod); avg on integers divides the wrapped sum by
+ *    nranks, truncating toward zero; avg on floating types multiplies each rank's input by 1/nranks
+ *    before summing (as NCCL does), so an fp16 average does not overflow where the mean fits.
+ */
+#ifndef STRATA_H
+#define STRATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define STRATA_API __attribute__((visibility("default")))
+#else
+#define STRATA_API
+#endif
+
+#define STRATA_MAJOR   0
+#define STRATA_MINOR   1
+#define STRATA_PATCH   0
+/* Same encoding as NCCL_VERSION_CODE since 2.9: major * 10000 + minor * 100 + patch. */
+#define STRATA_VERSION(_major, _minor, _patch) ((_major) * 10000 + (_minor) * 100 + (_patch))
+#define STRATA_VERSION_CODE STRATA_VERSION(STRATA_MAJOR, STRATA_MINOR, STRATA_PATCH)
+
+/* Results. Values 0..7 are ncclResult_t's; strataTimeout is strata's own (NCCL has none). */
+typedef enum {
+    strataSuccess            = 0,
+    strataUnhandledCudaError = 1,
+    strataSystemError        = 2, /* a system call failed (socket, mmap, thread, out of memory) */
+    strataInternalError      = 3, /* a bug in strata or an unexpected transport failure */
+    strataInvalidArgument    = 4, /* a bad pointer, count, datatype, op, root or rank */
+    strataInvalidUsage       = 5, /* a call that is wrong in this state (destroyed comm, ...) */
+    strataRemoteError        = 6, /* a peer failed or disconnected */
+    strataInProgress         = 7, /* nonblocking init not done yet; a stream still has work */
+    strataTimeout            = 8, /* a deadline passed; strataGetLastError names rank and phase */
+    strataNumResults         = 9
+} strataResult_t;
+
+/* Data types, with ncclDataType_t's values. */
+typedef enum {
+    strataInt8     = 0, strataChar   = 0,
+    strataUint8    = 1,
+    strataInt32    = 2, strataInt    = 2,
+    strataUint32   = 3,
+    strataInt64    = 4,
+    strataUint64   = 5,
+    strataFloat16  = 6, strataHalf   = 6,
+    strataFloat32  = 7, strataFloat  = 7,
+    strataFloat64  = 8, strataDouble = 8,
+    strataBfloat16 = 9,
+    strataNumTypes = 10
+} strataDataType_t;
+
+/* Reduction operations, with ncclRedOp_t's values. Values from strataNumOps up to
+ * strataMaxRedOp are handles made by strataRedOpCreatePreMulSum. */
+typedef enum {
+    strataSum      = 0,
+    strataProd     = 1,
+    strataMax      = 2,
+    strataMin      = 3,
+    strataAvg      = 4,
+    strataNumOps   = 5,
+    strataMaxRedOp = 0x7fffffff /* as ncclMaxRedOp with a 32-bit enum */
+} strataRedOp_t;
+
+/* Where the scalar of strataRedOpCreatePreMulSum lives (ncclScalarResidence_t's values). */
+typedef enum {
+    strataScalarDevice        = 0, /* unsupported for host buffers: returns strataInvalidArgument */
+    strataScalarHostImmediate = 1  /* read once, at creation */
+} strataScalarResidence_t;
+
+#define STRATA_UNIQUE_ID_BYTES 128
+/* Opaque bytes made by strataGetUniqueId: rank 0's bootstrap address and a random secret. Pass it
+ * to every rank by any means (MPI_Bcast, a file, a socket). Treat it as a credential. */
+typedef struct {
+    char internal[STRATA_UNIQUE_ID_BYTES];
+} strataUniqueId;
+
+/* A communicator: a group of nranks ranks that call collectives together. */
+typedef struct st_comm *strataComm_t;
+/* A host stream: an in-order queue of collectives run by its own progress thread. */
+typedef struct st_stream *strataStream_t;
+
+#define STRATA_COMM_NULL     NULL
+#define STRATA_SPLIT_NOCOLOR (-1)
+
+/* Configuration for strataCommInitRankConfig (shape of ncclConfig_t). Initialise with
+ * STRATA_CONFIG_INITIALIZER, then set fields; fields left at STRATA_CONFIG_UNDEF_INT / NULL take
+ * their STRATA_* environment default. */
+#define STRATA_CONFIG_UNDEF_INT (-2147483647 - 1)
+typedef struct strataConfig_v1 {
+    size_t       size;      /* sizeof(strataConfig_t); set by the initializer */
+    unsigned int magic;     /* set by the initializer */
+    unsigned int version;   /* STRATA_VERSION_CODE the caller was built with */
+    int          blocking;  /* 1 (default): init returns when done; 0: returns strataInProgress,
+                               poll strataCommGetAsyncError until it says strataSuccess */
+    int          timeoutMs; /* deadline of every blocking wait of this communicator, in
+                               milliseconds; default STRATA_TIMEOUT (seconds) */
+    const char  *name;      /* a label for logs and errors; default "strata" */
+} strataConfig_t;
+
+#define STRATA_CONFIG_MAGIC 0x57a7a001u
+#define STRATA_CONFIG_INITIALIZER                                                          \
+    {                                                                                      \
+        sizeof(strataConfig_t), STRATA_CONFIG_MAGIC, STRATA_VERSION_CODE,                   \
+            STRATA_CONFIG_UNDEF_INT, STRATA_CONFIG_UNDEF_INT, NULL                         \
+    }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Version, errors                                                                          */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Stores STRATA_VERSION_CODE of the library (major*10000 + minor*100 + patch) in *version.
+ * Returns strataInvalidArgument when version is NULL. */
+STRATA_API strataResult_t strataGetVersion(int *version);
+
+/* A static English string for result (never NULL; "unknown result" for values out of range). */
+STRATA_API const char *strataGetErrorString(strataResult_t result);
+
+/* The calling thread's last error message: one line saying what failed and where (argument,
+ * rank, collective and its sequence number, phase, peer). comm is accepted for NCCL's shape and
+ * may be NULL. Returns "" when nothing failed yet. The string stays valid until the thread's
+ * next failing strata call. */
+STRATA_API const char *strataGetLastError(strataComm_t comm);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Communicators                                                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Makes a new unique id: starts, in this process, a bootstrap root that listens on the interface
+ * chosen by STRATA_SOCKET_IFNAME (see README) and waits for the ranks of ONE communicator, then
+ * exits (or gives up after STRATA_BOOTSTRAP_TIMEOUT). With STRATA_COMM_ID=host:port set, no root is
+ * started here: the id names that address and rank 0 of strataCommInitRank starts the root.
+ * Returns strataInvalidArgument for NULL; strataSystemError when no usable interface exists or the
+ * listening socket or thread cannot be made (the log names the interface variable). */
+STRATA_API strataResult_t strataGetUniqueId(strataUniqueId *uniqueId);
+
+/* Creates the communicator of rank `rank` among `nranks` ranks that share commId. Collective over
+ * all nranks ranks, which must call it concurrently (other processes or threads). Blocks until all
+ * ranks have joined and exchanged transport addresses, or until the bootstrap deadline.
+ * Returns strataInvalidArgument for NULL comm, nranks < 1, rank < 0 or rank >= nranks;
+ * strataInvalidUsage when another rank joined with a different nranks, the same rank twice or a
+ * wrong secret; strataTimeout when some rank never joined within STRATA_BOOTSTRAP_TIMEOUT
+ * (strataGetLastError names the missing ranks); strataSystemError for socket failures. */
+STRATA_API strataResult_t strataCommInitRank(strataComm_t *comm, int nranks, strataUniqueId commId,
+                                             int rank);
+
+/* As strataCommInitRank, with config (may be NULL for the defaults). config->blocking = 0 makes the
+ * call return strataInProgress at once while init continues in the background; poll
+ * strataCommGetAsyncError until it returns strataSuccess or an error. Returns, in addition,
+ * strataInvalidArgument for a config whose size, magic or fields are invalid (negative timeout). */
+STRATA_API strataResult_t strataCommInitRankConfig(strataComm_t *comm, int nranks,
+                                                   strataUniqueId commId, int rank,
+                                                   strataConfig_t *config);
+
+/* Creates ndev communicators, ranks 0..ndev-1, all in this process (one thread per rank during
+ * init). devlist is accepted for NCCL's shape (GPU ordinals) and may be NULL for host ranks.
+ * Drive the ndev communicators from one thread inside strataGroupStart/strataGroupEnd.
+ * Returns strataInvalidArgument for NULL comms or ndev < 1; otherwise as strataCommInitRank. */
+STRATA_API strataResult_t strataCommInitAll(strataComm_t *comms, int ndev, const int *devlist);
+
+/* Splits comm: ranks passing the same color form a new communicator, ordered by key (ties by
+ * their rank in comm). color STRATA_SPLIT_NOCOLOR (or any negative) makes *newcomm NULL.
+ * Collective over all ranks of comm. config may be NULL (the parent's settings).
+ * Returns strataInvalidArgument for NULL newcomm; strataInvalidUsage for a destroyed or failed
+ * comm; strataTimeout / strataRemoteError as a collective. */
+STRATA_API strataResult_t strataCommSplit(strataComm_t comm, int color, int key,
+                                          strataComm_t *newcomm, strataConfig_t *config);
+
+/* Waits for all operations queued on comm (on any stream) to complete. Not collective: it does not
+ * wait for other ranks. After it, collectives on comm return strataInvalidUsage.
+ * Returns strataInvalidUsage for NULL or destroyed comm; the first queued error otherwise. */
+STRATA_API strataResult_t strataCommFinalize(strataComm_t comm);
+
+/* Frees comm and everything it holds. Waits for queued work only as long as the communicator's
+ * deadline, and never for dead peers. comm must not be used afterwards.
+ * Returns strataInvalidUsage for NULL comm. */
+STRATA_API strataResult_t strataCommDestroy(strataComm_t comm);
+
+/* Frees comm at once, abandoning queued and in-flight operations: a call blocked on comm in
+ * another thread returns strataRemoteError promptly. Returns strataInvalidUsage for NULL comm. */
+STRATA_API strataResult_t strataCommAbort(strataComm_t comm);
+
+/* Stores in *asyncError the first error of an operation run asynchronously on comm (stream work,
+ * nonblocking init), strataInProgress while a nonblocking init runs, else strataSuccess.
+ * Returns strataInvalidArgument when comm or asyncError is NULL. */
+STRATA_API strataResult_t strataCommGetAsyncError(strataComm_t comm, strataResult_t *asyncError);
+
+/* Stores the number of ranks of comm in *count. strataInvalidArgument for NULL arguments. */
+STRATA_API strataResult_t strataCommCount(const strataComm_t comm, int *count);
+
+/* Stores the rank of the caller in comm in *rank. strataInvalidArgument for NULL arguments. */
+STRATA_API strataResult_t strataCommUserRank(const strataComm_t comm, int *rank);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Reduction operations                                                                     */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Creates a reduction op for comm that multiplies each rank's input by *scalar (of type datatype)
+ * before summing: out = sum_r (scalar_r * in_r), computed in the datatype's compute precision
+ * (fp32 for fp16/bf16), rounding each product and partial sum to the datatype. Only
+ * strataScalarHostImmediate residence is supported (scalar read now). The op is valid for comm only
+ * and for collectives of that datatype. Returns strataInvalidArgument for NULL op or scalar, an
+ * unknown datatype, strataScalarDevice residence, or a NULL comm; strataInvalidUsage when comm is
+ * destroyed or has no free op slot (64 per comm). */
+STRATA_API strataResult_t strataRedOpCreatePreMulSum(strataRedOp_t *op, void *scalar,
+                                                     strataDataType_t datatype,
+                                                     strataScalarResidence_t residence,
+                                                     strataComm_t comm);
+
+/* Destroys an op made by strataRedOpCreatePreMulSum for comm. Returns strataInvalidArgument when op
+ * is a built-in op or not a live op of comm. */
+STRATA_API strataResult_t strataRedOpDestroy(strataRedOp_t op, strataComm_t comm);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Collectives                                                                              */
+/* ---------------------------------------------------------------------------------------- */
+/* Common results of every collective below:
+ *   strataInvalidArgument: NULL comm; NULL buffer with count > 0 (where the buffer is read or
+ *     written on this rank); unknown datatype or op; op made for another datatype; root out of
+ *     [0, nranks); a stream that was destroyed.
+ *   strataInvalidUsage: comm destroyed, finalized, aborted or failed by an earlier error.
+ *   strataTimeout: a peer did not answer within the deadline (STRATA_TIMEOUT or config->timeoutMs);
+ *     strataGetLastError names the collective, its sequence number, the phase and the peer.
+ *   strataRemoteError: a peer disconnected or failed.
+ * count 0 returns strataSuccess at once without communicating (every rank must pass 0). */
+
+/* Every rank receives op over all ranks of sendbuff, count elements, in recvbuff (count elements).
+ * In place when sendbuff == recvbuff. */
+STRATA_API strataResult_t strataAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                          strataDataType_t datatype, strataRedOp_t op,
+                                          strataComm_t comm, strataStream_t stream);
+
+/* Copies count elements of root's sendbuff into every rank's recvbuff. sendbuff is read only on
+ * root (may be NULL elsewhere). In place when sendbuff == recvbuff on root. */
+STRATA_API strataResult_t strataBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                                          strataDataType_t datatype, int root, strataComm_t comm,
+                                          strataStream_t stream);
+
+/* Reduces count elements of sendbuff over all ranks with op into root's recvbuff. recvbuff is
+ * used only on root and may be NULL elsewhere; non-root ranks' buffers are never written.
+ * In place when sendbuff == recvbuff. */
+STRATA_API strataResult_t strataReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                       strataDataType_t datatype, strataRedOp_t op, int root,
+                                       strataComm_t comm, strataStream_t stream);
+
+/* Gathers sendcount elements from every rank into recvbuff (nranks * sendcount elements), rank
+ * r's block at offset r * sendcount. In place when sendbuff == recvbuff + rank * sendcount. */
+STRATA_API strataResult_t strataAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                          strataDataType_t datatype, strataComm_t comm,
+                                          strataStream_t stream);
+
+/* Reduces nranks * recvcount elements of sendbuff over all ranks with op; rank r receives block r
+ * (elements r*recvcount .. (r+1)*recvcount - 1) in recvbuff (recvcount elements).
+ * In place when recvbuff == sendbuff + rank * recvcount. */
+STRATA_API strataResult_t strataReduceScatter(const void *sendbuff, void *recvbuff,
+                                              size_t recvcount, strataDataType_t datatype,
+                                              strataRedOp_t op, strataComm_t comm,
+                                              strataStream_t stream);
+
+/* Point to point. strataSend sends count elements of sendbuff to rank peer; strataRecv receives
+ * count elements from rank peer into recvbuff. Sends and receives between one pair of ranks match
+ * in call order, and counts (in bytes) must agree. Outside a group each call blocks until matched
+ * and complete (a send may complete once buffered); inside strataGroupStart/End any number of sends
+ * and receives to any peers, including the caller itself, run together and never deadlock.
+ * Returns strataInvalidArgument for peer out of range or NULL buffer with count > 0, and the common
+ * results above. */
+STRATA_API strataResult_t strataSend(const void *sendbuff, size_t count, strataDataType_t datatype,
+                                     int peer, strataComm_t comm, strataStream_t stream);
+STRATA_API strataResult_t strataRecv(void *recvbuff, size_t count, strataDataType_t datatype,
+                                     int peer, strataComm_t comm, strataStream_t stream);
+
+/* Groups: calls between strataGroupStart and the matching strataGroupEnd (they nest; only the
+ * outermost End launches) are queued per calling thread and launched together at End: all
+ * operations with a NULL stream progress concurrently and End returns when all are complete;
+ * those with a host stream are queued on it as one unit. Use it to drive several communicators of
+ * one process (strataCommInitAll) from one thread, and for send/recv exchanges.
+ * strataGroupEnd returns strataInvalidUsage without a matching Start, or the first error of the
+ * grouped operations (all of them are still completed or cancelled). */
+STRATA_API strataResult_t strataGroupStart(void);
+STRATA_API strataResult_t strataGroupEnd(void);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Host streams (strata's stand-in for cudaStream_t on host memory)                          */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Creates a host stream with its own progress thread (idle: blocked, using no CPU).
+ * Returns strataInvalidArgument for NULL; strataSystemError when the thread cannot start. */
+STRATA_API strataResult_t strataStreamCreate(strataStream_t *stream);
+
+/* Blocks until every operation queued on stream has completed. Returns strataSuccess, or the first
+ * error of an operation queued since the last synchronize (the communicator's async error is set
+ * too); strataInvalidArgument for NULL. */
+STRATA_API strataResult_t strataStreamSynchronize(strataStream_t stream);
+
+/* strataSuccess when stream has no pending work, strataInProgress when it has, or the first error
+ * of its operations since the last synchronize; strataInvalidArgument for NULL. Never blocks. */
+STRATA_API strataResult_t strataStreamQuery(strataStream_t stream);
+
+/* Waits for the stream's queued work, then stops its thread and frees it.
+ * Returns strataInvalidArgument for NULL. */
+STRATA_API strataResult_t strataStreamDestroy(strataStream_t stream);
+
+/* ---------------------------------------------------------------------------------------- */
+/* strata extensions (no NCCL counterpart)                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Writes every STRATA_* parameter to stream: name, current value (from the environment at the
+ * first strata call), default and one line of documentation. Returns strataInvalidArgument for a
+ * NULL stream, strataInvalidArgument when a STRATA_* variable holds a malformed value (logged). */
+STRATA_API strataResult_t strataParamsPrint(FILE *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRATA_H */

@@ -1,0 +1,23 @@
+# ST_CHECK_CUDA: CUDA runtime + nvcc, optional.
+# --with-cuda=no disables; --with-cuda[=DIR] makes absence fatal; unset looks in /usr/local/cuda.
+AC_DEFUN([ST_CHECK_CUDA], [
+  AC_ARG_WITH([cuda], [AS_HELP_STRING([--with-cuda@<:@=DIR@:>@], [CUDA support (default: when found in /usr/local/cuda)])],
+              [], [with_cuda=check])
+  st_cuda_happy=no
+  AS_IF([test "x$with_cuda" != xno], [
+    AS_IF([test "x$with_cuda" = xcheck || test "x$with_cuda" = xyes], [st_cuda_dir=/usr/local/cuda],
+          [st_cuda_dir=$with_cuda])
+    CUDA_CPPFLAGS="-I$st_cuda_dir/include"
+    CUDA_LDFLAGS="-L$st_cuda_dir/lib64"
+    st_save_CPPFLAGS=$CPPFLAGS; CPPFLAGS="$CPPFLAGS $CUDA_CPPFLAGS"
+    st_save_LDFLAGS=$LDFLAGS;   LDFLAGS="$LDFLAGS $CUDA_LDFLAGS"
+    AC_CHECK_HEADER([cuda_runtime_api.h],
+      [AC_CHECK_LIB([cudart], [cudaGetDeviceCount], [st_cuda_happy=yes])])
+    CPPFLAGS=$st_save_CPPFLAGS; LDFLAGS=$st_save_LDFLAGS
+    AC_PATH_PROG([NVCC], [nvcc], [no], [$st_cuda_dir/bin:$PATH])
+    AS_IF([test $st_cuda_happy = no && test "x$with_cuda" != xcheck],
+          [AC_MSG_ERROR([--with-cuda given but the CUDA runtime is unusable in $st_cuda_dir])])])
+  AS_IF([test $st_cuda_happy = yes],
+        [AC_DEFINE([HAVE_CUDA], [1], [CUDA support]) CUDA_LIBS=-lcudart],
+        [CUDA_CPPFLAGS= CUDA_LDFLAGS=])
+  AC_SUBST([CUDA_CPPFLAGS]) AC_SUBST([CUDA_LDFLAGS]) AC_SUBST([CUDA_LIBS])])

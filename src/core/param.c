@@ -1,0 +1,280 @@
+/*
+ * param.c - parsing of STRATA_* parameters and the list of every parameter table.
+ */
+#include "config.h"
+#include "core/param.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/log.h"
+#include "transports/transport.h"
+
+st_core_config_t st_core_config;
+
+static const st_config_field_t st_core_config_fields[] = {
+    {"DEBUG", "WARN", "log level: NONE, WARN, INFO, DEBUG, TRACE (TRACE needs --enable-debug)",
+     offsetof(st_core_config_t, debug), ST_CFG_STRING},
+    {"DEBUG_SUBSYS", "ALL", "subsystems to log: INIT,BOOT,TOPO,SHM,IPC,UCX,VERBS,COLL,TUNE,P2P,ENV;"
+     " ^ excludes", offsetof(st_core_config_t, debug_subsys), ST_CFG_STRING},
+    {"DEBUG_FILE", "", "log to this file instead of stderr (%h host, %p pid)",
+     offsetof(st_core_config_t, debug_file), ST_CFG_STRING},
+    {"SOCKET_IFNAME", "", "bootstrap interfaces: prefixes (eth,ib), ^ excludes, = exact; "
+     "default: any but lo and docker, lo only if nothing else",
+     offsetof(st_core_config_t, socket_ifname), ST_CFG_STRING},
+    {"COMM_ID", "", "host:port of the bootstrap root (rank 0 listens there); makes "
+     "strataGetUniqueId return that address", offsetof(st_core_config_t, comm_id), ST_CFG_STRING},
+    {"HOSTID", "", "node identity (default: hostname and boot id); ranks with equal ids are one "
+     "node", offsetof(st_core_config_t, hostid), ST_CFG_STRING},
+    {"BOOTSTRAP_TIMEOUT", "120s", "deadline for all ranks to join a communicator",
+     offsetof(st_core_config_t, bootstrap_timeout), ST_CFG_TIME},
+    {"TIMEOUT", "600s", "deadline of every blocking wait in a collective or send/recv",
+     offsetof(st_core_config_t, timeout), ST_CFG_TIME},
+    {"SPIN_TIME", "50us", "how long a waiting rank spins before it blocks in the kernel",
+     offsetof(st_core_config_t, spin_time), ST_CFG_TIME},
+    {"CHUNK_SIZE", "512k", "bytes per pipeline chunk of the ring algorithms",
+     offsetof(st_core_config_t, chunk_size), ST_CFG_SIZE},
+    {"PIPELINE_DEPTH", "4", "chunks in flight per ring",
+     offsetof(st_core_config_t, pipeline_depth), ST_CFG_UINT},
+    {"ALGO", "auto", "algorithm: auto, ring (flat ring)",
+     offsetof(st_core_config_t, algo), ST_CFG_STRING},
+    {"NET", "auto", "net transport: auto or a name (ucx)",
+     offsetof(st_core_config_t, net), ST_CFG_STRING},
+    {NULL, NULL, NULL, 0, 0}
+};
+
+static const st_config_table_t st_core_config_table = {
+    "", "core", st_core_config_fields, &st_core_config
+};
+
+static st_status_t st_parse_size(const char *str, size_t *dst)
+{
+    char              *end;
+    unsigned long long v;
+    unsigned long long mult = 1;
+
+    errno = 0;
+    v = strtoull(str, &end, 10);
+    if (end == str || errno != 0 || *str == '-') {
+        return ST_ERR_INVALID;
+    }
+    switch (tolower((unsigned char)*end)) {
+    case '\0': break;
+    case 'k':  mult = 1ull << 10; end++; break;
+    case 'm':  mult = 1ull << 20; end++; break;
+    case 'g':  mult = 1ull << 30; end++; break;
+    default:   return ST_ERR_INVALID;
+    }
+    if (tolower((unsigned char)*end) == 'b') {
+        end++;
+    }
+    if (*end != '\0' || (v != 0 && mult > SIZE_MAX / v)) {
+        return ST_ERR_INVALID;
+    }
+    *dst = (size_t)(v * mult);
+    return ST_OK;
+}
+
+static st_status_t st_parse_time(const char *str, double *dst)
+{
+    char  *end;
+    double v;
+
+    if (strcasecmp(str, "inf") == 0 || strcasecmp(str, "infinity") == 0) {
+        *dst = INFINITY;
+        return ST_OK;
+    }
+    errno = 0;
+    v = strtod(str, &end);
+    if (end == str || errno != 0 || v < 0 || isnan(v)) {
+        return ST_ERR_INVALID;
+    }
+    if (strcasecmp(end, "ms") == 0) {
+        v /= 1e3;
+    } else if (strcasecmp(end, "us") == 0) {
+        v /= 1e6;
+    } else if (strcasecmp(end, "s") != 0 && *end != '\0') {
+        return ST_ERR_INVALID;
+    }
+    *dst = v;
+    return ST_OK;
+}
+
+st_status_t st_config_parse_value(st_cfg_type_t type, const char *str, void *dst)
+{
+    char *end;
+    long  v;
+
+    switch (type) {
+    case ST_CFG_STRING: {
+        char *copy = strdup(str);
+        if (copy == NULL) {
+            return ST_ERR_NO_MEMORY;
+        }
+        *(char **)dst = copy;
+        return ST_OK;
+    }
+    case ST_CFG_INT:
+    case ST_CFG_UINT:
+        errno = 0;
+        v = strtol(str, &end, 10);
+        if (end == str || *end != '\0' || errno != 0 || v > INT32_MAX || v < INT32_MIN ||
+            (type == ST_CFG_UINT && v < 0)) {
+            return ST_ERR_INVALID;
+        }
+        if (type == ST_CFG_INT) {
+            *(int *)dst = (int)v;
+        } else {
+            *(unsigned *)dst = (unsigned)v;
+        }
+        return ST_OK;
+    case ST_CFG_SIZE:
+        return st_parse_size(str, (size_t *)dst);
+    case ST_CFG_BOOL:
+        if (!strcasecmp(str, "y") || !strcasecmp(str, "yes") || !strcmp(str, "1") ||
+            !strcasecmp(str, "on") || !strcasecmp(str, "true")) {
+            *(int *)dst = 1;
+        } else if (!strcasecmp(str, "n") || !strcasecmp(str, "no") || !strcmp(str, "0") ||
+                   !strcasecmp(str, "off") || !strcasecmp(str, "false")) {
+            *(int *)dst = 0;
+        } else {
+            return ST_ERR_INVALID;
+        }
+        return ST_OK;
+    case ST_CFG_TIME:
+        return st_parse_time(str, (double *)dst);
+    }
+    return ST_ERR_INVALID;
+}
+
+st_status_t st_config_table_parse(const st_config_table_t *table)
+{
+    char        env_name[128];
+    const char *value;
+    st_status_t status;
+
+    for (const st_config_field_t *f = table->fields; f->name != NULL; f++) {
+        void *dst = (char *)table->opts + f->offset;
+
+        snprintf(env_name, sizeof(env_name), "STRATA_%s%s", table->prefix, f->name);
+        value = getenv(env_name);
+        if (value != NULL) {
+            status = st_config_parse_value(f->type, value, dst);
+            if (status == ST_OK) {
+                continue;
+            }
+            st_error(ST_SUB_ENV, "%s '%s' is not a valid value (default %s: %s)", env_name, value,
+                     f->dflt, f->doc);
+            return ST_ERR_INVALID;
+        }
+        status = st_config_parse_value(f->type, f->dflt, dst);
+        if (status != ST_OK) {
+            st_error(ST_SUB_ENV, "bad built-in default '%s' of %s", f->dflt, env_name);
+            return ST_ERR_INTERNAL;
+        }
+    }
+    return ST_OK;
+}
+
+void st_config_table_release(const st_config_table_t *table)
+{
+    for (const st_config_field_t *f = table->fields; f->name != NULL; f++) {
+        if (f->type == ST_CFG_STRING) {
+            char **s = (char **)((char *)table->opts + f->offset);
+            free(*s);
+            *s = NULL;
+        }
+    }
+}
+
+static void st_config_value_str(const st_config_field_t *f, const void *opts, char *buf,
+                                size_t len)
+{
+    const void *src = (const char *)opts + f->offset;
+
+    switch (f->type) {
+    case ST_CFG_STRING: snprintf(buf, len, "%s", *(char *const *)src ? *(char *const *)src : "");
+                        break;
+    case ST_CFG_INT:    snprintf(buf, len, "%d", *(const int *)src); break;
+    case ST_CFG_UINT:   snprintf(buf, len, "%u", *(const unsigned *)src); break;
+    case ST_CFG_SIZE:   snprintf(buf, len, "%zu", *(const size_t *)src); break;
+    case ST_CFG_BOOL:   snprintf(buf, len, "%s", *(const int *)src ? "y" : "n"); break;
+    case ST_CFG_TIME:   snprintf(buf, len, "%gs", *(const double *)src); break;
+    }
+}
+
+/* Every table of the library: core first, then each net transport's. */
+static void st_param_for_each(void (*cb)(const st_config_table_t *, void *), void *arg)
+{
+    cb(&st_core_config_table, arg);
+    for (const st_net_ops_t *const *tl = st_net_transports; *tl != NULL; tl++) {
+        if ((*tl)->config != NULL) {
+            cb((*tl)->config, arg);
+        }
+    }
+}
+
+static void st_param_print_table(const st_config_table_t *table, void *arg)
+{
+    FILE *stream = arg;
+    char  value[256];
+
+    fprintf(stream, "# %s\n", table->title);
+    for (const st_config_field_t *f = table->fields; f->name != NULL; f++) {
+        st_config_value_str(f, table->opts, value, sizeof(value));
+        fprintf(stream, "STRATA_%s%s=%s\n    default %s: %s\n", table->prefix, f->name, value,
+                f->dflt, f->doc);
+    }
+}
+
+void st_config_print(FILE *stream)
+{
+    st_param_for_each(st_param_print_table, stream);
+}
+
+static void st_param_parse_table(const st_config_table_t *table, void *arg)
+{
+    st_status_t *status = arg;
+
+    if (*status == ST_OK) {
+        *status = st_config_table_parse(table);
+    }
+}
+
+static void st_param_log_table(const st_config_table_t *table, void *arg)
+{
+    char value[256];
+
+    for (const st_config_field_t *f = table->fields; f->name != NULL; f++) {
+        st_config_value_str(f, table->opts, value, sizeof(value));
+        st_info(ST_SUB_ENV, "STRATA_%s%s %s", table->prefix, f->name, value);
+    }
+}
+
+static pthread_once_t st_param_once = PTHREAD_ONCE_INIT;
+static st_status_t    st_param_status;
+
+static void st_param_init_once(void)
+{
+    st_log_init();
+    st_param_status = ST_OK;
+    st_param_for_each(st_param_parse_table, &st_param_status);
+    if (st_param_status == ST_OK) {
+        st_param_for_each(st_param_log_table, NULL);
+    }
+}
+
+st_status_t st_param_init(void)
+{
+    pthread_once(&st_param_once, st_param_init_once);
+    if (st_param_status != ST_OK) {
+        st_error(ST_SUB_ENV, "a STRATA_* variable has an invalid value (logged at first use)");
+    }
+    return st_param_status;
+}

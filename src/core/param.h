@@ -1,0 +1,74 @@
+/*
+ * param.h - STRATA_* parameters: table-driven, parsed once, documented where they are declared.
+ *
+ * A table is a NULL-terminated array of fields; the environment name of a field is "STRATA_" +
+ * the table's prefix + the field's name (prefix "UCX_" + "RNDV_THRESH" = STRATA_UCX_RNDV_THRESH).
+ * Every table of the library is listed in st_param_tables (param.c), so `collbench --print-config`
+ * and the INFO log show them all.
+ */
+#ifndef ST_PARAM_H
+#define ST_PARAM_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "core/status.h"
+
+typedef enum {
+    ST_CFG_STRING, /* char * (malloc'd; "" allowed) */
+    ST_CFG_INT,    /* int, decimal */
+    ST_CFG_UINT,   /* unsigned, decimal */
+    ST_CFG_SIZE,   /* size_t, bytes, with optional k/m/g suffix (powers of 1024) */
+    ST_CFG_BOOL,   /* int 0/1: y/n, yes/no, 1/0, on/off, true/false */
+    ST_CFG_TIME    /* double, seconds, with optional ms/us/s suffix; "inf" = infinite */
+} st_cfg_type_t;
+
+typedef struct st_config_field {
+    const char   *name;   /* NULL terminates the table */
+    const char   *dflt;   /* default, as a string */
+    const char   *doc;    /* one line for the README table and --print-config */
+    size_t        offset; /* offsetof the destination field in the options struct */
+    st_cfg_type_t type;
+} st_config_field_t;
+
+typedef struct st_config_table {
+    const char              *prefix; /* after "STRATA_": "" for core, "UCX_" for ucx */
+    const char              *title;  /* "core", "ucx transport" */
+    const st_config_field_t *fields;
+    void                    *opts;   /* the options struct the table fills */
+} st_config_table_t;
+
+/* Parses one value of type `type` from str into dst. ST_ERR_INVALID when malformed. */
+st_status_t st_config_parse_value(st_cfg_type_t type, const char *str, void *dst);
+/* Fills table->opts from defaults and the environment. ST_ERR_INVALID (logged with the variable
+ * and its value) on a malformed value. */
+st_status_t st_config_table_parse(const st_config_table_t *table);
+/* Frees the strings a parsed table holds. */
+void st_config_table_release(const st_config_table_t *table);
+/* Writes every table: name, current value, default and doc. */
+void st_config_print(FILE *stream);
+
+/* The core parameters. */
+typedef struct st_core_config {
+    char  *debug;             /* read by log.c; listed for the documentation */
+    char  *debug_subsys;
+    char  *debug_file;
+    char  *socket_ifname;     /* bootstrap interface selection (NCCL_SOCKET_IFNAME syntax) */
+    char  *comm_id;           /* host:port of the bootstrap root, instead of a unique id's own */
+    char  *hostid;            /* node identity override */
+    double bootstrap_timeout; /* seconds */
+    double timeout;           /* seconds, every blocking wait of a collective */
+    double spin_time;         /* seconds of spinning before a waiter blocks */
+    size_t chunk_size;        /* bytes per pipeline chunk */
+    unsigned pipeline_depth;  /* chunks in flight per ring */
+    char  *algo;              /* algorithm choice */
+    char  *net;               /* net transport choice */
+} st_core_config_t;
+
+extern st_core_config_t st_core_config;
+
+/* Parses the core and every transport table (once per process; later calls return the first
+ * result). Also initialises logging. */
+st_status_t st_param_init(void);
+
+#endif

@@ -1,0 +1,31 @@
+/*
+ * transport.c - the table of builtin transports. The only file of the library that tests which
+ * optional transports were built (HAVE_VERBS, HAVE_CUDA).
+ */
+#include "config.h"
+#include "transports/transport.h"
+
+#include <string.h>
+
+extern const st_net_ops_t st_ucx_net;
+#ifdef HAVE_VERBS_NET
+extern const st_net_ops_t st_verbs_net;
+#endif
+
+const st_net_ops_t *const st_net_transports[] = {
+#ifdef HAVE_VERBS_NET
+    &st_verbs_net,
+#endif
+    &st_ucx_net,
+    NULL
+};
+
+const st_net_ops_t *st_net_find(const st_net_ops_t *const *table, const char *name)
+{
+    for (; *table != NULL; table++) {
+        if (strcmp((*table)->name, name) == 0) {
+            return *table;
+        }
+    }
+    return NULL;
+}
