@@ -51,7 +51,8 @@ typedef struct st_request {
     st_status_t  status; /* ST_OK, ST_ERR_REMOTE (peer failed), ST_ERR_CANCELED, ST_ERR_IO */
     size_t       len;    /* bytes received (irecv) */
     void        *tl_req; /* transport's own handle, for cancel */
-    void        *tl_ctx;
+    void        *tl_ep;  /* transport's endpoint of the request */
+    struct st_request *tl_prev, *tl_next; /* transport's list of requests in flight */
 } st_request_t;
 
 typedef struct st_net_ops {
@@ -62,6 +63,9 @@ typedef struct st_net_ops {
     /* Opens a context for one communicator. Blocking, local only. ST_ERR_NO_DEVICE when the
      * transport has no usable device here (the selector then tries the next one). */
     st_status_t (*open)(const st_net_config_t *cfg, st_net_ctx_t **ctx_p);
+    /* Sets the caller's rank after open (a split learns its rank only after publishing its
+     * address). Call before connect. */
+    void        (*set_rank)(st_net_ctx_t *ctx, int rank);
     /* Frees the context; all endpoints must be closed first. */
     void        (*close)(st_net_ctx_t *ctx);
     /* Writes into buf (capacity *len_p) the address peers use to connect to this context, with

@@ -86,6 +86,18 @@ static void st_log_open_file(const char *pattern)
     }
 }
 
+/* Another thread may hold the lock when the process forks: take it across fork so the child's
+ * copy is never left locked. */
+static void st_log_atfork_prepare(void)
+{
+    pthread_mutex_lock(&st_log_lock);
+}
+
+static void st_log_atfork_release(void)
+{
+    pthread_mutex_unlock(&st_log_lock);
+}
+
 static void st_log_init_once(void)
 {
     const char *level = getenv("STRATA_DEBUG");
@@ -93,6 +105,7 @@ static void st_log_init_once(void)
     const char *file = getenv("STRATA_DEBUG_FILE");
     int64_t     mask;
 
+    pthread_atfork(st_log_atfork_prepare, st_log_atfork_release, st_log_atfork_release);
     gethostname(st_log_host, sizeof(st_log_host) - 1);
     st_log_stream = stderr;
     if (level != NULL) {

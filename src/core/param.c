@@ -30,6 +30,8 @@ static const st_config_field_t st_core_config_fields[] = {
      offsetof(st_core_config_t, socket_ifname), ST_CFG_STRING},
     {"COMM_ID", "", "host:port of the bootstrap root (rank 0 listens there); makes "
      "strataGetUniqueId return that address", offsetof(st_core_config_t, comm_id), ST_CFG_STRING},
+    {"COMM_SECRET", "", "extra secret mixed into the id made from STRATA_COMM_ID (launchers export "
+     "the same value to every rank)", offsetof(st_core_config_t, comm_secret), ST_CFG_STRING},
     {"HOSTID", "", "node identity (default: hostname and boot id); ranks with equal ids are one "
      "node", offsetof(st_core_config_t, hostid), ST_CFG_STRING},
     {"BOOTSTRAP_TIMEOUT", "120s", "deadline for all ranks to join a communicator",
@@ -162,6 +164,10 @@ st_status_t st_config_table_parse(const st_config_table_t *table)
     for (const st_config_field_t *f = table->fields; f->name != NULL; f++) {
         void *dst = (char *)table->opts + f->offset;
 
+        if (f->type == ST_CFG_STRING) { /* parsed again after fork: drop the old copy */
+            free(*(char **)dst);
+            *(char **)dst = NULL;
+        }
         snprintf(env_name, sizeof(env_name), "STRATA_%s%s", table->prefix, f->name);
         value = getenv(env_name);
         if (value != NULL) {
@@ -247,7 +253,7 @@ static void st_param_parse_table(const st_config_table_t *table, void *arg)
     }
 }
 
-static void st_param_log_table(const st_config_table_t *table, void *arg)
+static void st_param_log_table(const st_config_table_t *table, void *unused)
 {
     char value[256];
 
@@ -260,8 +266,21 @@ static void st_param_log_table(const st_config_table_t *table, void *arg)
 static pthread_once_t st_param_once = PTHREAD_ONCE_INIT;
 static st_status_t    st_param_status;
 
+/* A forked child is a new process whose environment may differ (collbench and the tests give each
+ * child rank its own STRATA_HOSTID): parse again at its first call. */
+static void st_param_atfork_child(void)
+{
+    st_param_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+}
+
 static void st_param_init_once(void)
 {
+    static int atfork_registered;
+
+    if (!atfork_registered) {
+        pthread_atfork(NULL, NULL, st_param_atfork_child);
+        atfork_registered = 1;
+    }
     st_log_init();
     st_param_status = ST_OK;
     st_param_for_each(st_param_parse_table, &st_param_status);

@@ -55,6 +55,7 @@ typedef struct st_core_config {
     char  *debug_file;
     char  *socket_ifname;     /* bootstrap interface selection (NCCL_SOCKET_IFNAME syntax) */
     char  *comm_id;           /* host:port of the bootstrap root, instead of a unique id's own */
+    char  *comm_secret;       /* mixed into the secret of an id made from comm_id */
     char  *hostid;            /* node identity override */
     double bootstrap_timeout; /* seconds */
     double timeout;           /* seconds, every blocking wait of a collective */

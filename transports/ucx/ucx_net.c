@@ -1,0 +1,474 @@
+/*
+ * ucx_net.c - the net transport over UCX ucp tag matching.
+ *
+ * One ucp context per process (reference counted: communicators come and go), one worker per
+ * communicator, so tags never collide between communicators. The 64-bit UCX tag carries the
+ * sender's rank in its upper 20 bits and the caller's tag (ST_NET_TAG_BITS) below: UCX matches
+ * receives on the worker, not on the endpoint, so the sender must be part of the tag.
+ *
+ * Two worker addresses are published: the full one for peers on the same node, and a network-only
+ * one (UCP_WORKER_ADDRESS_FLAG_NET_ONLY) for peers on other nodes. Emulated nodes share one kernel,
+ * and with the full address UCX would reach them over shared memory instead of the network.
+ *
+ * Large messages use UCX's rendezvous protocol (zero-copy where the transport supports it); UCX
+ * registers the buffers itself, so mem_reg returns no handle. Receives posted to a peer whose
+ * endpoint fails are cancelled with ST_ERR_REMOTE, so a dead peer fails the waiting rank at once
+ * instead of at its deadline.
+ */
+#include "config.h"
+#include "transports/transport.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <ucp/api/ucp.h>
+
+
+#define ST_UCX_RANK_SHIFT ST_NET_TAG_BITS
+
+struct st_net_ctx {
+    ucp_worker_h     worker;
+    int              rank;
+    int              efd;
+    void            *addr[2];   /* ST_NET_ADDR_ALL, ST_NET_ADDR_NET_ONLY */
+    size_t           addr_len[2];
+    st_request_t    *recvs;     /* receives in flight (to fail them when their peer dies) */
+    char             name[64];
+};
+
+struct st_net_ep {
+    st_net_ctx_t *ctx;
+    ucp_ep_h      ep;
+    int           peer;
+    int           failed;
+};
+
+static pthread_mutex_t st_ucx_lock = PTHREAD_MUTEX_INITIALIZER;
+static ucp_context_h   st_ucx_context;
+static int             st_ucx_refcount;
+
+static st_status_t st_ucx_status(ucs_status_t status)
+{
+    switch (status) {
+    case UCS_OK:                 return ST_OK;
+    case UCS_INPROGRESS:         return ST_INPROGRESS;
+    case UCS_ERR_CANCELED:       return ST_ERR_CANCELED;
+    case UCS_ERR_MESSAGE_TRUNCATED: return ST_ERR_INVALID;
+    case UCS_ERR_NO_MEMORY:      return ST_ERR_NO_MEMORY;
+    case UCS_ERR_TIMED_OUT:      return ST_ERR_TIMEOUT;
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_REJECTED:       return ST_ERR_REMOTE;
+    default:                     return ST_ERR_IO;
+    }
+}
+
+static st_status_t st_ucx_context_get(void)
+{
+    ucp_params_t params;
+    ucp_config_t *config;
+    ucs_status_t status;
+
+    pthread_mutex_lock(&st_ucx_lock);
+    if (st_ucx_refcount++ > 0) {
+        pthread_mutex_unlock(&st_ucx_lock);
+        return ST_OK;
+    }
+    status = ucp_config_read(NULL, NULL, &config);
+    if (status != UCS_OK) {
+        st_error(ST_SUB_UCX, "ucp_config_read failed: %s", ucs_status_string(status));
+        goto err;
+    }
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.features   = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+    params.mt_workers_shared = 1; /* workers of several communicators, driven by several threads */
+    status = ucp_init(&params, config, &st_ucx_context);
+    ucp_config_release(config);
+    if (status != UCS_OK) {
+        st_error(ST_SUB_UCX, "ucp_init failed: %s", ucs_status_string(status));
+        goto err;
+    }
+    pthread_mutex_unlock(&st_ucx_lock);
+    return ST_OK;
+
+err:
+    st_ucx_refcount--;
+    pthread_mutex_unlock(&st_ucx_lock);
+    return ST_ERR_NO_DEVICE;
+}
+
+static void st_ucx_context_put(void)
+{
+    pthread_mutex_lock(&st_ucx_lock);
+    if (--st_ucx_refcount == 0) {
+        ucp_cleanup(st_ucx_context);
+        st_ucx_context = NULL;
+    }
+    pthread_mutex_unlock(&st_ucx_lock);
+}
+
+static st_status_t st_ucx_query_address(st_net_ctx_t *ctx, int net_only)
+{
+    ucp_worker_attr_t attr;
+    ucs_status_t      status;
+
+    memset(&attr, 0, sizeof(attr));
+    attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS | UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS;
+    attr.address_flags = net_only ? UCP_WORKER_ADDRESS_FLAG_NET_ONLY : 0;
+    status = ucp_worker_query(ctx->worker, &attr);
+    if (status != UCS_OK) {
+        st_error(ST_SUB_UCX, "ucp_worker_query(%s address) failed: %s", net_only ? "net" : "full",
+                 ucs_status_string(status));
+        return ST_ERR_IO;
+    }
+    ctx->addr[net_only] = malloc(attr.address_length);
+    if (ctx->addr[net_only] == NULL) {
+        ucp_worker_release_address(ctx->worker, attr.address);
+        return ST_ERR_NO_MEMORY;
+    }
+    memcpy(ctx->addr[net_only], attr.address, attr.address_length);
+    ctx->addr_len[net_only] = attr.address_length;
+    ucp_worker_release_address(ctx->worker, attr.address);
+    return ST_OK;
+}
+
+static st_status_t st_ucx_open(const st_net_config_t *cfg, st_net_ctx_t **ctx_p)
+{
+    ucp_worker_params_t params;
+    st_net_ctx_t       *ctx;
+    ucs_status_t        ustatus;
+    st_status_t         status;
+
+    ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL) {
+        return ST_ERR_NO_MEMORY;
+    }
+    ctx->rank = cfg->rank;
+    ctx->efd  = -1;
+    snprintf(ctx->name, sizeof(ctx->name), "%s", cfg->name);
+    ST_CHECK_GOTO(st_ucx_context_get(), status, err_free);
+
+    memset(&params, 0, sizeof(params));
+    params.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    params.thread_mode = UCS_THREAD_MODE_SERIALIZED; /* the communicator's lock serialises */
+    ustatus = ucp_worker_create(st_ucx_context, &params, &ctx->worker);
+    if (ustatus != UCS_OK) {
+        st_error(ST_SUB_UCX, "ucp_worker_create failed: %s", ucs_status_string(ustatus));
+        status = ST_ERR_IO;
+        goto err_put;
+    }
+    ustatus = ucp_worker_get_efd(ctx->worker, &ctx->efd);
+    if (ustatus != UCS_OK) {
+        st_warn(ST_SUB_UCX, "ucp_worker_get_efd failed (%s): waiters will poll",
+                ucs_status_string(ustatus));
+        ctx->efd = -1;
+    }
+    ST_CHECK_GOTO(st_ucx_query_address(ctx, 0), status, err_worker);
+    ST_CHECK_GOTO(st_ucx_query_address(ctx, 1), status, err_addr);
+    st_debug(ST_SUB_UCX, "%s rank %d: worker addresses %zu B (all), %zu B (net only)", ctx->name,
+             ctx->rank, ctx->addr_len[0], ctx->addr_len[1]);
+    *ctx_p = ctx;
+    return ST_OK;
+
+err_addr:
+    free(ctx->addr[0]);
+err_worker:
+    ucp_worker_destroy(ctx->worker);
+err_put:
+    st_ucx_context_put();
+err_free:
+    free(ctx);
+    return status;
+}
+
+static void st_ucx_close(st_net_ctx_t *ctx)
+{
+    free(ctx->addr[0]);
+    free(ctx->addr[1]);
+    ucp_worker_destroy(ctx->worker);
+    st_ucx_context_put();
+    free(ctx);
+}
+
+static void st_ucx_set_rank(st_net_ctx_t *ctx, int rank)
+{
+    ctx->rank = rank;
+}
+
+static st_status_t st_ucx_address(st_net_ctx_t *ctx, st_net_addr_scope_t scope, void *buf,
+                                  size_t *len_p)
+{
+    int    which = (scope == ST_NET_ADDR_NET_ONLY);
+    size_t cap   = *len_p;
+
+    *len_p = ctx->addr_len[which];
+    if (cap < ctx->addr_len[which]) {
+        return ST_ERR_INVALID;
+    }
+    memcpy(buf, ctx->addr[which], ctx->addr_len[which]);
+    return ST_OK;
+}
+
+static void st_ucx_recv_list_del(st_net_ctx_t *ctx, st_request_t *req)
+{
+    if (req->tl_prev != NULL) {
+        req->tl_prev->tl_next = req->tl_next;
+    } else if (ctx->recvs == req) {
+        ctx->recvs = req->tl_next;
+    }
+    if (req->tl_next != NULL) {
+        req->tl_next->tl_prev = req->tl_prev;
+    }
+    req->tl_prev = req->tl_next = NULL;
+}
+
+static void st_ucx_ep_error(void *arg, ucp_ep_h uep, ucs_status_t status)
+{
+    st_net_ep_t  *ep = arg;
+    st_net_ctx_t *ctx = ep->ctx;
+
+    st_warn(ST_SUB_UCX, "%s rank %d: connection to rank %d failed: %s", ctx->name, ctx->rank,
+            ep->peer, ucs_status_string(status));
+    ep->failed = 1;
+    /* Receives from the dead peer would wait until their deadline: fail them now. */
+    for (st_request_t *req = ctx->recvs, *next; req != NULL; req = next) {
+        next = req->tl_next;
+        if (req->tl_ep == ep && req->tl_req != NULL) {
+            req->status = ST_ERR_REMOTE;
+            ucp_request_cancel(ctx->worker, req->tl_req);
+        }
+    }
+}
+
+static st_status_t st_ucx_connect(st_net_ctx_t *ctx, int peer, const void *peer_addr,
+                                  size_t addr_len, st_net_ep_t **ep_p)
+{
+    ucp_ep_params_t params;
+    st_net_ep_t    *ep;
+    ucs_status_t    status;
+
+    ep = calloc(1, sizeof(*ep));
+    if (ep == NULL) {
+        return ST_ERR_NO_MEMORY;
+    }
+    ep->ctx  = ctx;
+    ep->peer = peer;
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address           = peer_addr;
+    params.err_mode          = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb    = st_ucx_ep_error;
+    params.err_handler.arg   = ep;
+    status = ucp_ep_create(ctx->worker, &params, &ep->ep);
+    if (status != UCS_OK) {
+        st_error(ST_SUB_UCX, "%s rank %d: ucp_ep_create to rank %d failed: %s", ctx->name,
+                 ctx->rank, peer, ucs_status_string(status));
+        free(ep);
+        return ST_ERR_IO;
+    }
+    *ep_p = ep;
+    return ST_OK;
+}
+
+static void st_ucx_disconnect(st_net_ep_t *ep, int force, double timeout)
+{
+    ucp_request_param_t param;
+    struct timespec     ts;
+    double              start, now;
+    void               *req;
+
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags        = (force || ep->failed) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    req = ucp_ep_close_nbx(ep->ep, &param);
+    if (UCS_PTR_IS_PTR(req)) {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        start = ts.tv_sec + ts.tv_nsec * 1e-9;
+        while (ucp_request_check_status(req) == UCS_INPROGRESS) {
+            ucp_worker_progress(ep->ctx->worker);
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            now = ts.tv_sec + ts.tv_nsec * 1e-9;
+            if (now - start > timeout) {
+                st_warn(ST_SUB_UCX, "%s rank %d: closing the connection to rank %d took over %g s;"
+                        " dropping it", ep->ctx->name, ep->ctx->rank, ep->peer, timeout);
+                ucp_request_cancel(ep->ctx->worker, req);
+                break;
+            }
+        }
+        ucp_request_free(req);
+    }
+    free(ep);
+}
+
+static st_status_t st_ucx_mem_reg(st_net_ctx_t *ctx, void *buf, size_t len, st_memh_t **memh_p)
+{
+    *memh_p = NULL; /* UCX registers rendezvous buffers itself (with its own cache) */
+    return ST_OK;
+}
+
+static st_status_t st_ucx_mem_dereg(st_net_ctx_t *ctx, st_memh_t *memh)
+{
+    return ST_OK;
+}
+
+static void st_ucx_send_cb(void *ureq, ucs_status_t status, void *user_data)
+{
+    st_request_t *req = user_data;
+
+    req->status = st_ucx_status(status);
+    req->tl_req = NULL;
+    ucp_request_free(ureq);
+    req->done = 1;
+}
+
+static void st_ucx_recv_cb(void *ureq, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                           void *user_data)
+{
+    st_request_t *req = user_data;
+    st_net_ep_t  *ep = req->tl_ep;
+
+    if (req->status == ST_INPROGRESS || status == UCS_OK) {
+        /* ST_ERR_REMOTE set by the error handler before cancelling wins over CANCELED. */
+        req->status = st_ucx_status(status);
+    }
+    if (status == UCS_OK) {
+        req->len = info->length;
+    }
+    st_ucx_recv_list_del(ep->ctx, req);
+    req->tl_req = NULL;
+    ucp_request_free(ureq);
+    req->done = 1;
+}
+
+static st_status_t st_ucx_isend(st_net_ep_t *ep, const void *buf, size_t len, uint64_t tag,
+                                st_memh_t *memh, st_request_t *req)
+{
+    ucp_request_param_t param;
+    void               *ureq;
+    uint64_t            utag = ((uint64_t)ep->ctx->rank << ST_UCX_RANK_SHIFT) |
+                               (tag & ST_NET_TAG_MASK);
+
+    if (ep->failed) {
+        st_error(ST_SUB_UCX, "%s rank %d: send to rank %d on a failed connection", ep->ctx->name,
+                 ep->ctx->rank, ep->peer);
+        return ST_ERR_REMOTE;
+    }
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_DATATYPE;
+    param.cb.send   = st_ucx_send_cb;
+    param.user_data = req;
+    param.datatype  = ucp_dt_make_contig(1);
+    req->done   = 0;
+    req->status = ST_INPROGRESS;
+    req->tl_ep  = ep;
+    req->tl_req = NULL;
+    ureq = ucp_tag_send_nbx(ep->ep, buf, len, utag, &param);
+    if (ureq == NULL) {
+        req->status = ST_OK;
+        req->done   = 1;
+    } else if (UCS_PTR_IS_ERR(ureq)) {
+        st_error(ST_SUB_UCX, "%s rank %d: send of %zu B to rank %d failed: %s", ep->ctx->name,
+                 ep->ctx->rank, len, ep->peer, ucs_status_string(UCS_PTR_STATUS(ureq)));
+        return st_ucx_status(UCS_PTR_STATUS(ureq));
+    } else {
+        req->tl_req = ureq;
+    }
+    return ST_OK;
+}
+
+static st_status_t st_ucx_irecv(st_net_ep_t *ep, void *buf, size_t len, uint64_t tag,
+                                st_memh_t *memh, st_request_t *req)
+{
+    st_net_ctx_t       *ctx = ep->ctx;
+    ucp_request_param_t param;
+    void               *ureq;
+    uint64_t            utag = ((uint64_t)ep->peer << ST_UCX_RANK_SHIFT) | (tag & ST_NET_TAG_MASK);
+
+    if (ep->failed) {
+        st_error(ST_SUB_UCX, "%s rank %d: receive from rank %d on a failed connection",
+                 ctx->name, ctx->rank, ep->peer);
+        return ST_ERR_REMOTE;
+    }
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    /* Always a request and a callback: UCX 1.13 leaves recv_info's length unset when a receive
+     * completes at once, and the length is how a mismatched count is detected. */
+    param.cb.recv   = st_ucx_recv_cb;
+    param.user_data = req;
+    param.datatype  = ucp_dt_make_contig(1);
+    req->done    = 0;
+    req->status  = ST_INPROGRESS;
+    req->len     = 0;
+    req->tl_ep   = ep;
+    req->tl_req  = NULL;
+    req->tl_prev = NULL;
+    req->tl_next = ctx->recvs;
+    if (ctx->recvs != NULL) {
+        ctx->recvs->tl_prev = req;
+    }
+    ctx->recvs = req;
+    ureq = ucp_tag_recv_nbx(ctx->worker, buf, len, utag, UINT64_MAX, &param);
+    if (UCS_PTR_IS_ERR(ureq)) {
+        st_ucx_recv_list_del(ctx, req);
+        st_error(ST_SUB_UCX, "%s rank %d: receive of %zu B from rank %d failed: %s", ctx->name,
+                 ctx->rank, len, ep->peer, ucs_status_string(UCS_PTR_STATUS(ureq)));
+        return st_ucx_status(UCS_PTR_STATUS(ureq));
+    }
+    if (!req->done) {
+        req->tl_req = ureq;
+    }
+    return ST_OK;
+}
+
+static void st_ucx_cancel(st_net_ctx_t *ctx, st_request_t *req)
+{
+    if (!req->done && req->tl_req != NULL) {
+        ucp_request_cancel(ctx->worker, req->tl_req);
+    }
+}
+
+static st_status_t st_ucx_progress(st_net_ctx_t *ctx)
+{
+    return ucp_worker_progress(ctx->worker) ? ST_OK : ST_INPROGRESS;
+}
+
+static int st_ucx_event_fd(st_net_ctx_t *ctx)
+{
+    return ctx->efd;
+}
+
+static st_status_t st_ucx_arm(st_net_ctx_t *ctx)
+{
+    ucs_status_t status = ucp_worker_arm(ctx->worker);
+
+    if (status == UCS_OK) {
+        return ST_OK;
+    }
+    return (status == UCS_ERR_BUSY) ? ST_INPROGRESS : st_ucx_status(status);
+}
+
+const st_net_ops_t st_ucx_net = {
+    .name       = "ucx",
+    .config     = NULL,
+    .open       = st_ucx_open,
+    .set_rank   = st_ucx_set_rank,
+    .close      = st_ucx_close,
+    .address    = st_ucx_address,
+    .connect    = st_ucx_connect,
+    .disconnect = st_ucx_disconnect,
+    .mem_reg    = st_ucx_mem_reg,
+    .mem_dereg  = st_ucx_mem_dereg,
+    .isend      = st_ucx_isend,
+    .irecv      = st_ucx_irecv,
+    .cancel     = st_ucx_cancel,
+    .progress   = st_ucx_progress,
+    .event_fd   = st_ucx_event_fd,
+    .arm        = st_ucx_arm,
+};
