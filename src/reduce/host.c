@@ -1,0 +1,486 @@
+/*
+ * host.c - the host reduction kernels: every datatype x op of reduce.h on host memory, and the
+ * resolution of a public strataRedOp_t into the st_redop_t that the algorithms carry around.
+ *
+ * Each kernel is one plain loop over elements, stamped out per datatype by macros from small
+ * inline element operations, so that GCC vectorises every one of them at -O3 (check with
+ * -fopt-info-vec): no branches in the loop bodies (selections only), no calls that survive
+ * inlining, no alignment assumptions. Elements are read and written through memcpy of one
+ * element, which is defined at any byte address and for any aliasing, and compiles to a plain
+ * (unaligned) load or store. Because dst may be the same pointer as an input, the compiler
+ * versions each loop with a run-time overlap check; an exact alias passes it (the distance is 0),
+ * so aliased calls stay vectorised.
+ *
+ * Exactness rules (reduce.h, DESIGN.md "Semantics") shape the element operations:
+ *  - fp16 and bf16 compute in fp32 and round to nearest even after every operation, including
+ *    the premul product before its sum;
+ *  - integer sum and prod compute in the unsigned type, so they wrap without undefined behaviour;
+ *  - max and min compare keys derived from the bit patterns, so -0 < +0 and the result does not
+ *    depend on the order of the arguments; a NaN on either side gives the type's canonical quiet
+ *    NaN, again independent of order, so every rank ends with the same bits.
+ */
+#include "config.h"
+#include "reduce/reduce.h"
+#include "reduce/half.h"
+
+#include <string.h>
+
+/* A premul sum must round the product before adding it (strata.h). GCC contracts a * s + b into
+ * one fused multiply-add by default wherever the target has FMA (all of aarch64, x86 with
+ * -march=haswell and later), which skips that rounding: results would differ between hosts of one
+ * job. The pragma covers the functions below it; nothing above it does floating-point math. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* Datatypes                                                                                */
+/* ---------------------------------------------------------------------------------------- */
+
+size_t st_dtype_size(strataDataType_t dtype)
+{
+    switch (dtype) {
+    case strataInt8:
+    case strataUint8:    return 1;
+    case strataFloat16:
+    case strataBfloat16: return 2;
+    case strataInt32:
+    case strataUint32:
+    case strataFloat32:  return 4;
+    case strataInt64:
+    case strataUint64:
+    case strataFloat64:  return 8;
+    case strataNumTypes: break;
+    }
+    return 0;
+}
+
+const char *st_dtype_name(strataDataType_t dtype)
+{
+    switch (dtype) {
+    case strataInt8:     return "int8";
+    case strataUint8:    return "uint8";
+    case strataInt32:    return "int32";
+    case strataUint32:   return "uint32";
+    case strataInt64:    return "int64";
+    case strataUint64:   return "uint64";
+    case strataFloat16:  return "half";
+    case strataFloat32:  return "float";
+    case strataFloat64:  return "double";
+    case strataBfloat16: return "bfloat16";
+    case strataNumTypes: break;
+    }
+    return "unknown";
+}
+
+int st_dtype_is_float(strataDataType_t dtype)
+{
+    return dtype == strataFloat16 || dtype == strataFloat32 || dtype == strataFloat64 ||
+           dtype == strataBfloat16;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Element access and element operations                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+/* st_ld_<n>(p, i) / st_st_<n>(p, i, v): element i of the array at p, at any byte address. */
+#define ST_ACCESS(_n, _T)                                                                        \
+    static inline _T st_ld_##_n(const void *p, size_t i)                                        \
+    {                                                                                            \
+        _T v;                                                                                    \
+        memcpy(&v, (const char *)p + i * sizeof(_T), sizeof(_T));                               \
+        return v;                                                                                \
+    }                                                                                            \
+    static inline void st_st_##_n(void *p, size_t i, _T v)                                      \
+    {                                                                                            \
+        memcpy((char *)p + i * sizeof(_T), &v, sizeof(_T));                                     \
+    }
+
+ST_ACCESS(i8, int8_t)
+ST_ACCESS(u8, uint8_t)
+ST_ACCESS(i32, int32_t)
+ST_ACCESS(u32, uint32_t)
+ST_ACCESS(i64, int64_t)
+ST_ACCESS(u64, uint64_t)
+ST_ACCESS(u16, uint16_t) /* fp16 and bf16 bit patterns */
+ST_ACCESS(f32, float)
+ST_ACCESS(f64, double)
+
+/* Integers: sum and prod in the unsigned type _U (wraps; the conversion back to a signed _T is
+ * modulo 2^N in GCC and clang). uint8 operands promote to int, where 255 * 255 still fits. */
+#define ST_INT_OPS(_n, _T, _U)                                                                   \
+    static inline _T st_op_sum_##_n(_T x, _T y) { return (_T)((_U)x + (_U)y); }                \
+    static inline _T st_op_prod_##_n(_T x, _T y) { return (_T)((_U)x * (_U)y); }                \
+    static inline _T st_op_max_##_n(_T x, _T y) { return x > y ? x : y; }                      \
+    static inline _T st_op_min_##_n(_T x, _T y) { return x < y ? x : y; }
+
+ST_INT_OPS(i8, int8_t, uint8_t)
+ST_INT_OPS(u8, uint8_t, uint8_t)
+ST_INT_OPS(i32, int32_t, uint32_t)
+ST_INT_OPS(u32, uint32_t, uint32_t)
+ST_INT_OPS(i64, int64_t, uint64_t)
+ST_INT_OPS(u64, uint64_t, uint64_t)
+
+static inline float st_op_sum_f32(float x, float y) { return x + y; }
+static inline float st_op_prod_f32(float x, float y) { return x * y; }
+static inline double st_op_sum_f64(double x, double y) { return x + y; }
+static inline double st_op_prod_f64(double x, double y) { return x * y; }
+
+/* fp16 and bf16: widen to fp32 (exact), one fp32 operation, round back to nearest even. */
+#define ST_SHORT_FLOAT_OPS(_n, _to_float, _from_float)                                           \
+    static inline uint16_t st_op_sum_##_n(uint16_t x, uint16_t y)                                \
+    {                                                                                            \
+        return _from_float(_to_float(x) + _to_float(y));                                         \
+    }                                                                                            \
+    static inline uint16_t st_op_prod_##_n(uint16_t x, uint16_t y)                               \
+    {                                                                                            \
+        return _from_float(_to_float(x) * _to_float(y));                                         \
+    }
+
+ST_SHORT_FLOAT_OPS(f16, st_half_to_float, st_float_to_half)
+ST_SHORT_FLOAT_OPS(bf16, st_bf16_to_float, st_float_to_bf16)
+
+/* Floating max and min work on bit patterns (_U unsigned, _S signed, both _bits wide): flipping
+ * the magnitude bits of negative values turns sign-magnitude into two's complement order, with
+ * -0 just below +0 (IEEE 754-2019 maximum/minimum). Distinct patterns get distinct keys, so the
+ * result is the same whatever the argument order. Integer compares also vectorise on every
+ * target, fp16 and bf16 included, without widening to fp32. */
+#define ST_FLOAT_MAXMIN_OPS(_n, _U, _S, _bits, _inf, _qnan)                                      \
+    static inline _S st_key_##_n(_U b)                                                           \
+    {                                                                                            \
+        _U flip = (_U)((_U)(0u - (_U)(b >> ((_bits) - 1))) >> 1);                                \
+        return (_S)(b ^ flip);                                                                   \
+    }                                                                                            \
+    static inline int st_isnan_##_n(_U b)                                                        \
+    {                                                                                            \
+        return (_U)(b & (_U)~((_U)1 << ((_bits) - 1))) > (_U)(_inf);                             \
+    }                                                                                            \
+    static inline _U st_op_max_##_n(_U x, _U y)                                                  \
+    {                                                                                            \
+        _U r = st_key_##_n(x) > st_key_##_n(y) ? x : y;                                          \
+        return st_isnan_##_n(x) | st_isnan_##_n(y) ? (_U)(_qnan) : r;                            \
+    }                                                                                            \
+    static inline _U st_op_min_##_n(_U x, _U y)                                                  \
+    {                                                                                            \
+        _U r = st_key_##_n(x) < st_key_##_n(y) ? x : y;                                          \
+        return st_isnan_##_n(x) | st_isnan_##_n(y) ? (_U)(_qnan) : r;                            \
+    }
+
+ST_FLOAT_MAXMIN_OPS(f16, uint16_t, int16_t, 16, 0x7c00u, 0x7e00u)
+ST_FLOAT_MAXMIN_OPS(bf16, uint16_t, int16_t, 16, 0x7f80u, 0x7fc0u)
+ST_FLOAT_MAXMIN_OPS(f32, uint32_t, int32_t, 32, 0x7f800000u, 0x7fc00000u)
+ST_FLOAT_MAXMIN_OPS(f64, uint64_t, int64_t, 64, 0x7ff0000000000000ull, 0x7ff8000000000000ull)
+
+/* The premul product x * s, with s already in the compute type st_scalar_<n>_t: the element type
+ * itself, except fp32 for fp16 and bf16. */
+#define ST_SCALE_OPS(_n, _T)                                                                     \
+    typedef _T st_scalar_##_n##_t;                                                               \
+    static inline _T st_scalar_##_n(_T s) { return s; }                                          \
+    static inline _T st_op_scale_##_n(_T x, _T s) { return st_op_prod_##_n(x, s); }
+
+ST_SCALE_OPS(i8, int8_t)
+ST_SCALE_OPS(u8, uint8_t)
+ST_SCALE_OPS(i32, int32_t)
+ST_SCALE_OPS(u32, uint32_t)
+ST_SCALE_OPS(i64, int64_t)
+ST_SCALE_OPS(u64, uint64_t)
+ST_SCALE_OPS(f32, float)
+ST_SCALE_OPS(f64, double)
+
+#define ST_SHORT_FLOAT_SCALE_OPS(_n, _to_float, _from_float)                                     \
+    typedef float st_scalar_##_n##_t;                                                            \
+    static inline float st_scalar_##_n(uint16_t s) { return _to_float(s); }                      \
+    static inline uint16_t st_op_scale_##_n(uint16_t x, float s)                                 \
+    {                                                                                            \
+        return _from_float(_to_float(x) * s);                                                    \
+    }
+
+ST_SHORT_FLOAT_SCALE_OPS(f16, st_half_to_float, st_float_to_half)
+ST_SHORT_FLOAT_SCALE_OPS(bf16, st_bf16_to_float, st_float_to_bf16)
+
+/* ---------------------------------------------------------------------------------------- */
+/* Kernels                                                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef void (*st_reduce_binary_fn_t)(void *dst, const void *a, const void *b, size_t count);
+typedef void (*st_reduce_scale_fn_t)(void *dst, const void *src, size_t count, const void *scalar);
+typedef void (*st_reduce_psum_fn_t)(void *dst, const void *local, const void *in, size_t count,
+                                    const void *scalar);
+typedef void (*st_reduce_div_fn_t)(void *dst, size_t count, uint64_t div);
+
+/* dst[i] = a[i] OP b[i], elements accessed as _acc. */
+#define ST_KERNEL_BINARY(_op, _n, _acc)                                                          \
+    static void st_reduce_##_op##_##_n(void *dst, const void *a, const void *b, size_t count)    \
+    {                                                                                            \
+        size_t i;                                                                                \
+                                                                                                 \
+        for (i = 0; i < count; i++) {                                                            \
+            st_st_##_acc(dst, i, st_op_##_op##_##_n(st_ld_##_acc(a, i), st_ld_##_acc(b, i)));    \
+        }                                                                                        \
+    }
+
+/* Premul: the scalar is read and converted to the compute type once, outside the loop (GCC
+ * does not vectorise the fp16 loops when the conversion of the invariant stays inside).
+ * scale: dst[i] = src[i] * s;  psum: dst[i] = (local[i] * s) + in[i], each step rounded. */
+#define ST_KERNEL_PREMUL(_n, _acc)                                                               \
+    static void st_reduce_scale_##_n(void *dst, const void *src, size_t count,                   \
+                                     const void *scalar)                                         \
+    {                                                                                            \
+        st_scalar_##_n##_t s = st_scalar_##_n(st_ld_##_acc(scalar, 0));                          \
+        size_t             i;                                                                    \
+                                                                                                 \
+        for (i = 0; i < count; i++) {                                                            \
+            st_st_##_acc(dst, i, st_op_scale_##_n(st_ld_##_acc(src, i), s));                     \
+        }                                                                                        \
+    }                                                                                            \
+    static void st_reduce_psum_##_n(void *dst, const void *local, const void *in, size_t count,  \
+                                    const void *scalar)                                          \
+    {                                                                                            \
+        st_scalar_##_n##_t s = st_scalar_##_n(st_ld_##_acc(scalar, 0));                          \
+        size_t             i;                                                                    \
+                                                                                                 \
+        for (i = 0; i < count; i++) {                                                            \
+            st_st_##_acc(dst, i,                                                                 \
+                         st_op_sum_##_n(st_op_scale_##_n(st_ld_##_acc(local, i), s),             \
+                                        st_ld_##_acc(in, i)));                                   \
+        }                                                                                        \
+    }
+
+/* All kernels of one datatype. _acc accesses elements for sum/prod, _mm_acc for max/min (bit
+ * patterns for floating types). */
+#define ST_KERNELS(_n, _acc, _mm_acc)                                                            \
+    ST_KERNEL_BINARY(sum, _n, _acc)                                                              \
+    ST_KERNEL_BINARY(prod, _n, _acc)                                                             \
+    ST_KERNEL_BINARY(max, _n, _mm_acc)                                                           \
+    ST_KERNEL_BINARY(min, _n, _mm_acc)                                                           \
+    ST_KERNEL_PREMUL(_n, _acc)
+
+ST_KERNELS(i8, i8, i8)
+ST_KERNELS(u8, u8, u8)
+ST_KERNELS(i32, i32, i32)
+ST_KERNELS(u32, u32, u32)
+ST_KERNELS(i64, i64, i64)
+ST_KERNELS(u64, u64, u64)
+ST_KERNELS(f16, u16, u16)
+ST_KERNELS(f32, f32, u32)
+ST_KERNELS(f64, f64, u64)
+ST_KERNELS(bf16, u16, u16)
+
+/* Integer avg: C division truncates toward zero, as the semantics ask. div is nranks (an int), so
+ * it fits the signed 32-bit division used for the narrow types, which is much cheaper than a
+ * 64-bit one on many cores. A division by a run-time value does not vectorise; this runs once per
+ * element of the final result only. */
+#define ST_KERNEL_DIV(_n, _T, _W)                                                                \
+    static void st_reduce_div_##_n(void *dst, size_t count, uint64_t div)                        \
+    {                                                                                            \
+        _W     d = (_W)div;                                                                      \
+        size_t i;                                                                                \
+                                                                                                 \
+        for (i = 0; i < count; i++) {                                                            \
+            st_st_##_n(dst, i, (_T)((_W)st_ld_##_n(dst, i) / d));                                \
+        }                                                                                        \
+    }
+
+ST_KERNEL_DIV(i8, int8_t, int32_t)
+ST_KERNEL_DIV(u8, uint8_t, uint32_t)
+ST_KERNEL_DIV(i32, int32_t, int32_t)
+ST_KERNEL_DIV(u32, uint32_t, uint32_t)
+ST_KERNEL_DIV(i64, int64_t, int64_t)
+ST_KERNEL_DIV(u64, uint64_t, uint64_t)
+
+/* Dispatch tables, indexed by strataDataType_t (NCCL's values, 0..9) and st_red_kind_t. */
+#define ST_BINARY_ROW(_n)                                                                        \
+    { st_reduce_sum_##_n, st_reduce_prod_##_n, st_reduce_max_##_n, st_reduce_min_##_n }
+
+static const st_reduce_binary_fn_t st_reduce_binary_table[strataNumTypes][4] = {
+    ST_BINARY_ROW(i8),  ST_BINARY_ROW(u8),  ST_BINARY_ROW(i32), ST_BINARY_ROW(u32),
+    ST_BINARY_ROW(i64), ST_BINARY_ROW(u64), ST_BINARY_ROW(f16), ST_BINARY_ROW(f32),
+    ST_BINARY_ROW(f64), ST_BINARY_ROW(bf16)
+};
+
+static const st_reduce_scale_fn_t st_reduce_scale_table[strataNumTypes] = {
+    st_reduce_scale_i8,  st_reduce_scale_u8,  st_reduce_scale_i32, st_reduce_scale_u32,
+    st_reduce_scale_i64, st_reduce_scale_u64, st_reduce_scale_f16, st_reduce_scale_f32,
+    st_reduce_scale_f64, st_reduce_scale_bf16
+};
+
+static const st_reduce_psum_fn_t st_reduce_psum_table[strataNumTypes] = {
+    st_reduce_psum_i8,  st_reduce_psum_u8,  st_reduce_psum_i32, st_reduce_psum_u32,
+    st_reduce_psum_i64, st_reduce_psum_u64, st_reduce_psum_f16, st_reduce_psum_f32,
+    st_reduce_psum_f64, st_reduce_psum_bf16
+};
+
+static const st_reduce_div_fn_t st_reduce_div_table[strataNumTypes] = {
+    st_reduce_div_i8,  st_reduce_div_u8,  st_reduce_div_i32, st_reduce_div_u32,
+    st_reduce_div_i64, st_reduce_div_u64, NULL,              NULL,
+    NULL,              NULL
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Resolving an op                                                                          */
+/* ---------------------------------------------------------------------------------------- */
+
+static int st_dtype_valid(strataDataType_t dtype)
+{
+    return (unsigned)dtype < (unsigned)strataNumTypes;
+}
+
+static int st_redop_valid(const st_redop_t *redop)
+{
+    return st_dtype_valid(redop->dtype) && (unsigned)redop->kind <= (unsigned)ST_RED_MIN;
+}
+
+/* The bits of 1/n rounded to nearest even in a binary format with mbits fraction bits and
+ * exponent bias `bias` (subnormals included), by exact integer division. Going through a double
+ * or a float first would round twice; computing it exactly makes the avg scalar the correctly
+ * rounded value the documentation promises, identical on every host. */
+static uint64_t st_recip_bits(uint64_t n, unsigned mbits, int bias)
+{
+    unsigned k = 0;
+    int      exp;
+    unsigned sh;
+    uint64_t q, r;
+
+    while (((uint64_t)1 << k) < n) {
+        k++; /* 2^(k-1) < n <= 2^k, so 1/n is in [2^-k, 2^(1-k)) */
+    }
+    exp = bias - (int)k;
+    /* Normal: the significand is 2^(mbits + k) / n in [2^mbits, 2^(mbits+1)]. Subnormal: the
+     * value in units of the smallest subnormal 2^(1 - bias - mbits). */
+    sh = exp >= 1 ? mbits + k : (unsigned)(bias - 1) + mbits;
+    q  = ((uint64_t)1 << sh) / n;
+    r  = ((uint64_t)1 << sh) % n;
+    if (2 * r > n || (2 * r == n && (q & 1))) {
+        q++;
+    }
+    /* A carry out of the fraction lands in the exponent, which is the right encoding. */
+    return exp >= 1 ? ((uint64_t)exp << mbits) + q - ((uint64_t)1 << mbits) : q;
+}
+
+st_status_t st_redop_init(st_redop_t *redop, strataRedOp_t op, strataDataType_t dtype, int nranks)
+{
+    st_redop_t r;
+
+    if (!st_dtype_valid(dtype) || nranks < 1) {
+        return ST_ERR_INVALID;
+    }
+    memset(&r, 0, sizeof(r));
+    r.dtype   = dtype;
+    r.postdiv = 1;
+    switch (op) {
+    case strataSum:  r.kind = ST_RED_SUM;  break;
+    case strataProd: r.kind = ST_RED_PROD; break;
+    case strataMax:  r.kind = ST_RED_MAX;  break;
+    case strataMin:  r.kind = ST_RED_MIN;  break;
+    case strataAvg:
+        r.kind = ST_RED_SUM;
+        if (!st_dtype_is_float(dtype)) {
+            r.postdiv = (uint64_t)nranks; /* wrapped sum, then truncating division */
+            break;
+        }
+        /* Premul by 1/nranks rounded to the datatype, as NCCL does: each rank's share is scaled
+         * before it travels, so an fp16 mean never overflows where the mean itself fits. */
+        r.premul = 1;
+        switch (dtype) {
+        case strataFloat16:
+            r.scalar.h16 = (uint16_t)st_recip_bits((uint64_t)nranks, 10, 15);
+            break;
+        case strataBfloat16:
+            r.scalar.h16 = (uint16_t)st_recip_bits((uint64_t)nranks, 7, 127);
+            break;
+        case strataFloat32: {
+            uint32_t bits = (uint32_t)st_recip_bits((uint64_t)nranks, 23, 127);
+
+            memcpy(&r.scalar.f32, &bits, sizeof(bits));
+            break;
+        }
+        default:
+            r.scalar.f64 = 1.0 / (double)nranks; /* IEEE division: correctly rounded already */
+            break;
+        }
+        break;
+    default:
+        return ST_ERR_INVALID; /* premul handles are resolved by the communicator, not here */
+    }
+    *redop = r;
+    return ST_OK;
+}
+
+st_status_t st_redop_init_premul(st_redop_t *redop, strataDataType_t dtype, const void *scalar)
+{
+    st_redop_t r;
+
+    if (!st_dtype_valid(dtype) || scalar == NULL) {
+        return ST_ERR_INVALID;
+    }
+    memset(&r, 0, sizeof(r));
+    r.kind    = ST_RED_SUM;
+    r.dtype   = dtype;
+    r.premul  = 1;
+    r.postdiv = 1;
+    /* Every union member starts at offset 0, so copying the element's bytes stores it in the
+     * member of its type (fp16/bf16 as their bit pattern in h16). */
+    memcpy(&r.scalar, scalar, st_dtype_size(dtype));
+    *redop = r;
+    return ST_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Entry points                                                                             */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Only a sum carries a premul scalar; a stray premul flag on another kind is ignored. */
+static int st_redop_premul(const st_redop_t *redop)
+{
+    return redop->premul && redop->kind == ST_RED_SUM;
+}
+
+void st_reduce_pre(const st_redop_t *redop, void *dst, const void *src, size_t count)
+{
+    /* count 0 may come with NULL buffers, which memcpy must not see. */
+    if (count == 0 || !st_redop_valid(redop)) {
+        return;
+    }
+    if (st_redop_premul(redop)) {
+        st_reduce_scale_table[redop->dtype](dst, src, count, &redop->scalar);
+    } else if (dst != src) {
+        memcpy(dst, src, count * st_dtype_size(redop->dtype));
+    }
+}
+
+void st_reduce_apply(const st_redop_t *redop, void *dst, const void *local, const void *in,
+                     size_t count)
+{
+    if (count == 0 || !st_redop_valid(redop)) {
+        return;
+    }
+    if (st_redop_premul(redop)) {
+        st_reduce_psum_table[redop->dtype](dst, local, in, count, &redop->scalar);
+    } else {
+        st_reduce_binary_table[redop->dtype][redop->kind](dst, local, in, count);
+    }
+}
+
+void st_reduce_combine(const st_redop_t *redop, void *dst, const void *a, const void *b,
+                       size_t count)
+{
+    if (count == 0 || !st_redop_valid(redop)) {
+        return;
+    }
+    st_reduce_binary_table[redop->dtype][redop->kind](dst, a, b, count);
+}
+
+void st_reduce_post(const st_redop_t *redop, void *dst, size_t count)
+{
+    st_reduce_div_fn_t fn;
+
+    if (count == 0 || !st_redop_valid(redop) || !st_redop_has_post(redop)) {
+        return;
+    }
+    fn = st_reduce_div_table[redop->dtype];
+    if (fn != NULL) { /* floating types never get a postdiv from st_redop_init */
+        fn(dst, count, redop->postdiv);
+    }
+}

@@ -1,0 +1,78 @@
+/*
+ * reduce.h - host reduction kernels for every datatype x op, used by all algorithms.
+ *
+ * An algorithm sees a reduction as three steps on chunks of elements:
+ *   pre   : dst = prescale(src)           a rank's own contribution before it first travels
+ *   apply : dst = prescale(local) (+) in  combine a rank's own data with a received partial result
+ *   post  : dst = postop(dst)             once, on the fully reduced data (integer avg: divide)
+ * For sum/prod/max/min prescale is the identity and post does nothing. Floating avg is a premul-sum
+ * by 1/nranks (as NCCL does), so an fp16 mean never overflows where it is representable; integer
+ * avg is a wrapped sum, then a division truncating toward zero.
+ *
+ * Semantics (DESIGN.md): fp16 and bf16 compute in fp32 and round to nearest even after every
+ * operation (product, partial sum); integer sum and prod wrap (two's complement, no UB: computed
+ * in the unsigned type); unsigned types compare unsigned; max and min propagate NaN whichever side
+ * holds it (the result is a quiet NaN); sum propagates NaN and Inf per IEEE.
+ *
+ * All counts are in elements. dst may alias any input exactly (same pointer); partial overlap is
+ * not allowed. No alignment is required: every kernel works on any byte address.
+ */
+#ifndef ST_REDUCE_H
+#define ST_REDUCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "strata.h"
+
+typedef enum {
+    ST_RED_SUM  = 0,
+    ST_RED_PROD = 1,
+    ST_RED_MAX  = 2,
+    ST_RED_MIN  = 3
+} st_red_kind_t;
+
+/* A resolved reduction: what strataRedOp_t + datatype + nranks mean for the kernels. */
+typedef struct st_redop {
+    st_red_kind_t    kind;
+    strataDataType_t dtype;
+    int              premul;     /* 1: multiply own contribution by scalar first (kind == SUM) */
+    union {                      /* the scalar, in dtype (fp16/bf16 hold their 16-bit pattern) */
+        int8_t   i8; uint8_t u8; int32_t i32; uint32_t u32; int64_t i64; uint64_t u64;
+        uint16_t h16; float f32; double f64;
+    } scalar;
+    uint64_t         postdiv;    /* >1: divide the final result by this (integer avg) */
+} st_redop_t;
+
+/* Bytes of one element of dtype; 0 for an unknown dtype. */
+size_t st_dtype_size(strataDataType_t dtype);
+/* "int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16";
+ * "unknown" otherwise (nccl-tests' spelling). */
+const char *st_dtype_name(strataDataType_t dtype);
+/* 1 for the floating types (half, float, double, bfloat16). */
+int st_dtype_is_float(strataDataType_t dtype);
+
+/* Resolves a builtin op (sum, prod, max, min, avg) for nranks ranks into *redop.
+ * ST_ERR_INVALID for an unknown dtype or op. */
+st_status_t st_redop_init(st_redop_t *redop, strataRedOp_t op, strataDataType_t dtype, int nranks);
+/* A premul-sum with the scalar at `scalar` (one element of dtype). ST_ERR_INVALID for a bad dtype. */
+st_status_t st_redop_init_premul(st_redop_t *redop, strataDataType_t dtype, const void *scalar);
+
+/* dst[i] = prescale(src[i]) for i < count (a copy when the op has no premul). */
+void st_reduce_pre(const st_redop_t *redop, void *dst, const void *src, size_t count);
+/* dst[i] = prescale(local[i]) OP in[i]. */
+void st_reduce_apply(const st_redop_t *redop, void *dst, const void *local, const void *in,
+                     size_t count);
+/* dst[i] = a[i] OP b[i] (no prescale: both are already partial results). */
+void st_reduce_combine(const st_redop_t *redop, void *dst, const void *a, const void *b,
+                       size_t count);
+/* dst[i] = postop(dst[i]): integer avg divides by postdiv truncating toward zero; else nothing. */
+void st_reduce_post(const st_redop_t *redop, void *dst, size_t count);
+/* 1 when st_reduce_post does something for this op. */
+static inline int st_redop_has_post(const st_redop_t *redop)
+{
+    return redop->postdiv > 1;
+}
+
+#endif
