@@ -1,0 +1,1333 @@
+/*
+ * bootstrap.c - unique ids and the TCP rendezvous of a new communicator (protocol in bootstrap.h).
+ *
+ * The root is one detached thread per communicator. It runs a poll() loop over nonblocking sockets
+ * because the port it listens on is reachable by anything on the network: a port scanner that
+ * connects and says nothing, a peer trickling bytes, a rank of another job holding a stale id.
+ * None of them may hold up the real ranks, so no read or write of the root ever blocks, every
+ * connection has its own deadline, every length read from the wire is checked against a limit
+ * before it is used, and a misbehaving connection costs one warning and one close.
+ *
+ * A connection goes through these states:
+ *   HELLO   reading the hello (header, then blob); closed at ST_BOOT_HELLO_TIMEOUT_S
+ *   WAIT    a rank whose hello is complete, waiting for the others
+ *   REPLY   sending the reply (the table, a timeout verdict or a rejection), draining input
+ *   LINGER  reply sent and write side shut; waiting for the peer to close (or a deadline), so
+ *           that closing with unread input never turns into a RST that destroys the reply
+ * The root exits once the table or the timeout verdict has gone out and every connection closed.
+ */
+#include "config.h"
+#include "core/bootstrap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/param.h"
+
+/* Byte layout of a strataUniqueId (big-endian integers; everything after the last field must be
+ * zero, so the format can grow under a new version and garbage is caught). */
+#define ST_BOOT_ID_MAGIC 0x53544944u /* "STID" */
+#define ST_BOOT_ID_VERSION 1u
+#define ST_BOOT_ID_OFF_MAGIC 0
+#define ST_BOOT_ID_OFF_VERSION 4
+#define ST_BOOT_ID_OFF_SECRET 8
+#define ST_BOOT_ID_OFF_FROMENV (ST_BOOT_ID_OFF_SECRET + ST_BOOTSTRAP_SECRET_BYTES)
+#define ST_BOOT_ID_OFF_FAMILY (ST_BOOT_ID_OFF_FROMENV + 4)
+#define ST_BOOT_ID_OFF_PORT (ST_BOOT_ID_OFF_FAMILY + 2)
+#define ST_BOOT_ID_OFF_ADDR (ST_BOOT_ID_OFF_PORT + 2)
+#define ST_BOOT_ID_OFF_SCOPE (ST_BOOT_ID_OFF_ADDR + 16)
+#define ST_BOOT_ID_LEN (ST_BOOT_ID_OFF_SCOPE + 4)
+/* Address families as the id spells them: AF_* values are not the same on every OS. */
+#define ST_BOOT_ID_FAMILY_INET 4
+#define ST_BOOT_ID_FAMILY_INET6 6
+
+_Static_assert(sizeof(st_unique_id_t) <= sizeof(strataUniqueId),
+               "st_unique_id_t must fit in a strataUniqueId");
+_Static_assert(ST_BOOT_ID_LEN <= STRATA_UNIQUE_ID_BYTES, "encoded id must fit in strataUniqueId");
+_Static_assert(ST_BOOTSTRAP_HELLO_LEN == 36, "hello header is 9 32-bit words");
+
+/* Root timing. A real rank sends its whole hello right after connecting, so a few seconds is
+ * plenty; anything slower is a stranger holding a socket. */
+#define ST_BOOT_HELLO_TIMEOUT_S 5.0
+#define ST_BOOT_REJECT_LINGER_S 2.0 /* to deliver a rejection or a timeout verdict */
+#define ST_BOOT_TABLE_LINGER_S 30.0 /* to deliver the table to a slow reader */
+/* Rank side: once the root said OK, only the table transfer is left; give it at least this long
+ * even when the caller's deadline is nearly spent, rather than fail a successful rendezvous. */
+#define ST_BOOT_TABLE_MIN_S 5.0
+
+/* Connections still in their hello are capped: past this the root stops accepting (the kernel's
+ * backlog holds the rest) until hellos complete or expire, so a flood cannot exhaust the fds. */
+#define ST_BOOT_MAX_PENDING 4096
+#define ST_BOOT_ACCEPT_BURST 128   /* accepts per loop, so reads are served between bursts */
+#define ST_BOOT_ACCEPT_PAUSE_S 0.1 /* after EMFILE and friends */
+#define ST_BOOT_DRAIN_READS 16     /* reads of discarded input per wakeup */
+#define ST_BOOT_ADDR_STR 64
+
+typedef enum {
+    ST_BOOT_CONN_HELLO,
+    ST_BOOT_CONN_WAIT,
+    ST_BOOT_CONN_REPLY,
+    ST_BOOT_CONN_LINGER
+} st_boot_conn_state_t;
+
+typedef struct st_boot_conn {
+    int                  fd;
+    st_boot_conn_state_t state;
+    double               deadline; /* HELLO: complete by then; REPLY, LINGER: give up then */
+    char                 peer[ST_BOOT_ADDR_STR];
+    uint8_t              hello[ST_BOOTSTRAP_HELLO_LEN];
+    size_t               hello_got;
+    int                  rank; /* -1 until the hello header is accepted; then owns slots[rank] */
+    uint8_t             *blob;
+    size_t               blob_got;
+    uint8_t             *out; /* reply header and message (owned) */
+    size_t               out_len;
+    const uint8_t       *table; /* the root's table (not owned), for an OK reply */
+    size_t               table_len;
+    size_t               sent; /* bytes of out, then of table, sent */
+} st_boot_conn_t;
+
+typedef enum {
+    ST_BOOT_GATHER, /* accepting ranks */
+    ST_BOOT_FLUSH   /* listener closed; delivering replies */
+} st_boot_phase_t;
+
+typedef struct st_boot_root {
+    int              listen_fd;
+    char             addr[ST_BOOT_ADDR_STR];
+    uint8_t          secret[ST_BOOTSTRAP_SECRET_BYTES];
+    double           timeout;
+    double           deadline;
+    st_boot_phase_t  phase;
+    uint32_t         nranks;       /* 0 until fixed by root_start or the first accepted rank */
+    int              nranks_fixed; /* nranks came from root_start, not from a rank */
+    uint32_t         blob_len;
+    int              blob_len_set;
+    int              first_rank; /* the rank that fixed nranks / blob_len, for messages */
+    char             first_peer[ST_BOOT_ADDR_STR];
+    st_boot_conn_t **slots;   /* nranks entries: the connection of each rank, or NULL */
+    uint32_t         arrived; /* ranks in WAIT (complete hellos) */
+    st_boot_conn_t **conns;
+    size_t           nconns;
+    size_t           conns_cap;
+    struct pollfd   *pfds;
+    size_t           pfds_cap;
+    uint8_t         *table;
+    double           accept_pause_until;
+    int              accept_warned;
+} st_boot_root_t;
+
+static int st_boot_roots_live;
+
+static void st_boot_put32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static uint32_t st_boot_get32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static void st_boot_put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+static uint16_t st_boot_get16(const uint8_t *p)
+{
+    return (uint16_t)(((unsigned)p[0] << 8) | p[1]);
+}
+
+/* Constant time: how many leading bytes of a guess are right must not show in the timing. */
+static int st_boot_secret_equal(const uint8_t *a, const uint8_t *b)
+{
+    volatile uint8_t diff = 0;
+
+    for (size_t i = 0; i < ST_BOOTSTRAP_SECRET_BYTES; i++) {
+        diff |= a[i] ^ b[i];
+    }
+    return diff == 0;
+}
+
+int st_bootstrap_root_count(void)
+{
+    return __atomic_load_n(&st_boot_roots_live, __ATOMIC_ACQUIRE);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* ids                                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+st_status_t st_bootstrap_id_encode(const st_unique_id_t *in, strataUniqueId *id)
+{
+    strataUniqueId out;
+    uint8_t       *p = (uint8_t *)out.internal;
+
+    if (in == NULL || id == NULL) {
+        return ST_ERR_INVALID;
+    }
+    memset(&out, 0, sizeof(out));
+    st_boot_put32(p + ST_BOOT_ID_OFF_MAGIC, ST_BOOT_ID_MAGIC);
+    st_boot_put32(p + ST_BOOT_ID_OFF_VERSION, ST_BOOT_ID_VERSION);
+    memcpy(p + ST_BOOT_ID_OFF_SECRET, in->secret, ST_BOOTSTRAP_SECRET_BYTES);
+    st_boot_put32(p + ST_BOOT_ID_OFF_FROMENV, in->from_env ? 1 : 0);
+    if (in->root.sa.sa_family == AF_INET) {
+        if (in->root.sin.sin_port == 0) {
+            return ST_ERR_INVALID;
+        }
+        st_boot_put16(p + ST_BOOT_ID_OFF_FAMILY, ST_BOOT_ID_FAMILY_INET);
+        st_boot_put16(p + ST_BOOT_ID_OFF_PORT, ntohs(in->root.sin.sin_port));
+        memcpy(p + ST_BOOT_ID_OFF_ADDR, &in->root.sin.sin_addr, 4);
+    } else if (in->root.sa.sa_family == AF_INET6) {
+        if (in->root.sin6.sin6_port == 0) {
+            return ST_ERR_INVALID;
+        }
+        st_boot_put16(p + ST_BOOT_ID_OFF_FAMILY, ST_BOOT_ID_FAMILY_INET6);
+        st_boot_put16(p + ST_BOOT_ID_OFF_PORT, ntohs(in->root.sin6.sin6_port));
+        memcpy(p + ST_BOOT_ID_OFF_ADDR, &in->root.sin6.sin6_addr, 16);
+        st_boot_put32(p + ST_BOOT_ID_OFF_SCOPE, in->root.sin6.sin6_scope_id);
+    } else {
+        return ST_ERR_INVALID;
+    }
+    *id = out;
+    return ST_OK;
+}
+
+/* Logged here, once: callers (strataCommInitRank) only propagate. The usual cause is an id that
+ * was not passed on byte for byte (a string copy stopping at a zero byte, a short MPI_Bcast). */
+st_status_t st_bootstrap_id_decode(const strataUniqueId *id, st_unique_id_t *out)
+{
+    const uint8_t *p;
+    const char    *why = NULL;
+    st_unique_id_t uid;
+    uint32_t       from_env;
+    uint16_t       family;
+    uint16_t       port;
+
+    if (id == NULL || out == NULL) {
+        st_error(ST_SUB_BOOT, "unique id: NULL pointer");
+        return ST_ERR_INVALID;
+    }
+    p        = (const uint8_t *)id->internal;
+    from_env = st_boot_get32(p + ST_BOOT_ID_OFF_FROMENV);
+    family   = st_boot_get16(p + ST_BOOT_ID_OFF_FAMILY);
+    port     = st_boot_get16(p + ST_BOOT_ID_OFF_PORT);
+    if (st_boot_get32(p + ST_BOOT_ID_OFF_MAGIC) != ST_BOOT_ID_MAGIC) {
+        why = "no strata magic";
+    } else if (st_boot_get32(p + ST_BOOT_ID_OFF_VERSION) != ST_BOOT_ID_VERSION) {
+        why = "made by another strata version";
+    } else if (from_env > 1 || port == 0 ||
+               (family != ST_BOOT_ID_FAMILY_INET && family != ST_BOOT_ID_FAMILY_INET6)) {
+        why = "corrupt address fields";
+    }
+    /* The unused tail of a v4 address, its scope, and the reserved bytes must all be zero. */
+    for (size_t i = (family == ST_BOOT_ID_FAMILY_INET) ? ST_BOOT_ID_OFF_ADDR + 4 : ST_BOOT_ID_LEN;
+         why == NULL && i < STRATA_UNIQUE_ID_BYTES; i++) {
+        if (p[i] != 0) {
+            why = "nonzero reserved bytes";
+        }
+    }
+    if (why != NULL) {
+        st_error(ST_SUB_BOOT,
+                 "unique id is not valid (%s, magic 0x%08x): pass the bytes made by "
+                 "strataGetUniqueId unchanged",
+                 why, st_boot_get32(p + ST_BOOT_ID_OFF_MAGIC));
+        return ST_ERR_INVALID;
+    }
+    memset(&uid, 0, sizeof(uid));
+    uid.magic    = ST_BOOT_ID_MAGIC;
+    uid.version  = ST_BOOT_ID_VERSION;
+    uid.from_env = from_env;
+    memcpy(uid.secret, p + ST_BOOT_ID_OFF_SECRET, ST_BOOTSTRAP_SECRET_BYTES);
+    if (family == ST_BOOT_ID_FAMILY_INET) {
+        uid.root.sin.sin_family = AF_INET;
+        uid.root.sin.sin_port   = htons(port);
+        memcpy(&uid.root.sin.sin_addr, p + ST_BOOT_ID_OFF_ADDR, 4);
+    } else {
+        uid.root.sin6.sin6_family   = AF_INET6;
+        uid.root.sin6.sin6_port     = htons(port);
+        uid.root.sin6.sin6_scope_id = st_boot_get32(p + ST_BOOT_ID_OFF_SCOPE);
+        memcpy(&uid.root.sin6.sin6_addr, p + ST_BOOT_ID_OFF_ADDR, 16);
+    }
+    *out = uid;
+    return ST_OK;
+}
+
+static st_status_t st_boot_random(uint8_t *buf, size_t len)
+{
+    size_t  off = 0;
+    ssize_t n;
+
+    while (off < len) {
+        n = getrandom(buf + off, len - off, 0);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            st_error(ST_SUB_BOOT, "getrandom(%zu bytes) for the bootstrap secret failed: %m",
+                     len - off);
+            return ST_ERR_IO;
+        }
+        off += (size_t)n;
+    }
+    return ST_OK;
+}
+
+/* The secret of a STRATA_COMM_ID id. Ranks launched by mpirun (or any launcher) each call
+ * strataGetUniqueId on their own and never exchange the id, so the secret cannot be random: it
+ * is derived from what they all share, the STRATA_COMM_ID string, plus STRATA_COMM_SECRET when the
+ * launcher exports one. Without STRATA_COMM_SECRET this only keeps apart jobs that use different
+ * COMM_IDs or strata versions (anyone who knows the COMM_ID string can compute it); with it, only
+ * holders of STRATA_COMM_SECRET can join. It travels in clear text either way, as NCCL's does: the
+ * bootstrap does not defend against someone who can read the traffic.
+ * The mix is two independent 64-bit FNV-1a lanes with a final avalanche (splitmix64): not a
+ * cryptographic hash, but every byte of the input moves every byte of the output, and it is the
+ * same on every host and compiler. */
+static uint64_t st_boot_mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= UINT64_C(0xbf58476d1ce4e5b9);
+    x ^= x >> 27;
+    x *= UINT64_C(0x94d049bb133111eb);
+    x ^= x >> 31;
+    return x;
+}
+
+static void st_boot_derive_secret(const char *comm_id, const char *extra, uint8_t *secret)
+{
+    static const char domain[] = "strata-bootstrap-comm-id-v1";
+    const char *const parts[]  = {domain, comm_id, extra};
+    uint64_t          h[2]     = {UINT64_C(0xcbf29ce484222325), UINT64_C(0x84222325cbf29ce4)};
+
+    for (size_t i = 0; i < ST_ARRAY_SIZE(parts); i++) {
+        /* The terminating NUL of each part is hashed too, so ("ab","c") != ("a","bc"). */
+        for (const char *c = parts[i];; c++) {
+            h[0] = (h[0] ^ (uint8_t)*c) * UINT64_C(0x100000001b3);
+            h[1] = (h[1] ^ (uint8_t)*c) * UINT64_C(0x100000001b3) + 0x9e37;
+            if (*c == '\0') {
+                break;
+            }
+        }
+    }
+    for (int lane = 0; lane < 2; lane++) {
+        uint64_t v = st_boot_mix64(h[lane] ^ st_boot_mix64(h[1 - lane]));
+
+        for (int b = 0; b < 8; b++) {
+            secret[lane * 8 + b] = (uint8_t)(v >> (56 - 8 * b));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* the root                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+static int st_boot_poll_ms(double deadline, double now)
+{
+    if (isinf(deadline)) {
+        return -1;
+    }
+    if (deadline <= now) {
+        return 0;
+    }
+    if ((deadline - now) * 1e3 >= (double)INT_MAX) {
+        return INT_MAX;
+    }
+    return (int)ceil((deadline - now) * 1e3);
+}
+
+/* Closes conns[i] and gives its rank's slot back: a rank that disconnects before the table is
+ * ready may connect again (a restarted process) instead of failing the whole communicator. */
+static void st_boot_conn_close(st_boot_root_t *root, size_t i)
+{
+    st_boot_conn_t *c = root->conns[i];
+
+    if (c->rank >= 0 && root->slots != NULL && root->slots[c->rank] == c) {
+        root->slots[c->rank] = NULL;
+        if (c->state == ST_BOOT_CONN_WAIT) {
+            root->arrived--;
+        }
+    }
+    close(c->fd);
+    free(c->blob);
+    free(c->out);
+    free(c);
+    root->conns[i] = root->conns[--root->nconns];
+}
+
+static void st_boot_conn_drop(st_boot_root_t *root, size_t i, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Drops a connection that is not worth an answer, with one warning naming the peer. */
+static void st_boot_conn_drop(st_boot_root_t *root, size_t i, const char *fmt, ...)
+{
+    char    why[256];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    st_warn(ST_SUB_BOOT, "bootstrap root %s: dropping connection from %s: %s", root->addr,
+            root->conns[i]->peer, why);
+    st_boot_conn_close(root, i);
+}
+
+/* Queues a reply on c: header, msg, and for OK the table. c switches to REPLY; input is drained
+ * from then on. Out of memory leaves a reply-less connection that is closed at its deadline. */
+static void st_boot_conn_reply(st_boot_root_t *root, st_boot_conn_t *c, uint32_t code,
+                               const char *msg, double deadline)
+{
+    size_t msg_len = (msg != NULL) ? ST_MIN(strlen(msg), (size_t)ST_BOOTSTRAP_MSG_MAX) : 0;
+
+    free(c->out);
+    c->out       = malloc(ST_BOOTSTRAP_REPLY_LEN + msg_len);
+    c->out_len   = 0;
+    c->sent      = 0;
+    c->table     = NULL;
+    c->table_len = 0;
+    c->state     = ST_BOOT_CONN_REPLY;
+    c->deadline  = deadline;
+    if (c->out == NULL) {
+        st_warn(ST_SUB_BOOT, "bootstrap root %s: out of memory for the reply to %s", root->addr,
+                c->peer);
+        return;
+    }
+    st_boot_put32(c->out + 0, ST_BOOTSTRAP_WIRE_MAGIC);
+    st_boot_put32(c->out + 4, code);
+    st_boot_put32(c->out + 8, root->nranks);
+    st_boot_put32(c->out + 12, root->blob_len);
+    st_boot_put32(c->out + 16, (uint32_t)msg_len);
+    if (msg_len > 0) {
+        memcpy(c->out + ST_BOOTSTRAP_REPLY_LEN, msg, msg_len);
+    }
+    c->out_len = ST_BOOTSTRAP_REPLY_LEN + msg_len;
+    if (code == ST_BOOTSTRAP_REPLY_OK) {
+        c->table     = root->table;
+        c->table_len = (size_t)root->nranks * root->blob_len;
+    }
+}
+
+static void st_boot_conn_reject(st_boot_root_t *root, st_boot_conn_t *c, double now,
+                                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Refuses a hello that was well formed enough to deserve a reason: the rank reports it as
+ * ST_ERR_USAGE, which beats a bare "connection closed" when ids get mixed up. */
+static void st_boot_conn_reject(st_boot_root_t *root, st_boot_conn_t *c, double now,
+                                const char *fmt, ...)
+{
+    char    why[ST_BOOTSTRAP_MSG_MAX];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    st_warn(ST_SUB_BOOT, "bootstrap root %s: rejecting %s: %s", root->addr, c->peer, why);
+    st_boot_conn_reply(root, c, ST_BOOTSTRAP_REPLY_REJECT, why, now + ST_BOOT_REJECT_LINGER_S);
+}
+
+/* Reads and discards input. -1 when the peer closed or failed, else 0. */
+static int st_boot_conn_drain(st_boot_conn_t *c)
+{
+    uint8_t scratch[4096];
+    ssize_t n;
+
+    for (int i = 0; i < ST_BOOT_DRAIN_READS; i++) {
+        n = recv(c->fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+        if (n > 0) {
+            continue;
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        return (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) ? 0 : -1;
+    }
+    return 0;
+}
+
+/* Sends what the socket takes. 1: all sent; 0: more to send; -1: the peer is gone. */
+static int st_boot_conn_flush(st_boot_conn_t *c)
+{
+    size_t  total = c->out_len + c->table_len;
+    ssize_t n;
+
+    while (c->sent < total) {
+        struct iovec  iov[2];
+        struct msghdr mh;
+        int           niov = 0;
+
+        if (c->sent < c->out_len) {
+            iov[niov].iov_base = c->out + c->sent;
+            iov[niov].iov_len  = c->out_len - c->sent;
+            niov++;
+            if (c->table_len > 0) {
+                iov[niov].iov_base = (void *)c->table;
+                iov[niov].iov_len  = c->table_len;
+                niov++;
+            }
+        } else {
+            iov[niov].iov_base = (void *)(c->table + (c->sent - c->out_len));
+            iov[niov].iov_len  = total - c->sent;
+            niov++;
+        }
+        memset(&mh, 0, sizeof(mh));
+        mh.msg_iov    = iov;
+        mh.msg_iovlen = (size_t)niov;
+        n             = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            c->sent += (size_t)n;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return 0;
+        } else {
+            return -1;
+        }
+    }
+    return 1;
+}
+
+/* A complete hello header: decide. Returns 0 to keep the connection (accepted or rejected with a
+ * reply), -1 when it was dropped (conns[i] is gone). */
+static int st_boot_check_hello(st_boot_root_t *root, size_t i, double now)
+{
+    st_boot_conn_t *c        = root->conns[i];
+    const uint8_t  *h        = c->hello;
+    uint32_t        magic    = st_boot_get32(h);
+    uint32_t        version  = st_boot_get32(h + 4);
+    uint32_t        rank     = st_boot_get32(h + 8 + ST_BOOTSTRAP_SECRET_BYTES);
+    uint32_t        nranks   = st_boot_get32(h + 12 + ST_BOOTSTRAP_SECRET_BYTES);
+    uint32_t        blob_len = st_boot_get32(h + 16 + ST_BOOTSTRAP_SECRET_BYTES);
+
+    if (magic != ST_BOOTSTRAP_WIRE_MAGIC) {
+        st_boot_conn_drop(root, i, "not a strata bootstrap hello (magic 0x%08x)", magic);
+        return -1;
+    }
+    if (version != ST_BOOTSTRAP_WIRE_VERSION) {
+        st_boot_conn_reject(root, c, now,
+                            "bootstrap protocol version %u, the root speaks %u "
+                            "(mixed strata versions?)",
+                            version, ST_BOOTSTRAP_WIRE_VERSION);
+        return 0;
+    }
+    if (!st_boot_secret_equal(h + 8, root->secret)) {
+        st_boot_conn_reject(root, c, now,
+                            "wrong secret: the unique id belongs to another "
+                            "communicator or job (or STRATA_COMM_SECRET differs)");
+        return 0;
+    }
+    if (nranks == 0 || nranks > ST_BOOTSTRAP_MAX_RANKS) {
+        st_boot_conn_reject(root, c, now, "nranks %u out of range 1..%d", nranks,
+                            ST_BOOTSTRAP_MAX_RANKS);
+        return 0;
+    }
+    if (blob_len > ST_BOOTSTRAP_MAX_BLOB) {
+        st_boot_conn_reject(root, c, now, "blob of %u bytes exceeds the limit of %d bytes",
+                            blob_len, ST_BOOTSTRAP_MAX_BLOB);
+        return 0;
+    }
+    if (rank >= nranks) {
+        st_boot_conn_reject(root, c, now, "rank %u out of range for nranks %u", rank, nranks);
+        return 0;
+    }
+    if (root->nranks != 0 && nranks != root->nranks) {
+        if (root->nranks_fixed) {
+            st_boot_conn_reject(root, c, now,
+                                "rank %u says nranks %u, the root was started for "
+                                "%u ranks",
+                                rank, nranks, root->nranks);
+        } else {
+            st_boot_conn_reject(root, c, now,
+                                "rank %u says nranks %u, rank %d (from %s) said "
+                                "%u first",
+                                rank, nranks, root->first_rank, root->first_peer, root->nranks);
+        }
+        return 0;
+    }
+    if (root->blob_len_set && blob_len != root->blob_len) {
+        st_boot_conn_reject(root, c, now,
+                            "rank %u sent a blob of %u bytes, rank %d (from %s) one "
+                            "of %u bytes first",
+                            rank, blob_len, root->first_rank, root->first_peer, root->blob_len);
+        return 0;
+    }
+    if (root->slots != NULL && root->slots[rank] != NULL) {
+        st_boot_conn_reject(root, c, now, "rank %u joined twice (first from %s)", rank,
+                            root->slots[rank]->peer);
+        return 0;
+    }
+    if (root->slots == NULL) {
+        root->slots = calloc(nranks, sizeof(*root->slots));
+        if (root->slots == NULL) {
+            st_boot_conn_reject(root, c, now, "the root is out of memory for %u ranks", nranks);
+            return 0;
+        }
+        root->nranks = nranks;
+    }
+    if (blob_len > 0) {
+        c->blob = malloc(blob_len);
+        if (c->blob == NULL) {
+            st_boot_conn_reject(root, c, now, "the root is out of memory for a blob of %u bytes",
+                                blob_len);
+            return 0;
+        }
+    }
+    if (!root->blob_len_set) {
+        root->blob_len     = blob_len;
+        root->blob_len_set = 1;
+        root->first_rank   = (int)rank;
+        memcpy(root->first_peer, c->peer, sizeof(root->first_peer));
+    }
+    root->slots[rank] = c;
+    c->rank           = (int)rank;
+    c->deadline       = ST_MIN(now + ST_BOOT_HELLO_TIMEOUT_S, root->deadline); /* for the blob */
+    return 0;
+}
+
+/* Reads the hello of conns[i] as far as the socket allows. Reads never go past what the hello
+ * says is there, so extra bytes (a protocol violation) show up later, in WAIT. */
+static void st_boot_conn_read_hello(st_boot_root_t *root, size_t i, double now)
+{
+    st_boot_conn_t *c = root->conns[i];
+    ssize_t         n;
+
+    while (c->state == ST_BOOT_CONN_HELLO) {
+        int header = (c->hello_got < ST_BOOTSTRAP_HELLO_LEN);
+
+        if (!header && c->blob_got == root->blob_len) {
+            c->state = ST_BOOT_CONN_WAIT;
+            root->arrived++;
+            st_debug(ST_SUB_BOOT, "bootstrap root %s: rank %d of %u joined from %s (%u so far)",
+                     root->addr, c->rank, root->nranks, c->peer, root->arrived);
+            return;
+        }
+        if (header) {
+            n = recv(c->fd, c->hello + c->hello_got, ST_BOOTSTRAP_HELLO_LEN - c->hello_got,
+                     MSG_DONTWAIT);
+        } else {
+            n = recv(c->fd, c->blob + c->blob_got, root->blob_len - c->blob_got, MSG_DONTWAIT);
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return;
+        }
+        if (n <= 0) {
+            st_boot_conn_drop(root, i, "%s after %zu of %zu hello bytes",
+                              n == 0 ? "closed" : strerror(errno), c->hello_got + c->blob_got,
+                              (size_t)ST_BOOTSTRAP_HELLO_LEN + (header ? 0 : root->blob_len));
+            return;
+        }
+        if (header) {
+            c->hello_got += (size_t)n;
+            if (c->hello_got == ST_BOOTSTRAP_HELLO_LEN && st_boot_check_hello(root, i, now) < 0) {
+                return;
+            }
+        } else {
+            c->blob_got += (size_t)n;
+        }
+    }
+}
+
+/* A rank in WAIT has nothing to say until the table comes; input means it closed or broke the
+ * protocol. Either way its slot is freed so that the rank may connect again. */
+static void st_boot_conn_check_wait(st_boot_root_t *root, size_t i)
+{
+    st_boot_conn_t *c = root->conns[i];
+    uint8_t         byte;
+    ssize_t         n;
+
+    do {
+        n = recv(c->fd, &byte, 1, MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return;
+    }
+    st_boot_conn_drop(root, i, "rank %d %s before all ranks arrived; its slot is free again",
+                      c->rank,
+                      n == 0  ? "disconnected"
+                      : n > 0 ? "sent unexpected bytes"
+                              : strerror(errno));
+}
+
+/* "ranks 3, 5-7" (or "rank 3") for the ranks that have not completed their hello. */
+static void st_boot_format_missing(const st_boot_root_t *root, char *buf, size_t len)
+{
+    uint32_t missing = root->nranks - root->arrived;
+    size_t   off;
+    uint32_t r     = 0;
+    int      first = 1;
+
+    off = (size_t)snprintf(buf, len, "%s ", missing == 1 ? "rank" : "ranks");
+    while (r < root->nranks) {
+        uint32_t start;
+        int      n;
+
+        if (root->slots[r] != NULL && root->slots[r]->state == ST_BOOT_CONN_WAIT) {
+            r++;
+            continue;
+        }
+        start = r;
+        while (r + 1 < root->nranks &&
+               !(root->slots[r + 1] != NULL && root->slots[r + 1]->state == ST_BOOT_CONN_WAIT)) {
+            r++;
+        }
+        /* Leave room for the ellipsis: a job missing every other rank of thousands still gets a
+         * message that fits. */
+        if (off + 32 >= len) {
+            snprintf(buf + off, len - off, ", ...");
+            return;
+        }
+        if (start == r) {
+            n = snprintf(buf + off, len - off, "%s%u", first ? "" : ", ", start);
+        } else {
+            n = snprintf(buf + off, len - off, "%s%u-%u", first ? "" : ", ", start, r);
+        }
+        off += (size_t)n;
+        first = 0;
+        r++;
+    }
+}
+
+/* All ranks are in: build the table, answer every rank, stop listening. */
+static void st_boot_root_complete(st_boot_root_t *root, double now)
+{
+    size_t table_len = (size_t)root->nranks * root->blob_len;
+
+    close(root->listen_fd);
+    root->listen_fd = -1;
+    root->phase     = ST_BOOT_FLUSH;
+    root->table     = malloc(table_len > 0 ? table_len : 1);
+    if (root->table != NULL) {
+        for (uint32_t r = 0; r < root->nranks && root->blob_len > 0; r++) {
+            memcpy(root->table + (size_t)r * root->blob_len, root->slots[r]->blob, root->blob_len);
+        }
+        st_info(ST_SUB_BOOT, "bootstrap root %s: all %u ranks joined; sending the %zu-byte table",
+                root->addr, root->nranks, table_len);
+    } else {
+        st_warn(ST_SUB_BOOT, "bootstrap root %s: out of memory for the %zu-byte table of %u ranks",
+                root->addr, table_len, root->nranks);
+    }
+    for (size_t i = root->nconns; i-- > 0;) {
+        st_boot_conn_t *c = root->conns[i];
+
+        if (c->state == ST_BOOT_CONN_HELLO) {
+            st_boot_conn_close(root, i); /* a stranger still in its hello: no rank is missing */
+        } else if (c->state == ST_BOOT_CONN_WAIT) {
+            free(c->blob);
+            c->blob = NULL;
+            if (root->table != NULL) {
+                st_boot_conn_reply(root, c, ST_BOOTSTRAP_REPLY_OK, NULL,
+                                   now + ST_BOOT_TABLE_LINGER_S);
+            } else {
+                st_boot_conn_reply(root, c, ST_BOOTSTRAP_REPLY_REJECT,
+                                   "the bootstrap root ran out of memory for the table",
+                                   now + ST_BOOT_REJECT_LINGER_S);
+            }
+        }
+    }
+}
+
+/* The deadline passed with ranks missing: tell the waiting ranks which ones, stop listening. */
+static void st_boot_root_expire(st_boot_root_t *root, double now)
+{
+    char missing[ST_BOOTSTRAP_MSG_MAX - 128];
+    char msg[ST_BOOTSTRAP_MSG_MAX];
+
+    close(root->listen_fd);
+    root->listen_fd = -1;
+    root->phase     = ST_BOOT_FLUSH;
+    if (root->nranks == 0) {
+        /* Nobody used the id (or only strangers came): normal when an id is thrown away. */
+        st_info(ST_SUB_BOOT, "bootstrap root %s: no rank joined within %g s; exiting", root->addr,
+                root->timeout);
+        msg[0] = '\0';
+    } else {
+        st_boot_format_missing(root, missing, sizeof(missing));
+        snprintf(msg, sizeof(msg),
+                 "bootstrap timed out after %g s: %s never joined (%u of %u "
+                 "ranks arrived)",
+                 root->timeout, missing, root->arrived, root->nranks);
+        st_warn(ST_SUB_BOOT, "bootstrap root %s: %s", root->addr, msg);
+    }
+    for (size_t i = root->nconns; i-- > 0;) {
+        st_boot_conn_t *c = root->conns[i];
+
+        if (c->rank >= 0 && (c->state == ST_BOOT_CONN_HELLO || c->state == ST_BOOT_CONN_WAIT)) {
+            st_boot_conn_reply(root, c, ST_BOOTSTRAP_REPLY_TIMEOUT, msg,
+                               now + ST_BOOT_REJECT_LINGER_S);
+        } else if (c->state == ST_BOOT_CONN_HELLO) {
+            st_boot_conn_close(root, i);
+        }
+    }
+}
+
+/* Per-connection deadlines. */
+static void st_boot_root_expire_conns(st_boot_root_t *root, double now)
+{
+    for (size_t i = root->nconns; i-- > 0;) {
+        st_boot_conn_t *c = root->conns[i];
+
+        if (c->state == ST_BOOT_CONN_WAIT || now < c->deadline) {
+            continue;
+        }
+        if (c->state == ST_BOOT_CONN_HELLO) {
+            st_boot_conn_drop(root, i, "no complete hello within %g s (%zu bytes received)",
+                              ST_BOOT_HELLO_TIMEOUT_S, c->hello_got + c->blob_got);
+        } else if (c->table_len > 0 && c->sent < c->out_len + c->table_len) {
+            st_boot_conn_drop(root, i, "rank %d did not read the table within %g s", c->rank,
+                              ST_BOOT_TABLE_LINGER_S);
+        } else {
+            st_debug(ST_SUB_BOOT, "bootstrap root %s: closing %s after its reply", root->addr,
+                     c->peer);
+            st_boot_conn_close(root, i);
+        }
+    }
+}
+
+static void st_boot_root_accept(st_boot_root_t *root, double now)
+{
+    for (int k = 0; k < ST_BOOT_ACCEPT_BURST; k++) {
+        st_sockaddr_t   peer;
+        socklen_t       plen = sizeof(peer);
+        st_boot_conn_t *c;
+        int             one = 1;
+        int             fd;
+
+        memset(&peer, 0, sizeof(peer));
+        fd = accept4(root->listen_fd, &peer.sa, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            int err = errno;
+
+            if (err == EINTR || err == ECONNABORTED || err == EPROTO) {
+                continue; /* that one connection is gone; the next may be fine */
+            }
+            if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+                /* The pending connection stays in the backlog and would wake poll at once:
+                 * pause instead of spinning, and say why once. */
+                if (!root->accept_warned) {
+                    st_warn(ST_SUB_BOOT,
+                            "bootstrap root %s: accept failed with %u ranks "
+                            "connected: %s (raise ulimit -n?)",
+                            root->addr, root->arrived, strerror(err));
+                    root->accept_warned = 1;
+                }
+                root->accept_pause_until = now + ST_BOOT_ACCEPT_PAUSE_S;
+            } else if (err != EAGAIN && err != EWOULDBLOCK) {
+                st_warn(ST_SUB_BOOT, "bootstrap root %s: accept failed: %s", root->addr,
+                        strerror(err));
+                root->accept_pause_until = now + ST_BOOT_ACCEPT_PAUSE_S;
+            }
+            return;
+        }
+        if (root->nconns == root->conns_cap) {
+            size_t           cap   = ST_MAX(root->conns_cap * 2, (size_t)64);
+            st_boot_conn_t **conns = realloc(root->conns, cap * sizeof(*conns));
+
+            if (conns == NULL) {
+                st_warn(ST_SUB_BOOT, "bootstrap root %s: out of memory for connection %zu",
+                        root->addr, root->nconns);
+                close(fd);
+                return;
+            }
+            root->conns     = conns;
+            root->conns_cap = cap;
+        }
+        c = calloc(1, sizeof(*c));
+        if (c == NULL) {
+            st_warn(ST_SUB_BOOT, "bootstrap root %s: out of memory for a connection", root->addr);
+            close(fd);
+            return;
+        }
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        c->fd       = fd;
+        c->rank     = -1;
+        c->state    = ST_BOOT_CONN_HELLO;
+        c->deadline = ST_MIN(now + ST_BOOT_HELLO_TIMEOUT_S, root->deadline);
+        st_socket_addr_str(&peer, c->peer, sizeof(c->peer));
+        root->conns[root->nconns++] = c;
+    }
+}
+
+/* Serves connections until the phase is FLUSH and nothing is left. */
+static void st_boot_root_run(st_boot_root_t *root)
+{
+    for (;;) {
+        double now = st_time_now();
+        double wake;
+        size_t pending = 0;
+        int    ret;
+
+        if (root->phase == ST_BOOT_GATHER) {
+            if (root->nranks > 0 && root->arrived == root->nranks) {
+                st_boot_root_complete(root, now);
+            } else if (now >= root->deadline) {
+                st_boot_root_expire(root, now);
+            }
+        }
+        st_boot_root_expire_conns(root, now);
+        if (root->phase == ST_BOOT_FLUSH && root->nconns == 0) {
+            return;
+        }
+
+        if (root->pfds_cap < root->nconns + 1) {
+            size_t         cap  = ST_MAX(root->conns_cap, root->nconns) + 1;
+            struct pollfd *pfds = realloc(root->pfds, cap * sizeof(*pfds));
+
+            if (pfds == NULL) {
+                st_warn(ST_SUB_BOOT,
+                        "bootstrap root %s: out of memory for %zu poll entries; "
+                        "giving up",
+                        root->addr, cap);
+                return;
+            }
+            root->pfds     = pfds;
+            root->pfds_cap = cap;
+        }
+        wake = (root->phase == ST_BOOT_GATHER) ? root->deadline : INFINITY;
+        for (size_t i = 0; i < root->nconns; i++) {
+            st_boot_conn_t *c = root->conns[i];
+
+            root->pfds[i + 1].fd      = c->fd;
+            root->pfds[i + 1].revents = 0;
+            root->pfds[i + 1].events  = POLLIN;
+            if (c->state == ST_BOOT_CONN_REPLY && c->out_len > 0) {
+                root->pfds[i + 1].events |= POLLOUT;
+            }
+            if (c->state != ST_BOOT_CONN_WAIT) {
+                wake = ST_MIN(wake, c->deadline);
+            }
+            if (c->state == ST_BOOT_CONN_HELLO && c->rank < 0) {
+                pending++;
+            }
+        }
+        /* A negative fd is ignored by poll: that is how accepting pauses. */
+        root->pfds[0].fd      = root->listen_fd;
+        root->pfds[0].events  = POLLIN;
+        root->pfds[0].revents = 0;
+        if (root->listen_fd >= 0 && now < root->accept_pause_until) {
+            root->pfds[0].fd = -1;
+            wake             = ST_MIN(wake, root->accept_pause_until);
+        } else if (pending >= ST_BOOT_MAX_PENDING) {
+            root->pfds[0].fd = -1;
+        }
+
+        ret = poll(root->pfds, root->nconns + 1, st_boot_poll_ms(wake, now));
+        if (ret < 0 && errno != EINTR) {
+            st_warn(ST_SUB_BOOT, "bootstrap root %s: poll failed: %m; giving up", root->addr);
+            return;
+        }
+        if (ret <= 0) {
+            continue;
+        }
+        now = st_time_now();
+        /* Backwards, so that closing conns[i] (which moves the last connection into i) never
+         * skips one that poll reported. Connections accepted below have no events yet. */
+        for (size_t i = root->nconns; i-- > 0;) {
+            st_boot_conn_t *c  = root->conns[i];
+            short           ev = root->pfds[i + 1].revents;
+
+            if (ev == 0) {
+                continue;
+            }
+            switch (c->state) {
+            case ST_BOOT_CONN_HELLO: st_boot_conn_read_hello(root, i, now); break;
+            case ST_BOOT_CONN_WAIT: st_boot_conn_check_wait(root, i); break;
+            case ST_BOOT_CONN_REPLY:
+                if ((ev & (POLLIN | POLLHUP | POLLERR)) && st_boot_conn_drain(c) < 0) {
+                    st_debug(ST_SUB_BOOT,
+                             "bootstrap root %s: %s closed before its reply was "
+                             "sent",
+                             root->addr, c->peer);
+                    st_boot_conn_close(root, i);
+                    break;
+                }
+                if (c->out_len == 0) {
+                    break; /* no reply to send (out of memory): wait for the deadline */
+                }
+                ret = st_boot_conn_flush(c);
+                if (ret < 0) {
+                    st_boot_conn_close(root, i);
+                } else if (ret > 0) {
+                    /* Our side is done; the peer's close tells us it has read everything. */
+                    shutdown(c->fd, SHUT_WR);
+                    c->state = ST_BOOT_CONN_LINGER;
+                }
+                break;
+            case ST_BOOT_CONN_LINGER:
+                if (st_boot_conn_drain(c) < 0) {
+                    st_boot_conn_close(root, i);
+                }
+                break;
+            }
+        }
+        if (root->listen_fd >= 0 && (root->pfds[0].revents & POLLIN)) {
+            st_boot_root_accept(root, now);
+        }
+    }
+}
+
+static void st_boot_root_destroy(st_boot_root_t *root)
+{
+    while (root->nconns > 0) {
+        st_boot_conn_close(root, root->nconns - 1);
+    }
+    if (root->listen_fd >= 0) {
+        close(root->listen_fd);
+    }
+    free(root->conns);
+    free(root->pfds);
+    free(root->slots);
+    free(root->table);
+    free(root);
+}
+
+static void *st_boot_root_main(void *arg)
+{
+    st_boot_root_t *root = arg;
+
+    pthread_setname_np(pthread_self(), "strata-boot");
+    st_debug(ST_SUB_BOOT, "bootstrap root %s: listening (timeout %g s)", root->addr, root->timeout);
+    st_boot_root_run(root);
+    st_boot_root_destroy(root);
+    __atomic_sub_fetch(&st_boot_roots_live, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Starts the root thread on listen_fd, which it owns from then on (on success only). nranks 0:
+ * the first accepted rank fixes it. */
+static st_status_t st_boot_root_spawn(int listen_fd, const st_sockaddr_t *addr,
+                                      const uint8_t *secret, uint32_t nranks, double timeout)
+{
+    st_boot_root_t *root;
+    pthread_attr_t  attr;
+    pthread_t       thread;
+    sigset_t        all;
+    sigset_t        old;
+    int             flags;
+    int             ret;
+
+    /* The loop must never block in accept: a peer can reset between poll and accept. */
+    flags = fcntl(listen_fd, F_GETFL);
+    if (flags < 0 || fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+        st_error(ST_SUB_BOOT, "fcntl(O_NONBLOCK) on the bootstrap listener failed: %m");
+        return ST_ERR_IO;
+    }
+    root = calloc(1, sizeof(*root));
+    if (root == NULL) {
+        st_error(ST_SUB_BOOT, "out of memory for the bootstrap root");
+        return ST_ERR_NO_MEMORY;
+    }
+    root->listen_fd    = listen_fd;
+    root->timeout      = timeout;
+    root->deadline     = st_time_now() + timeout; /* inf stays inf */
+    root->phase        = ST_BOOT_GATHER;
+    root->nranks       = nranks;
+    root->nranks_fixed = (nranks > 0);
+    root->first_rank   = -1;
+    memcpy(root->secret, secret, ST_BOOTSTRAP_SECRET_BYTES);
+    st_socket_addr_str(addr, root->addr, sizeof(root->addr));
+    if (nranks > 0) {
+        root->slots = calloc(nranks, sizeof(*root->slots));
+        if (root->slots == NULL) {
+            st_error(ST_SUB_BOOT, "out of memory for a bootstrap root of %u ranks", nranks);
+            free(root);
+            return ST_ERR_NO_MEMORY;
+        }
+    }
+
+    ret = pthread_attr_init(&attr);
+    if (ret == 0) {
+        ret = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (ret == 0) {
+            /* The root inherits a full signal mask, so the application's signals land on its
+             * own threads, never on this one. */
+            sigfillset(&all);
+            pthread_sigmask(SIG_SETMASK, &all, &old);
+            __atomic_add_fetch(&st_boot_roots_live, 1, __ATOMIC_RELEASE);
+            ret = pthread_create(&thread, &attr, st_boot_root_main, root);
+            if (ret != 0) {
+                __atomic_sub_fetch(&st_boot_roots_live, 1, __ATOMIC_RELEASE);
+            }
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+        }
+        pthread_attr_destroy(&attr);
+    }
+    if (ret != 0) {
+        st_error(ST_SUB_BOOT, "cannot start the bootstrap root thread: %s", strerror(ret));
+        free(root->slots);
+        free(root);
+        return ST_ERR_IO;
+    }
+    return ST_OK;
+}
+
+st_status_t st_bootstrap_root_start(const st_unique_id_t *id, int nranks, double timeout)
+{
+    st_sockaddr_t addr;
+    st_status_t   status;
+    char          str[ST_BOOT_ADDR_STR];
+    int           fd;
+
+    if (id == NULL || nranks < 1 || nranks > ST_BOOTSTRAP_MAX_RANKS || !(timeout >= 0)) {
+        st_error(ST_SUB_BOOT, "bootstrap root: invalid arguments (id %p, nranks %d, timeout %g)",
+                 (const void *)id, nranks, timeout);
+        return ST_ERR_INVALID;
+    }
+    addr   = id->root;
+    status = st_socket_listen(&addr, &fd);
+    if (status != ST_OK) {
+        return (status == ST_ERR_INVALID) ? status : ST_ERR_IO; /* logged with the address */
+    }
+    ST_CHECK_GOTO(st_boot_root_spawn(fd, &addr, id->secret, (uint32_t)nranks, timeout), status,
+                  err_close);
+    st_info(ST_SUB_BOOT, "bootstrap root for %d ranks listening on %s", nranks,
+            st_socket_addr_str(&addr, str, sizeof(str)));
+    return ST_OK;
+
+err_close:
+    close(fd);
+    return status;
+}
+
+st_status_t st_bootstrap_unique_id(strataUniqueId *id)
+{
+    st_unique_id_t uid;
+    strataUniqueId out;
+    st_status_t    status;
+    char           ifname[ST_IFNAME_MAX];
+    char           str[ST_BOOT_ADDR_STR];
+    const char    *comm_id;
+    int            fd;
+
+    if (id == NULL) {
+        st_error(ST_SUB_BOOT, "unique id: NULL pointer");
+        return ST_ERR_INVALID;
+    }
+    ST_CHECK(st_param_init());
+    memset(&uid, 0, sizeof(uid));
+    uid.magic   = ST_BOOT_ID_MAGIC;
+    uid.version = ST_BOOT_ID_VERSION;
+    comm_id     = st_core_config.comm_id;
+
+    if (comm_id != NULL && *comm_id != '\0') {
+        const char *extra = getenv("STRATA_COMM_SECRET");
+
+        if (st_socket_addr_parse(comm_id, &uid.root) != ST_OK ||
+            (uid.root.sa.sa_family == AF_INET ? uid.root.sin.sin_port : uid.root.sin6.sin6_port) ==
+                0) {
+            st_error(ST_SUB_BOOT,
+                     "STRATA_COMM_ID '%s' is not a usable host:port (IPv6 as "
+                     "[addr]:port, port 1-65535, host name resolvable)",
+                     comm_id);
+            return ST_ERR_INVALID;
+        }
+        uid.from_env = 1;
+        st_boot_derive_secret(comm_id, extra != NULL ? extra : "", uid.secret);
+        ST_CHECK(st_bootstrap_id_encode(&uid, &out));
+        *id = out;
+        st_info(ST_SUB_BOOT, "unique id from STRATA_COMM_ID %s%s", comm_id,
+                extra != NULL ? " with STRATA_COMM_SECRET" : "");
+        return ST_OK;
+    }
+
+    ST_CHECK(st_socket_find_if(st_core_config.socket_ifname, ifname, &uid.root));
+    ST_CHECK(st_boot_random(uid.secret, sizeof(uid.secret)));
+    ST_CHECK(st_socket_listen(&uid.root, &fd));
+    ST_CHECK_GOTO(st_bootstrap_id_encode(&uid, &out), status, err_close);
+    ST_CHECK_GOTO(
+        st_boot_root_spawn(fd, &uid.root, uid.secret, 0, st_core_config.bootstrap_timeout), status,
+        err_close);
+    *id = out;
+    st_info(ST_SUB_BOOT, "unique id: bootstrap root on %s %s", ifname,
+            st_socket_addr_str(&uid.root, str, sizeof(str)));
+    return ST_OK;
+
+err_close:
+    close(fd);
+    return status;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* a rank                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The root's text goes into our log: keep it printable whatever came off the wire. */
+static void st_boot_sanitize(char *s)
+{
+    for (; *s != '\0'; s++) {
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e) {
+            *s = '?';
+        }
+    }
+}
+
+st_status_t st_bootstrap_exchange(const st_unique_id_t *id, int rank, int nranks, const void *blob,
+                                  size_t blob_len, void *table, double timeout)
+{
+    uint8_t    *hello;
+    uint8_t     reply[ST_BOOTSTRAP_REPLY_LEN];
+    char        msg[ST_BOOTSTRAP_MSG_MAX + 1];
+    char        root_str[ST_BOOT_ADDR_STR];
+    double      start = st_time_now();
+    double      deadline;
+    double      answer_deadline;
+    size_t      hello_len;
+    uint32_t    code;
+    uint32_t    msg_len;
+    st_status_t status;
+    st_status_t send_status;
+    int         fd = -1;
+
+    if (id == NULL || nranks < 1 || nranks > ST_BOOTSTRAP_MAX_RANKS || rank < 0 || rank >= nranks ||
+        blob_len > ST_BOOTSTRAP_MAX_BLOB || (blob == NULL && blob_len > 0) ||
+        (table == NULL && blob_len > 0) || !(timeout >= 0)) {
+        st_error(ST_SUB_BOOT,
+                 "bootstrap exchange: invalid arguments (rank %d, nranks %d, blob "
+                 "%zu bytes, max %d, timeout %g)",
+                 rank, nranks, blob_len, ST_BOOTSTRAP_MAX_BLOB, timeout);
+        return ST_ERR_INVALID;
+    }
+    st_socket_addr_str(&id->root, root_str, sizeof(root_str));
+    deadline        = start + timeout;
+    answer_deadline = deadline + ST_BOOTSTRAP_REPLY_GRACE_S;
+
+    hello_len = ST_BOOTSTRAP_HELLO_LEN + blob_len;
+    hello     = malloc(hello_len);
+    if (hello == NULL) {
+        st_error(ST_SUB_BOOT, "rank %d: out of memory for a %zu-byte bootstrap hello", rank,
+                 hello_len);
+        return ST_ERR_NO_MEMORY;
+    }
+    st_boot_put32(hello, ST_BOOTSTRAP_WIRE_MAGIC);
+    st_boot_put32(hello + 4, ST_BOOTSTRAP_WIRE_VERSION);
+    memcpy(hello + 8, id->secret, ST_BOOTSTRAP_SECRET_BYTES);
+    st_boot_put32(hello + 8 + ST_BOOTSTRAP_SECRET_BYTES, (uint32_t)rank);
+    st_boot_put32(hello + 12 + ST_BOOTSTRAP_SECRET_BYTES, (uint32_t)nranks);
+    st_boot_put32(hello + 16 + ST_BOOTSTRAP_SECRET_BYTES, (uint32_t)blob_len);
+    if (blob_len > 0) {
+        memcpy(hello + ST_BOOTSTRAP_HELLO_LEN, blob, blob_len);
+    }
+
+    status = st_socket_connect(&id->root, deadline, &fd);
+    if (status == ST_ERR_TIMEOUT) {
+        st_error(ST_SUB_BOOT, "rank %d: bootstrap root %s unreachable for %g s (%s)", rank,
+                 root_str, timeout, strerror(errno));
+        goto out_free;
+    } else if (status != ST_OK) {
+        goto out_free; /* logged */
+    }
+
+    /* A root that rejects us may close while the blob is still going out; its reply (the reason)
+     * is then already in our receive queue, so a failed send goes on to read the reply. */
+    send_status = st_socket_send_all(fd, hello, hello_len, deadline);
+    if (send_status == ST_ERR_IO) {
+        status = send_status;
+        goto out_close;
+    }
+    status = st_socket_recv_all(fd, reply, sizeof(reply), answer_deadline);
+    if (status == ST_ERR_TIMEOUT) {
+        if (send_status == ST_ERR_TIMEOUT) {
+            st_error(ST_SUB_BOOT,
+                     "rank %d: bootstrap root %s accepted the connection but did not "
+                     "read the hello within %g s",
+                     rank, root_str, timeout);
+        } else {
+            /* The root's deadline is later than ours (it started later, or with a longer
+             * timeout), so it had not yet given up on the missing ranks and could not name them. */
+            st_error(ST_SUB_BOOT,
+                     "rank %d: bootstrap timed out after %g s waiting for the other "
+                     "ranks (%d in all) at root %s (the root had not timed out yet, so it could "
+                     "not say which ranks are missing)",
+                     rank, timeout, nranks, root_str);
+        }
+        goto out_close;
+    } else if (status == ST_ERR_REMOTE) {
+        st_error(ST_SUB_BOOT, "rank %d: bootstrap root %s closed the connection without answering",
+                 rank, root_str);
+        goto out_close;
+    } else if (status != ST_OK) {
+        goto out_close;
+    }
+    code    = st_boot_get32(reply + 4);
+    msg_len = st_boot_get32(reply + 16);
+    if (st_boot_get32(reply) != ST_BOOTSTRAP_WIRE_MAGIC || msg_len > ST_BOOTSTRAP_MSG_MAX ||
+        code > ST_BOOTSTRAP_REPLY_REJECT) {
+        st_error(ST_SUB_BOOT,
+                 "rank %d: malformed reply from bootstrap root %s (magic 0x%08x, "
+                 "status %u, message of %u bytes)",
+                 rank, root_str, st_boot_get32(reply), code, msg_len);
+        status = ST_ERR_IO;
+        goto out_close;
+    }
+    status = st_socket_recv_all(fd, msg, msg_len, answer_deadline);
+    if (status != ST_OK) {
+        if (status != ST_ERR_IO) {
+            st_error(ST_SUB_BOOT, "rank %d: bootstrap root %s sent a truncated reply", rank,
+                     root_str);
+            status = ST_ERR_IO;
+        }
+        goto out_close;
+    }
+    msg[msg_len] = '\0';
+    st_boot_sanitize(msg);
+
+    if (code == ST_BOOTSTRAP_REPLY_TIMEOUT) {
+        st_error(ST_SUB_BOOT, "rank %d: %s (bootstrap root %s)", rank, msg, root_str);
+        status = ST_ERR_TIMEOUT;
+        goto out_close;
+    }
+    if (code == ST_BOOTSTRAP_REPLY_REJECT) {
+        st_error(ST_SUB_BOOT, "rank %d rejected by bootstrap root %s: %s", rank, root_str, msg);
+        status = ST_ERR_USAGE;
+        goto out_close;
+    }
+    if (st_boot_get32(reply + 8) != (uint32_t)nranks ||
+        st_boot_get32(reply + 12) != (uint32_t)blob_len) {
+        st_error(ST_SUB_BOOT,
+                 "rank %d: bootstrap root %s sent a table of %u ranks x %u bytes; "
+                 "expected %d x %zu",
+                 rank, root_str, st_boot_get32(reply + 8), st_boot_get32(reply + 12), nranks,
+                 blob_len);
+        status = ST_ERR_IO;
+        goto out_close;
+    }
+    status = st_socket_recv_all(fd, table, (size_t)nranks * blob_len,
+                                ST_MAX(answer_deadline, st_time_now() + ST_BOOT_TABLE_MIN_S));
+    if (status != ST_OK) {
+        if (status != ST_ERR_IO) {
+            st_error(ST_SUB_BOOT,
+                     "rank %d: receiving the %zu-byte table from bootstrap root %s "
+                     "failed: %s",
+                     rank, (size_t)nranks * blob_len, root_str, st_status_str(status));
+        }
+        goto out_close;
+    }
+    st_debug(ST_SUB_BOOT, "rank %d of %d: bootstrap through %s done in %.3f s", rank, nranks,
+             root_str, st_time_now() - start);
+
+out_close:
+    close(fd);
+out_free:
+    free(hello);
+    return status;
+}
