@@ -1,0 +1,275 @@
+/*
+ * coll.c - the column pipeline shared by the chunked algorithms (see coll.h), and the choice of
+ * algorithm for a call.
+ */
+#include "config.h"
+#include "coll/coll.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/param.h"
+
+const char *st_coll_name(st_coll_type_t type)
+{
+    static const char *const names[] = {
+        "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "Send", "Recv"
+    };
+    return (type < ST_COLL_LAST) ? names[type] : "unknown";
+}
+
+size_t st_coll_chunk_elems(strataDataType_t dtype)
+{
+    size_t esize = st_dtype_size(dtype);
+    size_t chunk = st_core_config.chunk_size / (esize ? esize : 1);
+
+    return chunk ? chunk : 1;
+}
+
+static st_status_t st_pipe_post(st_pipe_t *pipe, st_pipe_col_t *col)
+{
+    st_comm_t   *comm = pipe->op.comm;
+    const st_net_ops_t *net = comm->net;
+    st_xfer_t   *x = &col->xfer;
+    st_status_t  status;
+
+    memset(x, 0, sizeof(*x));
+    status = pipe->ops->prepare(pipe, col, col->step, x);
+    if (status != ST_OK) {
+        return status;
+    }
+    col->rposted = col->sposted = 0;
+    if (x->recv_len > 0) {
+        status = net->irecv(comm->eps[x->recv_peer], x->recv_buf, x->recv_len,
+                            st_tag_coll(pipe->args.seq, x->recv_sub), NULL, &col->rreq);
+        if (status != ST_OK) {
+            return status;
+        }
+        col->rposted = 1;
+    }
+    if (x->send_len > 0) {
+        status = net->isend(comm->eps[x->send_peer], x->send_buf, x->send_len,
+                            st_tag_coll(pipe->args.seq, x->send_sub), NULL, &col->sreq);
+        if (status != ST_OK) {
+            return status;
+        }
+        col->sposted = 1;
+    }
+    return ST_OK;
+}
+
+static st_status_t st_pipe_req_error(st_pipe_t *pipe, st_pipe_col_t *col, int is_send)
+{
+    st_request_t *req = is_send ? &col->sreq : &col->rreq;
+
+    st_error(ST_SUB_COLL, "%s #%llu (%s) rank %d: %s step %d/%d: %s rank %d failed: %s",
+             pipe->op.coll, (unsigned long long)pipe->args.seq, pipe->op.comm->name,
+             pipe->op.comm->rank, pipe->ops->phase(pipe, col->step), col->step + 1, pipe->nsteps,
+             is_send ? "send to" : "receive from",
+             is_send ? col->xfer.send_peer : col->xfer.recv_peer, st_status_str(req->status));
+    return (req->status == ST_ERR_CANCELED) ? ST_ERR_REMOTE : req->status;
+}
+
+/* Advances one column as far as it can go without waiting. */
+static st_status_t st_pipe_col_progress(st_pipe_t *pipe, st_pipe_col_t *col)
+{
+    for (;;) {
+        if ((col->rposted && !col->rreq.done) || (col->sposted && !col->sreq.done)) {
+            return ST_INPROGRESS;
+        }
+        if (col->rposted) {
+            col->rposted = 0;
+            if (col->rreq.status != ST_OK) {
+                return st_pipe_req_error(pipe, col, 0);
+            }
+            if (col->rreq.len != col->xfer.recv_len) {
+                st_error(ST_SUB_COLL, "%s #%llu rank %d: %s step %d: expected %zu B from rank %d, "
+                         "got %zu B: do all ranks call the same collective with the same count "
+                         "and datatype?", pipe->op.coll, (unsigned long long)pipe->args.seq,
+                         pipe->op.comm->rank, pipe->ops->phase(pipe, col->step), col->step + 1,
+                         col->xfer.recv_len, col->xfer.recv_peer, col->rreq.len);
+                return ST_ERR_USAGE;
+            }
+        }
+        if (col->sposted) {
+            col->sposted = 0;
+            if (col->sreq.status != ST_OK) {
+                return st_pipe_req_error(pipe, col, 1);
+            }
+        }
+        if (pipe->ops->complete != NULL) {
+            ST_CHECK(pipe->ops->complete(pipe, col, col->step));
+        }
+        pipe->op.progressed = 1;
+        if (++col->step == pipe->nsteps) {
+            col->active = 0;
+            pipe->done_cols++;
+            return ST_OK;
+        }
+        ST_CHECK(st_pipe_post(pipe, col));
+    }
+}
+
+static st_status_t st_pipe_progress(st_op_t *op)
+{
+    st_pipe_t     *pipe = (st_pipe_t *)op;
+    st_pipe_col_t *oldest = NULL;
+    st_status_t    status;
+
+    for (int i = 0; i < pipe->depth; i++) {
+        st_pipe_col_t *col = &pipe->cols[i];
+
+        if (!col->active && pipe->next_col < pipe->ncols) {
+            col->active = 1;
+            col->k      = pipe->next_col++;
+            col->step   = 0;
+            ST_CHECK(st_pipe_post(pipe, col));
+            pipe->op.progressed = 1;
+        }
+        if (col->active) {
+            status = st_pipe_col_progress(pipe, col);
+            if (status < 0) {
+                return status;
+            }
+            if (col->active && (oldest == NULL || col->k < oldest->k)) {
+                oldest = col;
+            }
+            /* a column that finished frees its slot for the next one at once */
+            if (!col->active && pipe->next_col < pipe->ncols) {
+                i--;
+            }
+        }
+    }
+    if (pipe->done_cols == pipe->ncols) {
+        return ST_OK;
+    }
+    if (oldest != NULL) {
+        op->phase     = pipe->ops->phase(pipe, oldest->step);
+        op->step      = oldest->step + 1;
+        op->wait_peer = (oldest->rposted && !oldest->rreq.done) ? oldest->xfer.recv_peer
+                                                                : oldest->xfer.send_peer;
+    }
+    return ST_INPROGRESS;
+}
+
+static void st_pipe_destroy(st_op_t *op)
+{
+    st_pipe_t         *pipe = (st_pipe_t *)op;
+    st_comm_t         *comm = op->comm;
+    st_request_t      *reqs[2 * ST_PIPE_MAX_DEPTH];
+    int                n = 0;
+
+    for (int i = 0; i < pipe->depth; i++) {
+        st_pipe_col_t *col = &pipe->cols[i];
+        if (col->rposted && !col->rreq.done) {
+            comm->net->cancel(comm->net_ctx, &col->rreq);
+            reqs[n++] = &col->rreq;
+        }
+        if (col->sposted && !col->sreq.done) {
+            comm->net->cancel(comm->net_ctx, &col->sreq);
+            reqs[n++] = &col->sreq;
+        }
+    }
+    if (n > 0 && !st_exec_drain(comm, reqs, n, 2.0)) {
+        /* The transport still owns the buffers: leaking beats a use after free. */
+        st_warn(ST_SUB_COLL, "%s #%llu: %d transfers did not cancel; leaking their buffers",
+                op->coll, (unsigned long long)pipe->args.seq, n);
+        return;
+    }
+    free(pipe->tmp_mem);
+    free(pipe);
+}
+
+st_status_t st_pipe_init(st_pipe_t *pipe, const st_coll_args_t *args, const st_pipe_ops_t *ops,
+                         size_t chunk, size_t ncols, int nsteps, int need_tmp)
+{
+    size_t chunk_bytes;
+
+    pipe->ops          = ops;
+    pipe->args         = *args;
+    pipe->esize        = st_dtype_size(args->dtype);
+    pipe->chunk        = chunk;
+    pipe->ncols        = ncols;
+    pipe->nsteps       = nsteps;
+    pipe->need_tmp     = need_tmp;
+    pipe->depth        = (int)ST_MIN(ST_MAX(st_core_config.pipeline_depth, 1u), ST_PIPE_MAX_DEPTH);
+    if ((size_t)pipe->depth > ncols) {
+        pipe->depth = (int)ST_MAX(ncols, 1);
+    }
+    pipe->op.comm      = args->comm;
+    pipe->op.coll      = st_coll_name(args->type);
+    pipe->op.seq       = args->seq;
+    pipe->op.nsteps    = nsteps;
+    pipe->op.wait_peer = -1;
+    pipe->op.phase     = ops->phase(pipe, 0);
+    pipe->op.progress  = st_pipe_progress;
+    pipe->op.destroy   = st_pipe_destroy;
+    if (need_tmp) {
+        chunk_bytes   = chunk * pipe->esize;
+        pipe->tmp_mem = malloc(2 * chunk_bytes * pipe->depth);
+        if (pipe->tmp_mem == NULL) {
+            st_error(ST_SUB_COLL, "%s: cannot allocate %zu B of staging buffers", pipe->op.coll,
+                     2 * chunk_bytes * pipe->depth);
+            return ST_ERR_NO_MEMORY;
+        }
+        for (int i = 0; i < pipe->depth; i++) {
+            pipe->cols[i].tmp[0] = (char *)pipe->tmp_mem + (2 * i) * chunk_bytes;
+            pipe->cols[i].tmp[1] = (char *)pipe->tmp_mem + (2 * i + 1) * chunk_bytes;
+        }
+    }
+    return ST_OK;
+}
+
+st_status_t st_coll_op_create(const st_coll_args_t *args, st_op_t **op_p)
+{
+    switch (args->type) {
+    case ST_COLL_ALLREDUCE:
+    case ST_COLL_ALLGATHER:
+    case ST_COLL_REDUCESCATTER:
+        return st_ring_create(args, op_p);
+    case ST_COLL_BROADCAST:
+    case ST_COLL_REDUCE:
+        return st_chain_create(args, op_p);
+    case ST_COLL_SEND:
+    case ST_COLL_RECV:
+        return st_p2p_create(args, op_p);
+    default:
+        break;
+    }
+    st_error(ST_SUB_COLL, "no algorithm for collective %d", (int)args->type);
+    return ST_ERR_INTERNAL;
+}
+
+st_status_t st_coll_run(const st_coll_args_t *args, int nargs)
+{
+    st_op_t   *stack_ops[8];
+    st_op_t  **ops = (nargs <= 8) ? stack_ops : malloc((size_t)nargs * sizeof(*ops));
+    st_status_t status = ST_OK;
+    int         nops = 0;
+
+    if (ops == NULL) {
+        return ST_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < nargs; i++) {
+        st_op_t *op;
+
+        status = st_coll_op_create(&args[i], &op);
+        if (status != ST_OK) {
+            break;
+        }
+        if (op != NULL) { /* NULL: done locally already */
+            ops[nops++] = op;
+        }
+    }
+    if (status != ST_OK) {
+        /* do not leave peers waiting on the ops that were made: run them anyway */
+        st_exec_run(ops, nops);
+    } else if (nops > 0) {
+        status = st_exec_run(ops, nops);
+    }
+    if (ops != stack_ops) {
+        free(ops);
+    }
+    return status;
+}

@@ -1,0 +1,142 @@
+/*
+ * coll.h - what algorithms share: the arguments of a call, the tag layout, and the column
+ * pipeline every chunked algorithm (ring, chain) is written over.
+ *
+ * Column pipeline. An algorithm cuts its buffers into columns (chunk k of every block) that travel
+ * independently; each column goes through the same nsteps steps. At each step the algorithm's
+ * prepare() names at most one receive and one send (peer, buffer, bytes, tag) and may do local
+ * work first (pre-scaling a contribution); when both have completed, complete() does the local
+ * work that follows (reducing what arrived). Up to `depth` columns are in flight, so chunk k+1 is
+ * on the wire while chunk k is being reduced: that is the pipelining. A zero-byte transfer is
+ * skipped by both sides (they compute the same sizes), so empty blocks cost nothing.
+ */
+#ifndef ST_COLL_H
+#define ST_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/comm.h"
+#include "core/exec.h"
+#include "reduce/reduce.h"
+#include "transports/transport.h"
+
+typedef enum {
+    ST_COLL_ALLREDUCE = 0,
+    ST_COLL_BROADCAST,
+    ST_COLL_REDUCE,
+    ST_COLL_ALLGATHER,
+    ST_COLL_REDUCESCATTER,
+    ST_COLL_SEND,
+    ST_COLL_RECV,
+    ST_COLL_LAST
+} st_coll_type_t;
+
+/* One call, as the user made it (counts in elements; see strata.h for their meaning). */
+typedef struct st_coll_args {
+    st_coll_type_t   type;
+    st_comm_t       *comm;
+    const void      *sendbuff;
+    void            *recvbuff;
+    size_t           count;
+    strataDataType_t dtype;
+    st_redop_t       redop;
+    int              root;   /* broadcast, reduce */
+    int              peer;   /* send, recv */
+    uint64_t         seq;    /* collective or per-peer p2p sequence number */
+} st_coll_args_t;
+
+const char *st_coll_name(st_coll_type_t type);
+
+/* Tags (ST_NET_TAG_BITS = 44 bits): bit 43 = 0 for collectives: 20 bits of sequence number, 23
+ * bits of sub-tag chosen by the algorithm; bit 43 = 1 for send/recv: 43 bits of the per-pair
+ * sequence number. Sequence numbers wrap; messages of operations 2^20 apart are never in flight at
+ * once. */
+#define ST_TAG_SUB_BITS 23
+#define ST_TAG_SUB_MASK ((UINT64_C(1) << ST_TAG_SUB_BITS) - 1)
+static inline uint64_t st_tag_coll(uint64_t seq, uint64_t sub)
+{
+    return ((seq & 0xfffff) << ST_TAG_SUB_BITS) | (sub & ST_TAG_SUB_MASK);
+}
+static inline uint64_t st_tag_p2p(uint64_t seq)
+{
+    return (UINT64_C(1) << 43) | (seq & ((UINT64_C(1) << 43) - 1));
+}
+
+/* One step of one column, as prepare() describes it. len 0 = no transfer. */
+typedef struct st_xfer {
+    int         recv_peer;
+    void       *recv_buf;
+    size_t      recv_len;
+    uint32_t    recv_sub;  /* sub-tag; the sender uses the same for this message */
+    int         send_peer;
+    const void *send_buf;
+    size_t      send_len;
+    uint32_t    send_sub;
+} st_xfer_t;
+
+typedef struct st_pipe_col {
+    int          active;
+    size_t       k;        /* column index */
+    int          step;
+    st_xfer_t    xfer;
+    st_request_t sreq;
+    st_request_t rreq;
+    int          sposted;
+    int          rposted;
+    void        *tmp[2];   /* two staging chunks of chunk_bytes each (allocated when asked) */
+} st_pipe_col_t;
+
+typedef struct st_pipe st_pipe_t;
+typedef struct st_pipe_ops {
+    const char *(*phase)(st_pipe_t *pipe, int step);
+    /* Fills *x for column col at step; may do local work first. */
+    st_status_t (*prepare)(st_pipe_t *pipe, st_pipe_col_t *col, int step, st_xfer_t *x);
+    /* Local work after the transfers of step completed (may be NULL). */
+    st_status_t (*complete)(st_pipe_t *pipe, st_pipe_col_t *col, int step);
+} st_pipe_ops_t;
+
+#define ST_PIPE_MAX_DEPTH 16
+
+struct st_pipe {
+    st_op_t              op;
+    const st_pipe_ops_t *ops;
+    st_coll_args_t       args;
+    size_t               esize;       /* bytes per element */
+    size_t               chunk;       /* elements per chunk */
+    size_t               ncols;
+    size_t               next_col;
+    size_t               done_cols;
+    int                  nsteps;
+    int                  depth;
+    int                  need_tmp;    /* allocate the two staging chunks per column */
+    void                *tmp_mem;
+    st_pipe_col_t        cols[ST_PIPE_MAX_DEPTH];
+    /* algorithm data */
+    int                  n, pos, left, right;
+    const char          *src;
+    char                *dst;
+};
+
+/* Initialises the pipeline part of pipe (the algorithm fills its own fields and ops before or
+ * after). ncols columns of nsteps steps; chunk in elements. */
+st_status_t st_pipe_init(st_pipe_t *pipe, const st_coll_args_t *args, const st_pipe_ops_t *ops,
+                         size_t chunk, size_t ncols, int nsteps, int need_tmp);
+
+/* Elements per pipeline chunk for dtype from STRATA_CHUNK_SIZE (at least 1). */
+size_t st_coll_chunk_elems(strataDataType_t dtype);
+
+/* Algorithms. Each makes an op for args (args->count etc. already validated). */
+st_status_t st_ring_create(const st_coll_args_t *args, st_op_t **op_p);   /* AR, RS, AG */
+st_status_t st_chain_create(const st_coll_args_t *args, st_op_t **op_p);  /* bcast, reduce */
+st_status_t st_p2p_create(const st_coll_args_t *args, st_op_t **op_p);    /* send, recv */
+/* An op that does only local work (n == 1, count == 0): runs it at once and returns NULL. */
+
+/* Runs nargs calls together to completion (the NULL-stream path, a group, a stream's work item):
+ * makes their ops and drives them with st_exec_run. Returns the first error. */
+st_status_t st_coll_run(const st_coll_args_t *args, int nargs);
+
+/* Chooses the algorithm for args and makes its op (select: STRATA_ALGO). */
+st_status_t st_coll_op_create(const st_coll_args_t *args, st_op_t **op_p);
+
+#endif

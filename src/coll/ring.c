@@ -1,0 +1,238 @@
+/*
+ * ring.c - the flat ring: reduce-scatter, all-gather, and all-reduce as the two in sequence.
+ *
+ * The ring is the ranks in ring order (rank order for now; the topology will give a
+ * node-contiguous one); pos is this rank's place in it, left and right its neighbours. The data is
+ * cut into nranks blocks, block b belonging to rank b. With blk(x) = the block of the rank at ring
+ * position x mod n:
+ *   reduce-scatter step s = 0..n-2: send blk(pos-s-1), receive blk(pos-s-2) and reduce it with the
+ *     local contribution; after the last step this rank holds blk(pos), its own block, reduced.
+ *   all-gather step t = 0..n-2: send blk(pos-t), receive blk(pos-t-1) in place.
+ * Every block is cut into chunks (columns) that travel the ring independently, pipelined by the
+ * column engine of coll.c. Each element is reduced in one fixed order (around the ring from the
+ * block's first sender) and then copied, so all ranks hold bitwise the same result, and the
+ * same from run to run.
+ *
+ * Per rank and all-reduce of S bytes the ring sends 2(n-1)/n * S bytes: the bandwidth-optimal
+ * amount, hence nccl-tests' busbw factor 2(n-1)/n (Patarasuk and Yuan, "Bandwidth optimal
+ * all-reduce algorithms for clusters of workstations", JPDC 2009).
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll.h"
+#include "core/log.h"
+
+typedef struct st_ring {
+    st_pipe_t pipe;         /* first: the op is the pipe is the ring */
+    int       rs_steps;     /* reduce-scatter steps (n-1 or 0) */
+    int       ag_steps;     /* all-gather steps (n-1 or 0) */
+    size_t    base;         /* all-reduce block layout: base elements, the first rem get one more */
+    size_t    rem;
+} st_ring_t;
+
+static inline int st_ring_mod(int x, int n)
+{
+    return ((x % n) + n) % n;
+}
+
+/* Block of the rank at ring position x (rank order for now). */
+static inline int st_ring_blk(const st_ring_t *ring, int x)
+{
+    return st_ring_mod(x, ring->pipe.n);
+}
+
+static size_t st_ring_block_count(const st_ring_t *ring, int b)
+{
+    if (ring->pipe.args.type == ST_COLL_ALLREDUCE) {
+        return ring->base + ((size_t)b < ring->rem);
+    }
+    return ring->pipe.args.count;
+}
+
+static size_t st_ring_block_off(const st_ring_t *ring, int b)
+{
+    if (ring->pipe.args.type == ST_COLL_ALLREDUCE) {
+        return (size_t)b * ring->base + ST_MIN((size_t)b, ring->rem);
+    }
+    return (size_t)b * ring->pipe.args.count;
+}
+
+/* Column k of block b: first element (absolute in the block layout) and length in elements. */
+static size_t st_ring_chunk(const st_ring_t *ring, int b, size_t k, size_t *first_p)
+{
+    size_t cnt   = st_ring_block_count(ring, b);
+    size_t start = k * ring->pipe.chunk;
+
+    *first_p = st_ring_block_off(ring, b) + start;
+    return (start < cnt) ? ST_MIN(ring->pipe.chunk, cnt - start) : 0;
+}
+
+static const char *st_ring_phase(st_pipe_t *pipe, int step)
+{
+    return (step < ((st_ring_t *)pipe)->rs_steps) ? "reduce-scatter" : "all-gather";
+}
+
+static st_status_t st_ring_prepare(st_pipe_t *pipe, st_pipe_col_t *col, int step, st_xfer_t *x)
+{
+    st_ring_t  *ring = (st_ring_t *)pipe;
+    size_t      es = pipe->esize;
+    size_t      first, len;
+    int         sb, rb;
+    uint32_t    sub = (uint32_t)((col->k * (size_t)pipe->nsteps + (size_t)step) & ST_TAG_SUB_MASK);
+
+    x->send_peer = pipe->right;
+    x->recv_peer = pipe->left;
+    x->send_sub  = x->recv_sub = sub;
+    if (step < ring->rs_steps) {
+        sb = st_ring_blk(ring, pipe->pos - step - 1);
+        rb = st_ring_blk(ring, pipe->pos - step - 2);
+        len = st_ring_chunk(ring, sb, col->k, &first);
+        if (step == 0) {
+            if (pipe->args.redop.premul && len > 0) {
+                st_reduce_pre(&pipe->args.redop, col->tmp[1], pipe->src + first * es, len);
+                x->send_buf = col->tmp[1];
+            } else {
+                x->send_buf = pipe->src + first * es;
+            }
+        } else if (pipe->args.type == ST_COLL_ALLREDUCE) {
+            x->send_buf = pipe->dst + first * es; /* reduced there at the previous step */
+        } else {
+            x->send_buf = col->tmp[(step - 1) & 1];
+        }
+        x->send_len = len * es;
+        len = st_ring_chunk(ring, rb, col->k, &first);
+        x->recv_buf = col->tmp[step & 1];
+        x->recv_len = len * es;
+    } else {
+        int t = step - ring->rs_steps;
+        sb = st_ring_blk(ring, pipe->pos - t);
+        rb = st_ring_blk(ring, pipe->pos - t - 1);
+        len = st_ring_chunk(ring, sb, col->k, &first);
+        x->send_buf = pipe->dst + first * es;
+        x->send_len = len * es;
+        len = st_ring_chunk(ring, rb, col->k, &first);
+        x->recv_buf = pipe->dst + first * es;
+        x->recv_len = len * es;
+    }
+    return ST_OK;
+}
+
+static st_status_t st_ring_complete(st_pipe_t *pipe, st_pipe_col_t *col, int step)
+{
+    st_ring_t *ring = (st_ring_t *)pipe;
+    size_t     es = pipe->esize;
+    size_t     first, len;
+    char      *target;
+    int        rb;
+
+    if (step >= ring->rs_steps) {
+        return ST_OK; /* all-gather: received in place */
+    }
+    rb  = st_ring_blk(ring, pipe->pos - step - 2);
+    len = st_ring_chunk(ring, rb, col->k, &first);
+    if (len == 0) {
+        return ST_OK;
+    }
+    if (pipe->args.type == ST_COLL_ALLREDUCE) {
+        target = pipe->dst + first * es;
+    } else if (step == ring->rs_steps - 1) {
+        /* reduce-scatter's own block lands in recvbuff */
+        target = (char *)pipe->args.recvbuff + col->k * pipe->chunk * es;
+    } else {
+        target = col->tmp[step & 1];
+    }
+    st_reduce_apply(&pipe->args.redop, target, pipe->src + first * es, col->tmp[step & 1], len);
+    if (step == ring->rs_steps - 1 && st_redop_has_post(&pipe->args.redop)) {
+        st_reduce_post(&pipe->args.redop, target, len);
+    }
+    return ST_OK;
+}
+
+static const st_pipe_ops_t st_ring_ops = {
+    .phase    = st_ring_phase,
+    .prepare  = st_ring_prepare,
+    .complete = st_ring_complete,
+};
+
+/* One rank: the result is the local data, prescaled and post-processed. */
+static void st_ring_local(const st_coll_args_t *args)
+{
+    const st_redop_t *redop = &args->redop;
+    size_t            es = st_dtype_size(args->dtype);
+
+    if (args->type == ST_COLL_ALLGATHER) {
+        if (args->sendbuff != args->recvbuff) {
+            memmove(args->recvbuff, args->sendbuff, args->count * es);
+        }
+        return;
+    }
+    st_reduce_pre(redop, args->recvbuff, args->sendbuff, args->count);
+    if (st_redop_has_post(redop)) {
+        st_reduce_post(redop, args->recvbuff, args->count);
+    }
+}
+
+st_status_t st_ring_create(const st_coll_args_t *args, st_op_t **op_p)
+{
+    st_comm_t *comm = args->comm;
+    int        n = comm->nranks;
+    size_t     es = st_dtype_size(args->dtype);
+    size_t     chunk = st_coll_chunk_elems(args->dtype);
+    size_t     maxblock;
+    st_ring_t *ring;
+    st_status_t status;
+    int        nsteps;
+
+    *op_p = NULL;
+    if (args->count == 0) {
+        return ST_OK;
+    }
+    if (n == 1) {
+        st_ring_local(args);
+        return ST_OK;
+    }
+    ring = calloc(1, sizeof(*ring));
+    if (ring == NULL) {
+        return ST_ERR_NO_MEMORY;
+    }
+    ring->pipe.n     = n;
+    ring->pipe.pos   = comm->rank;
+    ring->pipe.left  = st_ring_mod(comm->rank - 1, n);
+    ring->pipe.right = st_ring_mod(comm->rank + 1, n);
+    ring->pipe.src   = args->sendbuff;
+    ring->pipe.dst   = args->recvbuff;
+    switch (args->type) {
+    case ST_COLL_ALLREDUCE:
+        ring->rs_steps = ring->ag_steps = n - 1;
+        ring->base     = args->count / (size_t)n;
+        ring->rem      = args->count % (size_t)n;
+        maxblock       = ring->base + (ring->rem > 0);
+        break;
+    case ST_COLL_REDUCESCATTER:
+        ring->rs_steps = n - 1;
+        maxblock       = args->count;
+        break;
+    default: /* ST_COLL_ALLGATHER */
+        ring->ag_steps = n - 1;
+        maxblock       = args->count;
+        /* out of place: place the own block first; it travels from recvbuff */
+        if ((const char *)args->sendbuff != (char *)args->recvbuff + (size_t)comm->rank *
+                                                                         args->count * es) {
+            memmove((char *)args->recvbuff + (size_t)comm->rank * args->count * es,
+                    args->sendbuff, args->count * es);
+        }
+        break;
+    }
+    nsteps = ring->rs_steps + ring->ag_steps;
+    status = st_pipe_init(&ring->pipe, args, &st_ring_ops, chunk,
+                          ST_DIV_ROUND_UP(maxblock, chunk), nsteps, ring->rs_steps > 0);
+    if (status != ST_OK) {
+        free(ring);
+        return status;
+    }
+    *op_p = &ring->pipe.op;
+    return ST_OK;
+}

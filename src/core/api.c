@@ -1,0 +1,804 @@
+/*
+ * api.c - the public entry points of strata.h: argument checks (every bad input gets
+ * strataInvalidArgument or strataInvalidUsage and one line saying what and where), then the
+ * communicator lifecycle or the routing of a call (enqueue.h).
+ */
+#include "config.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/bootstrap.h"
+#include "core/comm.h"
+#include "core/enqueue.h"
+#include "core/log.h"
+#include "core/param.h"
+#include "core/socket.h"
+
+#define ST_API_INIT()                                                                            \
+    do {                                                                                         \
+        st_log_clear_error();                                                                    \
+        if (st_param_init() != ST_OK) {                                                          \
+            return strataInvalidArgument;                                                        \
+        }                                                                                        \
+    } while (0)
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Version, errors                                                                                */
+/* ---------------------------------------------------------------------------------------------- */
+
+STRATA_API strataResult_t strataGetVersion(int *version)
+{
+    if (version == NULL) {
+        st_error(ST_SUB_INIT, "strataGetVersion: version is NULL");
+        return strataInvalidArgument;
+    }
+    *version = STRATA_VERSION_CODE;
+    return strataSuccess;
+}
+
+STRATA_API const char *strataGetErrorString(strataResult_t result)
+{
+    switch (result) {
+    case strataSuccess:            return "no error";
+    case strataUnhandledCudaError: return "unhandled cuda error";
+    case strataSystemError:        return "unhandled system error (socket, memory, thread)";
+    case strataInternalError:      return "internal error - please report this issue";
+    case strataInvalidArgument:    return "invalid argument";
+    case strataInvalidUsage:       return "invalid usage";
+    case strataRemoteError:        return "remote process exited or there was a network error";
+    case strataInProgress:         return "operation in progress";
+    case strataTimeout:            return "timeout: a peer did not answer within the deadline";
+    default:                       return "unknown result code";
+    }
+}
+
+STRATA_API const char *strataGetLastError(strataComm_t comm)
+{
+    return st_log_last_error();
+}
+
+STRATA_API strataResult_t strataParamsPrint(FILE *stream)
+{
+    if (stream == NULL) {
+        st_error(ST_SUB_ENV, "strataParamsPrint: stream is NULL");
+        return strataInvalidArgument;
+    }
+    ST_API_INIT();
+    st_config_print(stream);
+    return strataSuccess;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Communicators                                                                                  */
+/* ---------------------------------------------------------------------------------------------- */
+
+/* A usable communicator, or the result explaining why not (logged). */
+static strataResult_t st_api_check_comm(const st_comm_t *comm, const char *fn)
+{
+    if (comm == NULL) {
+        st_error(ST_SUB_INIT, "%s: comm is NULL", fn);
+        return strataInvalidArgument;
+    }
+    if (!st_comm_is_live(comm)) {
+        st_error(ST_SUB_INIT, "%s: communicator %p was destroyed (or never created)", fn,
+                 (const void *)comm);
+        return strataInvalidUsage;
+    }
+    switch (comm->state) {
+    case ST_COMM_READY:
+        return strataSuccess;
+    case ST_COMM_INITIALIZING:
+        st_error(ST_SUB_INIT, "%s: communicator %s is still initializing (nonblocking init)", fn,
+                 comm->name);
+        return strataInvalidUsage;
+    case ST_COMM_FINALIZED:
+        st_error(ST_SUB_INIT, "%s: communicator %s was finalized", fn, comm->name);
+        return strataInvalidUsage;
+    case ST_COMM_ABORTED:
+        st_error(ST_SUB_INIT, "%s: communicator %s was aborted", fn, comm->name);
+        return strataInvalidUsage;
+    default:
+        st_error(ST_SUB_INIT, "%s: communicator %s failed earlier (%s); destroy it", fn,
+                 comm->name, strataGetErrorString(comm->async_error));
+        return strataInvalidUsage;
+    }
+}
+
+STRATA_API strataResult_t strataGetUniqueId(strataUniqueId *uniqueId)
+{
+    ST_API_INIT();
+    if (uniqueId == NULL) {
+        st_error(ST_SUB_INIT, "strataGetUniqueId: uniqueId is NULL");
+        return strataInvalidArgument;
+    }
+    return st_status_to_result(st_bootstrap_unique_id(uniqueId));
+}
+
+typedef struct st_init_job {
+    st_comm_t     *comm;
+    strataUniqueId id;
+    double         timeout;
+} st_init_job_t;
+
+static void *st_api_init_thread(void *arg)
+{
+    st_init_job_t *job = arg;
+    st_status_t    status = st_comm_init(job->comm, &job->id, job->timeout);
+
+    if (status != ST_OK) {
+        st_comm_set_error(job->comm, status);
+        job->comm->state = ST_COMM_FAILED;
+    }
+    free(job);
+    return NULL;
+}
+
+static strataResult_t st_api_init_rank(strataComm_t *comm_p, int nranks, strataUniqueId commId,
+                                       int rank, const strataConfig_t *config, const char *fn)
+{
+    double      op_timeout = st_core_config.timeout;
+    const char *name = "strata";
+    int         blocking = 1;
+    st_comm_t  *comm;
+    st_status_t status;
+
+    if (comm_p == NULL) {
+        st_error(ST_SUB_INIT, "%s: comm is NULL", fn);
+        return strataInvalidArgument;
+    }
+    if (nranks < 1) {
+        st_error(ST_SUB_INIT, "%s: nranks %d is below 1", fn, nranks);
+        return strataInvalidArgument;
+    }
+    if (nranks > ST_BOOTSTRAP_MAX_RANKS) {
+        st_error(ST_SUB_INIT, "%s: nranks %d exceeds %d", fn, nranks, ST_BOOTSTRAP_MAX_RANKS);
+        return strataInvalidArgument;
+    }
+    if (rank < 0 || rank >= nranks) {
+        st_error(ST_SUB_INIT, "%s: rank %d is outside [0, %d)", fn, rank, nranks);
+        return strataInvalidArgument;
+    }
+    if (config != NULL) {
+        if (config->size != sizeof(strataConfig_t) || config->magic != STRATA_CONFIG_MAGIC) {
+            st_error(ST_SUB_INIT, "%s: config was not initialised with STRATA_CONFIG_INITIALIZER",
+                     fn);
+            return strataInvalidArgument;
+        }
+        if (config->blocking != STRATA_CONFIG_UNDEF_INT) {
+            if (config->blocking != 0 && config->blocking != 1) {
+                st_error(ST_SUB_INIT, "%s: config->blocking %d is not 0 or 1", fn,
+                         config->blocking);
+                return strataInvalidArgument;
+            }
+            blocking = config->blocking;
+        }
+        if (config->timeoutMs != STRATA_CONFIG_UNDEF_INT) {
+            if (config->timeoutMs <= 0) {
+                st_error(ST_SUB_INIT, "%s: config->timeoutMs %d is not positive", fn,
+                         config->timeoutMs);
+                return strataInvalidArgument;
+            }
+            op_timeout = config->timeoutMs / 1000.0;
+        }
+        if (config->name != NULL) {
+            name = config->name;
+        }
+    }
+    comm = st_comm_alloc(rank, nranks, op_timeout, name);
+    if (comm == NULL) {
+        st_error(ST_SUB_INIT, "%s: out of memory", fn);
+        return strataSystemError;
+    }
+    st_comm_register(comm);
+    if (!blocking) {
+        st_init_job_t *job = malloc(sizeof(*job));
+        int            ret;
+
+        if (job == NULL) {
+            goto err_nomem;
+        }
+        job->comm    = comm;
+        job->id      = commId;
+        job->timeout = ST_MIN(st_core_config.bootstrap_timeout, op_timeout);
+        ret = pthread_create(&comm->init_thread, NULL, st_api_init_thread, job);
+        if (ret != 0) {
+            free(job);
+            st_error(ST_SUB_INIT, "%s: cannot start the init thread: %s", fn, strerror(ret));
+            goto err_unregister;
+        }
+        comm->init_thread_live = 1;
+        *comm_p = comm;
+        return strataInProgress;
+    }
+    status = st_comm_init(comm, &commId, ST_MIN(st_core_config.bootstrap_timeout, op_timeout));
+    if (status != ST_OK) {
+        st_comm_unregister(comm);
+        st_comm_free(comm, 1);
+        return st_status_to_result(status);
+    }
+    *comm_p = comm;
+    return strataSuccess;
+
+err_nomem:
+    st_error(ST_SUB_INIT, "%s: out of memory", fn);
+err_unregister:
+    st_comm_unregister(comm);
+    st_comm_free(comm, 1);
+    return strataSystemError;
+}
+
+STRATA_API strataResult_t strataCommInitRank(strataComm_t *comm, int nranks,
+                                             strataUniqueId commId, int rank)
+{
+    ST_API_INIT();
+    return st_api_init_rank(comm, nranks, commId, rank, NULL, "strataCommInitRank");
+}
+
+STRATA_API strataResult_t strataCommInitRankConfig(strataComm_t *comm, int nranks,
+                                                   strataUniqueId commId, int rank,
+                                                   strataConfig_t *config)
+{
+    ST_API_INIT();
+    return st_api_init_rank(comm, nranks, commId, rank, config, "strataCommInitRankConfig");
+}
+
+typedef struct st_init_all_job {
+    strataComm_t  *comm;
+    strataUniqueId id;
+    int            nranks;
+    int            rank;
+    strataResult_t result;
+    char           errmsg[512];
+} st_init_all_job_t;
+
+static void *st_api_init_all_thread(void *arg)
+{
+    st_init_all_job_t *job = arg;
+
+    job->result = st_api_init_rank(job->comm, job->nranks, job->id, job->rank, NULL,
+                                   "strataCommInitAll");
+    snprintf(job->errmsg, sizeof(job->errmsg), "%s", st_log_last_error());
+    return NULL;
+}
+
+STRATA_API strataResult_t strataCommInitAll(strataComm_t *comms, int ndev, const int *devlist)
+{
+    st_init_all_job_t *jobs;
+    pthread_t         *threads;
+    strataUniqueId     id;
+    strataResult_t     result;
+    int                started = 0;
+
+    ST_API_INIT();
+    if (comms == NULL) {
+        st_error(ST_SUB_INIT, "strataCommInitAll: comms is NULL");
+        return strataInvalidArgument;
+    }
+    if (ndev < 1) {
+        st_error(ST_SUB_INIT, "strataCommInitAll: ndev %d is below 1", ndev);
+        return strataInvalidArgument;
+    }
+    result = strataGetUniqueId(&id);
+    if (result != strataSuccess) {
+        return result;
+    }
+    jobs    = calloc((size_t)ndev, sizeof(*jobs));
+    threads = calloc((size_t)ndev, sizeof(*threads));
+    if (jobs == NULL || threads == NULL) {
+        free(jobs);
+        free(threads);
+        return strataSystemError;
+    }
+    for (int i = 0; i < ndev; i++) {
+        comms[i]       = NULL;
+        jobs[i].comm   = &comms[i];
+        jobs[i].id     = id;
+        jobs[i].nranks = ndev;
+        jobs[i].rank   = i;
+        jobs[i].result = strataSystemError;
+        if (pthread_create(&threads[i], NULL, st_api_init_all_thread, &jobs[i]) != 0) {
+            break; /* the rest never join: the started ones time out */
+        }
+        started++;
+    }
+    result = (started == ndev) ? strataSuccess : strataSystemError;
+    for (int i = 0; i < started; i++) {
+        pthread_join(threads[i], NULL);
+        if (jobs[i].result != strataSuccess && result == strataSuccess) {
+            result = jobs[i].result;
+            st_error(ST_SUB_INIT, "%s", jobs[i].errmsg);
+        }
+    }
+    if (result != strataSuccess) {
+        for (int i = 0; i < ndev; i++) {
+            if (comms[i] != NULL) {
+                strataCommDestroy(comms[i]);
+                comms[i] = NULL;
+            }
+        }
+    }
+    free(jobs);
+    free(threads);
+    return result;
+}
+
+STRATA_API strataResult_t strataCommSplit(strataComm_t comm, int color, int key,
+                                          strataComm_t *newcomm, strataConfig_t *config)
+{
+    strataResult_t result;
+    double         op_timeout;
+    const char    *name;
+    st_comm_t     *child = NULL;
+    st_status_t    status;
+
+    ST_API_INIT();
+    if (newcomm == NULL) {
+        st_error(ST_SUB_INIT, "strataCommSplit: newcomm is NULL");
+        return strataInvalidArgument;
+    }
+    result = st_api_check_comm(comm, "strataCommSplit");
+    if (result != strataSuccess) {
+        return result;
+    }
+    op_timeout = comm->timeout;
+    name       = comm->name;
+    if (config != NULL) {
+        if (config->size != sizeof(strataConfig_t) || config->magic != STRATA_CONFIG_MAGIC) {
+            st_error(ST_SUB_INIT, "strataCommSplit: config was not initialised with "
+                     "STRATA_CONFIG_INITIALIZER");
+            return strataInvalidArgument;
+        }
+        if (config->timeoutMs != STRATA_CONFIG_UNDEF_INT && config->timeoutMs > 0) {
+            op_timeout = config->timeoutMs / 1000.0;
+        }
+        if (config->name != NULL) {
+            name = config->name;
+        }
+    }
+    status = st_comm_split(comm, color, key, op_timeout, name, &child);
+    if (status != ST_OK) {
+        return st_status_to_result(status);
+    }
+    if (child != NULL) {
+        st_comm_register(child);
+    }
+    *newcomm = child;
+    return strataSuccess;
+}
+
+/* Waits until comm has no queued stream work, at most timeout seconds. 1 when drained. */
+static int st_api_wait_queued(st_comm_t *comm, double timeout)
+{
+    double deadline = st_time_now() + timeout;
+
+    while (__atomic_load_n(&comm->queued, __ATOMIC_SEQ_CST) > 0 ||
+           __atomic_load_n(&comm->active, __ATOMIC_SEQ_CST) > 0) {
+        if (st_time_now() > deadline) {
+            return 0;
+        }
+        usleep(1000);
+    }
+    return 1;
+}
+
+STRATA_API strataResult_t strataCommFinalize(strataComm_t comm)
+{
+    ST_API_INIT();
+    if (comm == NULL || !st_comm_is_live(comm)) {
+        st_error(ST_SUB_INIT, "strataCommFinalize: communicator %p is NULL or destroyed",
+                 (void *)comm);
+        return strataInvalidUsage;
+    }
+    if (!st_api_wait_queued(comm, comm->timeout)) {
+        st_error(ST_SUB_INIT, "strataCommFinalize: %s still has queued work after %g s",
+                 comm->name, comm->timeout);
+        return strataTimeout;
+    }
+    if (comm->state == ST_COMM_READY) {
+        comm->state = ST_COMM_FINALIZED;
+    }
+    return (strataResult_t)comm->async_error;
+}
+
+static strataResult_t st_api_destroy(strataComm_t comm, int force, const char *fn)
+{
+    if (comm == NULL || !st_comm_is_live(comm)) {
+        st_error(ST_SUB_INIT, "%s: communicator %p is NULL or destroyed", fn, (void *)comm);
+        return strataInvalidUsage;
+    }
+    if (force) {
+        comm->state = ST_COMM_ABORTED; /* blocked calls notice within 100 ms */
+    }
+    if (comm->init_thread_live) {
+        pthread_join(comm->init_thread, NULL);
+        comm->init_thread_live = 0;
+    }
+    if (!st_api_wait_queued(comm, force ? 5.0 : comm->timeout)) {
+        /* Something still uses comm: freeing it would be a use after free. */
+        comm->state = ST_COMM_ABORTED;
+        st_comm_unregister(comm);
+        st_error(ST_SUB_INIT, "%s: %s is still in use by another thread; abandoned", fn,
+                 comm->name);
+        return strataInvalidUsage;
+    }
+    st_comm_unregister(comm);
+    st_comm_free(comm, force || comm->state != ST_COMM_READY);
+    return strataSuccess;
+}
+
+STRATA_API strataResult_t strataCommDestroy(strataComm_t comm)
+{
+    ST_API_INIT();
+    return st_api_destroy(comm, 0, "strataCommDestroy");
+}
+
+STRATA_API strataResult_t strataCommAbort(strataComm_t comm)
+{
+    ST_API_INIT();
+    return st_api_destroy(comm, 1, "strataCommAbort");
+}
+
+STRATA_API strataResult_t strataCommGetAsyncError(strataComm_t comm, strataResult_t *asyncError)
+{
+    if (comm == NULL || asyncError == NULL) {
+        st_error(ST_SUB_INIT, "strataCommGetAsyncError: %s is NULL",
+                 comm == NULL ? "comm" : "asyncError");
+        return strataInvalidArgument;
+    }
+    if (!st_comm_is_live(comm)) {
+        st_error(ST_SUB_INIT, "strataCommGetAsyncError: communicator %p was destroyed",
+                 (void *)comm);
+        return strataInvalidUsage;
+    }
+    if (comm->state == ST_COMM_INITIALIZING) {
+        *asyncError = strataInProgress;
+    } else {
+        *asyncError = (strataResult_t)comm->async_error;
+    }
+    return strataSuccess;
+}
+
+STRATA_API strataResult_t strataCommCount(const strataComm_t comm, int *count)
+{
+    if (comm == NULL || count == NULL) {
+        st_error(ST_SUB_INIT, "strataCommCount: %s is NULL", comm == NULL ? "comm" : "count");
+        return strataInvalidArgument;
+    }
+    if (!st_comm_is_live(comm)) {
+        st_error(ST_SUB_INIT, "strataCommCount: communicator %p was destroyed", (void *)comm);
+        return strataInvalidUsage;
+    }
+    *count = comm->nranks;
+    return strataSuccess;
+}
+
+STRATA_API strataResult_t strataCommUserRank(const strataComm_t comm, int *rank)
+{
+    if (comm == NULL || rank == NULL) {
+        st_error(ST_SUB_INIT, "strataCommUserRank: %s is NULL", comm == NULL ? "comm" : "rank");
+        return strataInvalidArgument;
+    }
+    if (!st_comm_is_live(comm)) {
+        st_error(ST_SUB_INIT, "strataCommUserRank: communicator %p was destroyed",
+                 (void *)comm);
+        return strataInvalidUsage;
+    }
+    *rank = comm->rank;
+    return strataSuccess;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Reduction operations                                                                           */
+/* ---------------------------------------------------------------------------------------------- */
+
+STRATA_API strataResult_t strataRedOpCreatePreMulSum(strataRedOp_t *op, void *scalar,
+                                                     strataDataType_t datatype,
+                                                     strataScalarResidence_t residence,
+                                                     strataComm_t comm)
+{
+    strataResult_t result;
+
+    ST_API_INIT();
+    if (op == NULL || scalar == NULL) {
+        st_error(ST_SUB_COLL, "strataRedOpCreatePreMulSum: %s is NULL",
+                 op == NULL ? "op" : "scalar");
+        return strataInvalidArgument;
+    }
+    if ((unsigned)datatype >= strataNumTypes) {
+        st_error(ST_SUB_COLL, "strataRedOpCreatePreMulSum: unknown datatype %d", (int)datatype);
+        return strataInvalidArgument;
+    }
+    if (residence != strataScalarHostImmediate) {
+        st_error(ST_SUB_COLL, "strataRedOpCreatePreMulSum: residence %d unsupported for host "
+                 "memory (use strataScalarHostImmediate)", (int)residence);
+        return strataInvalidArgument;
+    }
+    result = st_api_check_comm(comm, "strataRedOpCreatePreMulSum");
+    if (result != strataSuccess) {
+        return (comm == NULL) ? strataInvalidArgument : result;
+    }
+    for (int i = 0; i < ST_COMM_MAX_PREMUL; i++) {
+        if (!comm->premul[i].used) {
+            if (st_redop_init_premul(&comm->premul[i].redop, datatype, scalar) != ST_OK) {
+                return strataInvalidArgument;
+            }
+            comm->premul[i].used = 1;
+            *op = (strataRedOp_t)(strataNumOps + i);
+            return strataSuccess;
+        }
+    }
+    st_error(ST_SUB_COLL, "strataRedOpCreatePreMulSum: all %d op slots of %s are in use",
+             ST_COMM_MAX_PREMUL, comm->name);
+    return strataInvalidUsage;
+}
+
+STRATA_API strataResult_t strataRedOpDestroy(strataRedOp_t op, strataComm_t comm)
+{
+    strataResult_t result = st_api_check_comm(comm, "strataRedOpDestroy");
+    int            slot = (int)op - strataNumOps;
+
+    if (result != strataSuccess && (comm == NULL || !st_comm_is_live(comm))) {
+        return result;
+    }
+    if (slot < 0 || slot >= ST_COMM_MAX_PREMUL || !comm->premul[slot].used) {
+        st_error(ST_SUB_COLL, "strataRedOpDestroy: op %d is not a live op of %s", (int)op,
+                 comm->name);
+        return strataInvalidArgument;
+    }
+    comm->premul[slot].used = 0;
+    return strataSuccess;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Collectives                                                                                    */
+/* ---------------------------------------------------------------------------------------------- */
+
+/* Checks a call and fills args (without its sequence number). */
+static strataResult_t st_api_coll_check(st_coll_args_t *args, const char *fn, int need_op,
+                                        int need_root, strataRedOp_t op, strataStream_t stream)
+{
+    st_comm_t     *comm = args->comm;
+    strataResult_t result = st_api_check_comm(comm, fn);
+    size_t         esize, total;
+
+    if (result != strataSuccess) {
+        return result;
+    }
+    if ((unsigned)args->dtype >= strataNumTypes) {
+        st_error(ST_SUB_COLL, "%s (rank %d): unknown datatype %d", fn, comm->rank,
+                 (int)args->dtype);
+        return strataInvalidArgument;
+    }
+    if (stream != NULL && !st_stream_is_live(stream)) {
+        st_error(ST_SUB_COLL, "%s (rank %d): stream %p was destroyed (or never created)", fn,
+                 comm->rank, (void *)stream);
+        return strataInvalidArgument;
+    }
+    esize = st_dtype_size(args->dtype);
+    total = (args->type == ST_COLL_ALLGATHER || args->type == ST_COLL_REDUCESCATTER)
+                ? (size_t)comm->nranks : 1;
+    if (args->count > SIZE_MAX / esize / total) {
+        st_error(ST_SUB_COLL, "%s (rank %d): count %zu of %s overflows the address space", fn,
+                 comm->rank, args->count, st_dtype_name(args->dtype));
+        return strataInvalidArgument;
+    }
+    if (need_root && (args->root < 0 || args->root >= comm->nranks)) {
+        st_error(ST_SUB_COLL, "%s (rank %d): root %d is outside [0, %d)", fn, comm->rank,
+                 args->root, comm->nranks);
+        return strataInvalidArgument;
+    }
+    if (need_op) {
+        if ((int)op >= 0 && (int)op < strataNumOps) {
+            if (st_redop_init(&args->redop, op, args->dtype, comm->nranks) != ST_OK) {
+                st_error(ST_SUB_COLL, "%s (rank %d): op %d unsupported for %s", fn, comm->rank,
+                         (int)op, st_dtype_name(args->dtype));
+                return strataInvalidArgument;
+            }
+        } else {
+            int slot = (int)op - strataNumOps;
+            if (slot < 0 || slot >= ST_COMM_MAX_PREMUL || !comm->premul[slot].used) {
+                st_error(ST_SUB_COLL, "%s (rank %d): unknown reduction op %d", fn, comm->rank,
+                         (int)op);
+                return strataInvalidArgument;
+            }
+            if (comm->premul[slot].redop.dtype != args->dtype) {
+                st_error(ST_SUB_COLL, "%s (rank %d): op %d was made for %s, not %s", fn,
+                         comm->rank, (int)op, st_dtype_name(comm->premul[slot].redop.dtype),
+                         st_dtype_name(args->dtype));
+                return strataInvalidArgument;
+            }
+            args->redop = comm->premul[slot].redop;
+        }
+    } else {
+        args->redop.dtype = args->dtype;
+    }
+    return strataSuccess;
+}
+
+static strataResult_t st_api_null_buffer(const st_coll_args_t *args, const char *fn,
+                                         const char *which)
+{
+    st_error(ST_SUB_COLL, "%s (rank %d): %s is NULL with count %zu", fn, args->comm->rank, which,
+             args->count);
+    return strataInvalidArgument;
+}
+
+/* Assigns the sequence number and routes the call. */
+static strataResult_t st_api_launch(st_coll_args_t *args, strataStream_t stream)
+{
+    st_comm_t  *comm = args->comm;
+    st_status_t status;
+
+    pthread_mutex_lock(&comm->lock);
+    if (args->type == ST_COLL_SEND) {
+        args->seq = comm->p2p_send_seq[args->peer]++;
+    } else if (args->type == ST_COLL_RECV) {
+        args->seq = comm->p2p_recv_seq[args->peer]++;
+    } else {
+        args->seq = comm->coll_seq++;
+    }
+    pthread_mutex_unlock(&comm->lock);
+    status = st_enqueue(args, stream);
+    return st_status_to_result(status);
+}
+
+st_status_t st_enqueue(const st_coll_args_t *args, strataStream_t stream)
+{
+    if (st_group_depth() > 0) {
+        return st_group_add(args, stream);
+    }
+    if (stream != NULL) {
+        return st_stream_push(stream, args, 1);
+    }
+    return st_coll_run(args, 1);
+}
+
+#define ST_API_ARGS(_type, _comm, _send, _recv, _count, _dtype)                                  \
+    st_coll_args_t args;                                                                         \
+    strataResult_t result;                                                                       \
+    ST_API_INIT();                                                                               \
+    memset(&args, 0, sizeof(args));                                                              \
+    args.type     = (_type);                                                                     \
+    args.comm     = (_comm);                                                                     \
+    args.sendbuff = (_send);                                                                     \
+    args.recvbuff = (_recv);                                                                     \
+    args.count    = (_count);                                                                    \
+    args.dtype    = (_dtype);                                                                    \
+    args.root     = -1;                                                                          \
+    args.peer     = -1
+
+STRATA_API strataResult_t strataAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                          strataDataType_t datatype, strataRedOp_t op,
+                                          strataComm_t comm, strataStream_t stream)
+{
+    ST_API_ARGS(ST_COLL_ALLREDUCE, comm, sendbuff, recvbuff, count, datatype);
+    result = st_api_coll_check(&args, "strataAllReduce", 1, 0, op, stream);
+    if (result != strataSuccess) {
+        return result;
+    }
+    if (count > 0 && sendbuff == NULL) {
+        return st_api_null_buffer(&args, "strataAllReduce", "sendbuff");
+    }
+    if (count > 0 && recvbuff == NULL) {
+        return st_api_null_buffer(&args, "strataAllReduce", "recvbuff");
+    }
+    return st_api_launch(&args, stream);
+}
+
+STRATA_API strataResult_t strataBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                                          strataDataType_t datatype, int root, strataComm_t comm,
+                                          strataStream_t stream)
+{
+    ST_API_ARGS(ST_COLL_BROADCAST, comm, sendbuff, recvbuff, count, datatype);
+    args.root = root;
+    result = st_api_coll_check(&args, "strataBroadcast", 0, 1, strataSum, stream);
+    if (result != strataSuccess) {
+        return result;
+    }
+    if (count > 0 && comm->rank == root && sendbuff == NULL) {
+        return st_api_null_buffer(&args, "strataBroadcast", "sendbuff (on root)");
+    }
+    if (count > 0 && recvbuff == NULL) {
+        return st_api_null_buffer(&args, "strataBroadcast", "recvbuff");
+    }
+    return st_api_launch(&args, stream);
+}
+
+STRATA_API strataResult_t strataReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                       strataDataType_t datatype, strataRedOp_t op, int root,
+                                       strataComm_t comm, strataStream_t stream)
+{
+    ST_API_ARGS(ST_COLL_REDUCE, comm, sendbuff, recvbuff, count, datatype);
+    args.root = root;
+    result = st_api_coll_check(&args, "strataReduce", 1, 1, op, stream);
+    if (result != strataSuccess) {
+        return result;
+    }
+    if (count > 0 && sendbuff == NULL) {
+        return st_api_null_buffer(&args, "strataReduce", "sendbuff");
+    }
+    if (count > 0 && comm->rank == root && recvbuff == NULL) {
+        return st_api_null_buffer(&args, "strataReduce", "recvbuff (on root)");
+    }
+    return st_api_launch(&args, stream);
+}
+
+STRATA_API strataResult_t strataAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                          strataDataType_t datatype, strataComm_t comm,
+                                          strataStream_t stream)
+{
+    ST_API_ARGS(ST_COLL_ALLGATHER, comm, sendbuff, recvbuff, sendcount, datatype);
+    result = st_api_coll_check(&args, "strataAllGather", 0, 0, strataSum, stream);
+    if (result != strataSuccess) {
+        return result;
+    }
+    if (sendcount > 0 && sendbuff == NULL) {
+        return st_api_null_buffer(&args, "strataAllGather", "sendbuff");
+    }
+    if (sendcount > 0 && recvbuff == NULL) {
+        return st_api_null_buffer(&args, "strataAllGather", "recvbuff");
+    }
+    return st_api_launch(&args, stream);
+}
+
+STRATA_API strataResult_t strataReduceScatter(const void *sendbuff, void *recvbuff,
+                                              size_t recvcount, strataDataType_t datatype,
+                                              strataRedOp_t op, strataComm_t comm,
+                                              strataStream_t stream)
+{
+    ST_API_ARGS(ST_COLL_REDUCESCATTER, comm, sendbuff, recvbuff, recvcount, datatype);
+    result = st_api_coll_check(&args, "strataReduceScatter", 1, 0, op, stream);
+    if (result != strataSuccess) {
+        return result;
+    }
+    if (recvcount > 0 && sendbuff == NULL) {
+        return st_api_null_buffer(&args, "strataReduceScatter", "sendbuff");
+    }
+    if (recvcount > 0 && recvbuff == NULL) {
+        return st_api_null_buffer(&args, "strataReduceScatter", "recvbuff");
+    }
+    return st_api_launch(&args, stream);
+}
+
+static strataResult_t st_api_p2p(st_coll_args_t *args, const char *fn, int peer,
+                                 strataStream_t stream)
+{
+    strataResult_t result = st_api_coll_check(args, fn, 0, 0, strataSum, stream);
+
+    if (result != strataSuccess) {
+        return result;
+    }
+    if (peer < 0 || peer >= args->comm->nranks) {
+        st_error(ST_SUB_P2P, "%s (rank %d): peer %d is outside [0, %d)", fn, args->comm->rank,
+                 peer, args->comm->nranks);
+        return strataInvalidArgument;
+    }
+    args->peer = peer;
+    if (args->count > 0 && (args->type == ST_COLL_SEND ? args->sendbuff == NULL
+                                                       : args->recvbuff == NULL)) {
+        return st_api_null_buffer(args, fn, args->type == ST_COLL_SEND ? "sendbuff"
+                                                                        : "recvbuff");
+    }
+    return st_api_launch(args, stream);
+}
+
+STRATA_API strataResult_t strataSend(const void *sendbuff, size_t count,
+                                     strataDataType_t datatype, int peer, strataComm_t comm,
+                                     strataStream_t stream)
+{
+    ST_API_ARGS(ST_COLL_SEND, comm, sendbuff, NULL, count, datatype);
+    (void)result;
+    return st_api_p2p(&args, "strataSend", peer, stream);
+}
+
+STRATA_API strataResult_t strataRecv(void *recvbuff, size_t count, strataDataType_t datatype,
+                                     int peer, strataComm_t comm, strataStream_t stream)
+{
+    ST_API_ARGS(ST_COLL_RECV, comm, NULL, recvbuff, count, datatype);
+    (void)result;
+    return st_api_p2p(&args, "strataRecv", peer, stream);
+}

@@ -1,0 +1,373 @@
+/*
+ * comm.c - communicator lifecycle: create (bootstrap, transport, endpoints), split, free, and the
+ * registry of live communicators.
+ *
+ * Each rank publishes a record (node identity, pid, two transport addresses) and receives every
+ * rank's. A peer on another node is connected with the network-only address, so its bytes cross
+ * the network even when the "nodes" are namespaces of one host; a peer on the same node gets the
+ * full address (shared memory where the transport has it).
+ */
+#include "config.h"
+#include "core/comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coll/coll.h"
+#include "core/bootstrap.h"
+#include "core/exec.h"
+#include "core/log.h"
+#include "core/param.h"
+#include "core/socket.h"
+#include "topo/node.h"
+
+#define ST_ADDR_MAX 2048 /* bytes per published transport address */
+
+/* The record every rank publishes (fixed size: the bootstrap and the split's all-gather move
+ * equal-sized blobs). */
+typedef struct st_rank_record {
+    char     node_id[ST_NODE_ID_LEN];
+    uint32_t pid;
+    int32_t  color;       /* split only */
+    int32_t  key;         /* split only */
+    int32_t  rank;        /* rank in the parent (split) or the id */
+    uint32_t addr_len[2]; /* ST_NET_ADDR_ALL, ST_NET_ADDR_NET_ONLY */
+    uint8_t  addr[2][ST_ADDR_MAX];
+} st_rank_record_t;
+
+static pthread_mutex_t st_comm_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static st_comm_t     **st_comm_registry;
+static size_t          st_comm_registry_len;
+static size_t          st_comm_registry_cap;
+
+void st_comm_register(st_comm_t *comm)
+{
+    pthread_mutex_lock(&st_comm_registry_lock);
+    if (st_comm_registry_len == st_comm_registry_cap) {
+        size_t      cap = st_comm_registry_cap ? 2 * st_comm_registry_cap : 16;
+        st_comm_t **grown = realloc(st_comm_registry, cap * sizeof(*grown));
+        if (grown == NULL) {
+            pthread_mutex_unlock(&st_comm_registry_lock);
+            return; /* unregistered comms are only less protected against misuse */
+        }
+        st_comm_registry     = grown;
+        st_comm_registry_cap = cap;
+    }
+    st_comm_registry[st_comm_registry_len++] = comm;
+    pthread_mutex_unlock(&st_comm_registry_lock);
+}
+
+void st_comm_unregister(st_comm_t *comm)
+{
+    pthread_mutex_lock(&st_comm_registry_lock);
+    for (size_t i = 0; i < st_comm_registry_len; i++) {
+        if (st_comm_registry[i] == comm) {
+            st_comm_registry[i] = st_comm_registry[--st_comm_registry_len];
+            break;
+        }
+    }
+    if (st_comm_registry_len == 0) {
+        free(st_comm_registry);
+        st_comm_registry     = NULL;
+        st_comm_registry_cap = 0;
+    }
+    pthread_mutex_unlock(&st_comm_registry_lock);
+}
+
+int st_comm_is_live(const st_comm_t *comm)
+{
+    int live = 0;
+
+    pthread_mutex_lock(&st_comm_registry_lock);
+    for (size_t i = 0; i < st_comm_registry_len && !live; i++) {
+        live = (st_comm_registry[i] == comm);
+    }
+    pthread_mutex_unlock(&st_comm_registry_lock);
+    return live;
+}
+
+void st_comm_set_error(st_comm_t *comm, st_status_t status)
+{
+    int expected = strataSuccess;
+
+    __atomic_compare_exchange_n(&comm->async_error, &expected, st_status_to_result(status), 0,
+                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    if (comm->state == ST_COMM_READY) {
+        comm->state = ST_COMM_FAILED;
+    }
+}
+
+st_comm_t *st_comm_alloc(int rank, int nranks, double op_timeout, const char *name)
+{
+    st_comm_t *comm = calloc(1, sizeof(*comm));
+
+    if (comm == NULL) {
+        return NULL;
+    }
+    comm->magic        = ST_COMM_MAGIC;
+    comm->rank         = rank;
+    comm->nranks       = nranks;
+    comm->timeout      = op_timeout;
+    comm->state        = ST_COMM_INITIALIZING;
+    comm->eps          = calloc((size_t)nranks, sizeof(*comm->eps));
+    comm->peers        = calloc((size_t)nranks, sizeof(*comm->peers));
+    comm->p2p_send_seq = calloc((size_t)nranks, sizeof(*comm->p2p_send_seq));
+    comm->p2p_recv_seq = calloc((size_t)nranks, sizeof(*comm->p2p_recv_seq));
+    snprintf(comm->name, sizeof(comm->name), "%s", name ? name : "strata");
+    pthread_mutex_init(&comm->lock, NULL);
+    if (comm->eps == NULL || comm->peers == NULL || comm->p2p_send_seq == NULL ||
+        comm->p2p_recv_seq == NULL) {
+        st_comm_free(comm, 1);
+        return NULL;
+    }
+    return comm;
+}
+
+/* Opens the net transport (STRATA_NET) for comm and writes this rank's record. */
+static st_status_t st_comm_open_net(st_comm_t *comm, st_rank_record_t *rec)
+{
+    st_net_config_t cfg;
+    const char     *want = st_core_config.net;
+    st_status_t     status = ST_ERR_NO_DEVICE;
+    size_t          len;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.rank   = comm->rank;
+    cfg.nranks = comm->nranks;
+    snprintf(cfg.name, sizeof(cfg.name), "%s", comm->name);
+    for (const st_net_ops_t *const *tl = st_net_transports; *tl != NULL; tl++) {
+        if (want != NULL && strcmp(want, "auto") != 0 && strcmp(want, (*tl)->name) != 0) {
+            continue;
+        }
+        status = (*tl)->open(&cfg, &comm->net_ctx);
+        if (status == ST_OK) {
+            comm->net = *tl;
+            break;
+        }
+    }
+    if (comm->net == NULL) {
+        if (want != NULL && strcmp(want, "auto") != 0 && st_net_find(st_net_transports, want) ==
+                                                             NULL) {
+            st_error(ST_SUB_INIT, "STRATA_NET '%s' names no transport of this build", want);
+            return ST_ERR_INVALID;
+        }
+        st_error(ST_SUB_INIT, "no usable net transport (STRATA_NET '%s')", want ? want : "");
+        return (status < 0) ? status : ST_ERR_NO_DEVICE;
+    }
+    memset(rec, 0, sizeof(*rec));
+    st_node_id(rec->node_id, sizeof(rec->node_id));
+    rec->pid = (uint32_t)getpid();
+    for (int scope = 0; scope < 2; scope++) {
+        len = ST_ADDR_MAX;
+        status = comm->net->address(comm->net_ctx, (st_net_addr_scope_t)scope, rec->addr[scope],
+                                    &len);
+        if (status != ST_OK) {
+            st_error(ST_SUB_INIT, "%s address of %zu B exceeds the %d B a record holds",
+                     comm->net->name, len, ST_ADDR_MAX);
+            return ST_ERR_INTERNAL;
+        }
+        rec->addr_len[scope] = (uint32_t)len;
+    }
+    return ST_OK;
+}
+
+/* Connects comm to every rank; recs[r] is rank r's record. */
+static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *const *recs)
+{
+    const st_rank_record_t *me = recs[comm->rank];
+    st_status_t             status;
+
+    comm->nnodes = 0;
+    for (int r = 0; r < comm->nranks; r++) {
+        int first = 1;
+
+        memcpy(comm->peers[r].node_id, recs[r]->node_id, ST_NODE_ID_LEN);
+        comm->peers[r].node_id[ST_NODE_ID_LEN - 1] = '\0';
+        comm->peers[r].pid = recs[r]->pid;
+        for (int q = 0; q < r && first; q++) {
+            first = strcmp(comm->peers[q].node_id, comm->peers[r].node_id) != 0;
+        }
+        comm->nnodes += first;
+    }
+    for (int r = 0; r < comm->nranks; r++) {
+        int remote = strcmp(recs[r]->node_id, me->node_id) != 0;
+        int scope  = remote ? ST_NET_ADDR_NET_ONLY : ST_NET_ADDR_ALL;
+
+        if (recs[r]->addr_len[scope] == 0 || recs[r]->addr_len[scope] > ST_ADDR_MAX) {
+            st_error(ST_SUB_INIT, "rank %d published a bad address (%u B)", r,
+                     recs[r]->addr_len[scope]);
+            return ST_ERR_USAGE;
+        }
+        status = comm->net->connect(comm->net_ctx, r, recs[r]->addr[scope],
+                                    recs[r]->addr_len[scope], &comm->eps[r]);
+        if (status != ST_OK) {
+            return status;
+        }
+        st_info(ST_SUB_INIT, "%s: rank %d -> rank %d via %s%s (node %s)", comm->name, comm->rank,
+                r, comm->net->name, remote ? " net only" : "", recs[r]->node_id);
+    }
+    comm->state = ST_COMM_READY;
+    return ST_OK;
+}
+
+st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeout)
+{
+    st_unique_id_t           uid;
+    st_rank_record_t        *table = NULL;
+    const st_rank_record_t **recs = NULL;
+    st_rank_record_t         rec;
+    st_status_t              status;
+    int                      nranks = comm->nranks, rank = comm->rank;
+
+    ST_CHECK(st_bootstrap_id_decode(id, &uid));
+    ST_CHECK(st_comm_open_net(comm, &rec));
+    rec.rank = rank;
+    if (uid.from_env && rank == 0) {
+        ST_CHECK(st_bootstrap_root_start(&uid, nranks, timeout));
+    }
+    table = malloc((size_t)nranks * sizeof(*table));
+    recs  = malloc((size_t)nranks * sizeof(*recs));
+    if (table == NULL || recs == NULL) {
+        status = ST_ERR_NO_MEMORY;
+        goto out;
+    }
+    ST_CHECK_GOTO(st_bootstrap_exchange(&uid, rank, nranks, &rec, sizeof(rec), table, timeout),
+                  status, out);
+    for (int r = 0; r < nranks; r++) {
+        recs[r] = &table[r];
+    }
+    ST_CHECK_GOTO(st_comm_connect(comm, recs), status, out);
+    st_info(ST_SUB_INIT, "%s: rank %d of %d ready on node %s (%d nodes)", comm->name, rank,
+            nranks, rec.node_id, comm->nnodes);
+out:
+    free(recs);
+    free(table);
+    return status;
+}
+
+static int st_split_cmp(const void *a, const void *b)
+{
+    const st_rank_record_t *ra = *(const st_rank_record_t *const *)a;
+    const st_rank_record_t *rb = *(const st_rank_record_t *const *)b;
+
+    if (ra->key != rb->key) {
+        return (ra->key < rb->key) ? -1 : 1;
+    }
+    return (ra->rank < rb->rank) ? -1 : (ra->rank > rb->rank);
+}
+
+st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeout,
+                          const char *name, st_comm_t **comm_p)
+{
+    int                      n = parent->nranks;
+    st_rank_record_t        *table;
+    const st_rank_record_t **members = NULL;
+    st_rank_record_t         rec;
+    st_coll_args_t           args;
+    st_comm_t               *comm = NULL;
+    st_status_t              status;
+    int                      nmembers = 0, myrank = -1;
+
+    *comm_p = NULL;
+    table = malloc((size_t)n * sizeof(*table));
+    if (table == NULL) {
+        return ST_ERR_NO_MEMORY;
+    }
+    memset(&rec, 0, sizeof(rec));
+    if (color >= 0) {
+        /* rank and size are unknown until the all-gather: open the transport first */
+        comm = st_comm_alloc(0, 1, op_timeout, name);
+        if (comm == NULL) {
+            status = ST_ERR_NO_MEMORY;
+            goto out;
+        }
+        ST_CHECK_GOTO(st_comm_open_net(comm, &rec), status, out);
+    }
+    rec.color = (color >= 0) ? color : -1;
+    rec.key   = key;
+    rec.rank  = parent->rank;
+
+    memset(&args, 0, sizeof(args));
+    args.type     = ST_COLL_ALLGATHER;
+    args.comm     = parent;
+    args.sendbuff = &rec;
+    args.recvbuff = table;
+    args.count    = sizeof(rec);
+    args.dtype    = strataUint8;
+    pthread_mutex_lock(&parent->lock);
+    args.seq = parent->coll_seq++;
+    pthread_mutex_unlock(&parent->lock);
+    ST_CHECK_GOTO(st_coll_run(&args, 1), status, out);
+    if (color < 0) {
+        status = ST_OK;
+        goto out;
+    }
+
+    members = malloc((size_t)n * sizeof(*members));
+    if (members == NULL) {
+        status = ST_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (int r = 0; r < n; r++) {
+        if (table[r].color == color) {
+            members[nmembers++] = &table[r];
+        }
+    }
+    qsort(members, (size_t)nmembers, sizeof(*members), st_split_cmp);
+    for (int i = 0; i < nmembers; i++) {
+        if (members[i]->rank == parent->rank) {
+            myrank = i;
+        }
+    }
+    /* resize the comm allocated before the all-gather to its real size */
+    {
+        st_comm_t *sized = st_comm_alloc(myrank, nmembers, op_timeout, name);
+        if (sized == NULL) {
+            status = ST_ERR_NO_MEMORY;
+            goto out;
+        }
+        sized->net     = comm->net;
+        sized->net_ctx = comm->net_ctx;
+        sized->net->set_rank(sized->net_ctx, myrank);
+        comm->net_ctx  = NULL;
+        comm->net      = NULL;
+        st_comm_free(comm, 1);
+        comm = sized;
+    }
+    ST_CHECK_GOTO(st_comm_connect(comm, members), status, out);
+    st_info(ST_SUB_INIT, "%s: split of %s color %d key %d: rank %d of %d", comm->name,
+            parent->name, color, key, myrank, nmembers);
+    *comm_p = comm;
+    comm = NULL;
+    status = ST_OK;
+
+out:
+    if (comm != NULL) {
+        st_comm_free(comm, 1);
+    }
+    free(members);
+    free(table);
+    return status;
+}
+
+void st_comm_free(st_comm_t *comm, int force)
+{
+    if (comm->eps != NULL && comm->net != NULL) {
+        for (int r = 0; r < comm->nranks; r++) {
+            if (comm->eps[r] != NULL) {
+                comm->net->disconnect(comm->eps[r], force, 2.0);
+            }
+        }
+    }
+    if (comm->net_ctx != NULL) {
+        comm->net->close(comm->net_ctx);
+    }
+    pthread_mutex_destroy(&comm->lock);
+    free(comm->eps);
+    free(comm->peers);
+    free(comm->p2p_send_seq);
+    free(comm->p2p_recv_seq);
+    comm->magic = 0;
+    free(comm);
+}

@@ -1,0 +1,90 @@
+/*
+ * comm.h - the communicator: who the ranks are, how to reach them, and the state every operation
+ * on it shares (sequence numbers, the lock that serialises driving its net context, its errors).
+ */
+#ifndef ST_COMM_H
+#define ST_COMM_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "reduce/reduce.h"
+#include "strata.h"
+#include "transports/transport.h"
+
+#define ST_COMM_MAX_PREMUL 64
+#define ST_NODE_ID_LEN     64
+
+typedef enum {
+    ST_COMM_INITIALIZING = 0,
+    ST_COMM_READY,
+    ST_COMM_FINALIZED,
+    ST_COMM_FAILED,  /* an operation failed: further collectives are refused */
+    ST_COMM_ABORTED
+} st_comm_state_t;
+
+/* What every rank publishes about itself at init. */
+typedef struct st_peer_info {
+    char     node_id[ST_NODE_ID_LEN]; /* ranks with equal node ids are on one node */
+    uint32_t pid;
+} st_peer_info_t;
+
+typedef struct st_premul_slot {
+    int        used;
+    st_redop_t redop;
+} st_premul_slot_t;
+
+struct st_comm {
+    uint64_t             magic;
+    int                  rank;
+    int                  nranks;
+    char                 name[64];
+    double               timeout;      /* seconds; every wait of an operation */
+    volatile int         state;        /* st_comm_state_t */
+    volatile int         async_error;  /* strataResult_t of the first asynchronous failure */
+    volatile int         active;       /* operations being driven right now (abort waits) */
+    volatile int         queued;       /* work items queued on host streams, not yet done */
+    pthread_t            init_thread;  /* nonblocking init */
+    int                  init_thread_live;
+
+    const st_net_ops_t  *net;
+    st_net_ctx_t        *net_ctx;
+    st_net_ep_t        **eps;          /* [nranks], connected at init */
+    st_peer_info_t      *peers;        /* [nranks] */
+    int                  node;         /* index of this rank's node among distinct node ids */
+    int                  nnodes;
+
+    pthread_mutex_t      lock;         /* serialises progress of net_ctx and op state */
+    uint64_t             coll_seq;     /* collectives issued so far (tags, error messages) */
+    uint64_t            *p2p_send_seq; /* [nranks] sends issued to each peer */
+    uint64_t            *p2p_recv_seq; /* [nranks] receives issued from each peer */
+    uint32_t             split_seq;    /* splits issued (each split's new comm gets its own id) */
+
+    st_premul_slot_t     premul[ST_COMM_MAX_PREMUL];
+};
+typedef struct st_comm st_comm_t;
+
+#define ST_COMM_MAGIC       UINT64_C(0x57a7a0c0bb1e0001)
+
+/* Allocates a communicator shell for rank of nranks (state INITIALIZING); NULL without memory. */
+st_comm_t *st_comm_alloc(int rank, int nranks, double op_timeout, const char *name);
+/* Bootstrap, net context and endpoints of an allocated comm; state READY on success. The caller
+ * frees the comm on failure. timeout: seconds for the bootstrap. */
+st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeout);
+/* Creates the communicator of a split (called by every rank of parent). *comm_p is NULL for
+ * color < 0. */
+st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeout,
+                          const char *name, st_comm_t **comm_p);
+/* Frees everything; force = 1 drops in-flight traffic (abort). */
+void st_comm_free(st_comm_t *comm, int force);
+
+/* The registry of live communicators: a destroyed handle is recognised without dereferencing it. */
+void st_comm_register(st_comm_t *comm);
+void st_comm_unregister(st_comm_t *comm);
+int  st_comm_is_live(const st_comm_t *comm);
+
+/* Marks comm failed (further collectives refused) and records the first async error. */
+void st_comm_set_error(st_comm_t *comm, st_status_t status);
+
+#endif

@@ -1,0 +1,24 @@
+/*
+ * enqueue.h - where a validated call goes: into the calling thread's open group, onto a host
+ * stream, or straight to the engine (NULL stream).
+ */
+#ifndef ST_ENQUEUE_H
+#define ST_ENQUEUE_H
+
+#include "coll/coll.h"
+#include "core/status.h"
+#include "strata.h"
+
+/* Routes one call (sequence number already assigned). */
+st_status_t st_enqueue(const st_coll_args_t *args, strataStream_t stream);
+
+/* group.c: the calling thread's group nesting depth (0: no group open). */
+int         st_group_depth(void);
+st_status_t st_group_add(const st_coll_args_t *args, strataStream_t stream);
+
+/* stream.c */
+int         st_stream_is_live(strataStream_t stream);
+/* Queues nargs calls as one unit (run together, like a group). Copies args. */
+st_status_t st_stream_push(strataStream_t stream, const st_coll_args_t *args, int nargs);
+
+#endif

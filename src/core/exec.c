@@ -1,0 +1,179 @@
+/*
+ * exec.c - the engine that drives operations (see exec.h): progress, back-off, deadlines.
+ *
+ * Back-off: after STRATA_SPIN_TIME without progress the engine arms every transport's event fd
+ * and sleeps in poll() (at most 100 ms at a time, so abort and deadlines are noticed). While
+ * spinning it yields the core, since on a shared host the peer it waits for may need it.
+ */
+#include "config.h"
+#include "core/exec.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <stdlib.h>
+
+#include "core/log.h"
+#include "core/param.h"
+#include "core/socket.h"
+
+#define ST_EXEC_MAX_POLL_MS 100
+#define ST_EXEC_MAX_FDS     64
+
+static int st_exec_comm_aborted(const st_comm_t *comm)
+{
+    return comm->state == ST_COMM_ABORTED;
+}
+
+/* Arms the transports of the unfinished ops and sleeps until one has an event or timeout_ms.
+ * Returns without sleeping when a transport has pending events. */
+static void st_exec_block(st_op_t **ops, int nops, int timeout_ms)
+{
+    struct pollfd fds[ST_EXEC_MAX_FDS];
+    int           nfds = 0;
+
+    for (int i = 0; i < nops && nfds < ST_EXEC_MAX_FDS; i++) {
+        st_comm_t  *comm = ops[i]->comm;
+        st_status_t status;
+        int         fd, dup = 0;
+
+        if (ops[i]->finished) {
+            continue;
+        }
+        fd = comm->net->event_fd(comm->net_ctx);
+        for (int j = 0; j < nfds; j++) {
+            dup |= (fds[j].fd == fd);
+        }
+        if (fd < 0 || dup) {
+            if (fd < 0) {
+                timeout_ms = 1; /* no fd: poll the transport instead of sleeping */
+            }
+            continue;
+        }
+        pthread_mutex_lock(&comm->lock);
+        status = comm->net->arm(comm->net_ctx);
+        pthread_mutex_unlock(&comm->lock);
+        if (status != ST_OK) {
+            return; /* events pending (or arm failed): progress again */
+        }
+        fds[nfds].fd      = fd;
+        fds[nfds].events  = POLLIN;
+        fds[nfds].revents = 0;
+        nfds++;
+    }
+    poll(fds, (nfds_t)nfds, timeout_ms);
+}
+
+static st_status_t st_exec_timeout(st_op_t *op, double idle)
+{
+    st_comm_t *comm = op->comm;
+
+    if (op->wait_peer >= 0) {
+        st_error(ST_SUB_COLL, "%s #%llu on %s rank %d timed out after %.1f s without progress in"
+                 " %s step %d/%d, waiting for rank %d (STRATA_TIMEOUT)", op->coll,
+                 (unsigned long long)op->seq, comm->name, comm->rank, idle, op->phase, op->step,
+                 op->nsteps, op->wait_peer);
+    } else {
+        st_error(ST_SUB_COLL, "%s #%llu on %s rank %d timed out after %.1f s without progress in"
+                 " %s (STRATA_TIMEOUT)", op->coll, (unsigned long long)op->seq, comm->name,
+                 comm->rank, idle, op->phase);
+    }
+    return ST_ERR_TIMEOUT;
+}
+
+st_status_t st_exec_run(st_op_t **ops, int nops)
+{
+    st_status_t first = ST_OK;
+    int         remaining = nops;
+    double      now = st_time_now();
+    double      idle_since = now;
+    double      spin = st_core_config.spin_time;
+
+    for (int i = 0; i < nops; i++) {
+        ops[i]->last_progress = now;
+        ops[i]->finished      = 0;
+        __atomic_add_fetch(&ops[i]->comm->active, 1, __ATOMIC_SEQ_CST);
+    }
+    while (remaining > 0) {
+        int any = 0;
+
+        now = st_time_now();
+        for (int i = 0; i < nops; i++) {
+            st_op_t    *op = ops[i];
+            st_comm_t  *comm = op->comm;
+            st_status_t status;
+
+            if (op->finished) {
+                continue;
+            }
+            if (st_exec_comm_aborted(comm)) {
+                st_error(ST_SUB_COLL, "%s #%llu on %s rank %d: communicator aborted", op->coll,
+                         (unsigned long long)op->seq, comm->name, comm->rank);
+                status = ST_ERR_REMOTE;
+            } else {
+                pthread_mutex_lock(&comm->lock);
+                if (comm->net->progress(comm->net_ctx) == ST_OK) {
+                    any = 1;
+                }
+                op->progressed = 0;
+                status = op->progress(op);
+                pthread_mutex_unlock(&comm->lock);
+                if (op->progressed) {
+                    any = 1;
+                    op->last_progress = now;
+                } else if (status == ST_INPROGRESS && now - op->last_progress > comm->timeout) {
+                    status = st_exec_timeout(op, now - op->last_progress);
+                }
+            }
+            if (status == ST_INPROGRESS) {
+                continue;
+            }
+            op->finished = 1;
+            remaining--;
+            if (status < 0) {
+                st_comm_set_error(comm, status);
+                if (first == ST_OK) {
+                    first = status;
+                }
+            }
+        }
+        if (remaining == 0) {
+            break;
+        }
+        if (any) {
+            idle_since = now;
+        } else if (now - idle_since < spin) {
+            sched_yield();
+        } else {
+            st_exec_block(ops, nops, ST_EXEC_MAX_POLL_MS);
+        }
+    }
+    for (int i = 0; i < nops; i++) {
+        st_comm_t *comm = ops[i]->comm;
+
+        pthread_mutex_lock(&comm->lock);
+        ops[i]->destroy(ops[i]);
+        pthread_mutex_unlock(&comm->lock);
+        __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+    }
+    return first;
+}
+
+int st_exec_drain(st_comm_t *comm, st_request_t *const *reqs, int n, double timeout)
+{
+    double deadline = st_time_now() + timeout;
+
+    for (;;) {
+        int pending = 0;
+
+        for (int i = 0; i < n; i++) {
+            pending += !reqs[i]->done;
+        }
+        if (pending == 0) {
+            return 1;
+        }
+        if (st_time_now() > deadline) {
+            return 0;
+        }
+        comm->net->progress(comm->net_ctx);
+    }
+}

@@ -1,0 +1,52 @@
+/*
+ * exec.h - operations and the engine that drives them.
+ *
+ * Every collective and point-to-point call becomes an st_op_t: a nonblocking state machine whose
+ * progress() posts transfers, checks completions and does local reductions, never blocking. The
+ * engine drives any number of operations (on any number of communicators) together, which is what
+ * groups and strataCommInitAll need, and it owns waiting: it spins for STRATA_SPIN_TIME, then
+ * blocks in poll() on the communicators' event fds, so that 8 ranks on 2 cores do not starve each
+ * other. It also owns deadlines: an operation that makes no progress for its communicator's
+ * timeout fails with ST_ERR_TIMEOUT and a message naming the collective, its sequence number, its
+ * phase and step, and the peer it was waiting for.
+ */
+#ifndef ST_EXEC_H
+#define ST_EXEC_H
+
+#include <stdint.h>
+
+#include "core/comm.h"
+#include "core/status.h"
+
+typedef struct st_op st_op_t;
+
+struct st_op {
+    st_comm_t   *comm;
+    const char  *coll;        /* "AllReduce", "Send", ... */
+    uint64_t     seq;         /* the communicator's collective sequence number */
+    /* Where it is, for timeout messages; kept current by progress(). */
+    const char  *phase;       /* "reduce-scatter", "all-gather", "chain", "send" */
+    int          step;
+    int          nsteps;
+    int          wait_peer;   /* rank whose message or acknowledgement is awaited, -1 none */
+    int          progressed;  /* set by progress() when anything advanced */
+    double       last_progress;
+    int          finished;
+    /* ST_INPROGRESS while running, ST_OK when complete, an error (logged) when failed. Called
+     * with comm->lock held, after the communicator's net progress. */
+    st_status_t (*progress)(st_op_t *op);
+    /* Cancels whatever is in flight and waits (bounded) until the transport let go of the
+     * buffers, then frees the op. Called with comm->lock held. */
+    void        (*destroy)(st_op_t *op);
+};
+
+/* Drives ops[0..nops) until each has completed or failed, then destroys them all. Returns ST_OK or
+ * the first error. Failed operations mark their communicator failed. */
+st_status_t st_exec_run(st_op_t **ops, int nops);
+
+/* Progress a communicator's transport until no request in reqs[0..n) is in flight, at most
+ * timeout seconds (used by destroy paths after cancelling). Returns 1 when all are done. */
+struct st_request;
+int st_exec_drain(st_comm_t *comm, struct st_request *const *reqs, int n, double timeout);
+
+#endif

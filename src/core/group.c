@@ -1,0 +1,128 @@
+/*
+ * group.c - strataGroupStart / strataGroupEnd: the calls of a thread between them are kept in a
+ * thread-local list and launched together by the outermost End, so one thread can drive several
+ * communicators (strataCommInitAll) and any send/recv pattern without deadlock.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/enqueue.h"
+#include "core/log.h"
+
+typedef struct st_group_item {
+    st_coll_args_t args;
+    strataStream_t stream;
+} st_group_item_t;
+
+static __thread int              st_group_level;
+static __thread st_group_item_t *st_group_items;
+static __thread int              st_group_len;
+static __thread int              st_group_cap;
+static __thread st_status_t      st_group_error;
+
+int st_group_depth(void)
+{
+    return st_group_level;
+}
+
+st_status_t st_group_add(const st_coll_args_t *args, strataStream_t stream)
+{
+    if (st_group_len == st_group_cap) {
+        int              cap = st_group_cap ? 2 * st_group_cap : 16;
+        st_group_item_t *grown = realloc(st_group_items, (size_t)cap * sizeof(*grown));
+
+        if (grown == NULL) {
+            st_error(ST_SUB_COLL, "group: out of memory queueing call %d", st_group_len + 1);
+            st_group_error = ST_ERR_NO_MEMORY;
+            return ST_ERR_NO_MEMORY;
+        }
+        st_group_items = grown;
+        st_group_cap   = cap;
+    }
+    st_group_items[st_group_len].args   = *args;
+    st_group_items[st_group_len].stream = stream;
+    st_group_len++;
+    return ST_OK;
+}
+
+strataResult_t strataGroupStart(void)
+{
+    if (st_group_level++ == 0) {
+        st_group_len   = 0;
+        st_group_error = ST_OK;
+    }
+    return strataSuccess;
+}
+
+/* Launches the queued calls: NULL-stream ones together now, the others per stream as a unit. */
+static st_status_t st_group_launch(void)
+{
+    st_coll_args_t *now;
+    st_status_t     status = ST_OK, s;
+    int             nnow = 0;
+
+    now = malloc((size_t)(st_group_len ? st_group_len : 1) * sizeof(*now));
+    if (now == NULL) {
+        return ST_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < st_group_len; i++) {
+        strataStream_t stream = st_group_items[i].stream;
+        int            taken = 0;
+
+        if (stream == NULL) {
+            now[nnow++] = st_group_items[i].args;
+            continue;
+        }
+        /* gather every call of this stream (once, at its first appearance) */
+        for (int j = 0; j < i && !taken; j++) {
+            taken = (st_group_items[j].stream == stream);
+        }
+        if (!taken) {
+            st_coll_args_t *unit = malloc((size_t)st_group_len * sizeof(*unit));
+            int             nunit = 0;
+
+            if (unit == NULL) {
+                status = ST_ERR_NO_MEMORY;
+                continue;
+            }
+            for (int j = i; j < st_group_len; j++) {
+                if (st_group_items[j].stream == stream) {
+                    unit[nunit++] = st_group_items[j].args;
+                }
+            }
+            s = st_stream_push(stream, unit, nunit);
+            status = (status == ST_OK) ? s : status;
+            free(unit);
+        }
+    }
+    if (nnow > 0) {
+        s = st_coll_run(now, nnow);
+        status = (status == ST_OK) ? s : status;
+    }
+    free(now);
+    return status;
+}
+
+strataResult_t strataGroupEnd(void)
+{
+    st_status_t status;
+
+    if (st_group_level == 0) {
+        st_error(ST_SUB_COLL, "strataGroupEnd without a matching strataGroupStart");
+        return strataInvalidUsage;
+    }
+    if (--st_group_level > 0) {
+        return strataSuccess;
+    }
+    status = st_group_launch();
+    if (st_group_error != ST_OK && status == ST_OK) {
+        status = st_group_error;
+    }
+    free(st_group_items);
+    st_group_items = NULL;
+    st_group_len   = 0;
+    st_group_cap   = 0;
+    return st_status_to_result(status);
+}

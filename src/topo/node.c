@@ -1,0 +1,35 @@
+/*
+ * node.c - node identity from STRATA_HOSTID, or hostname plus boot id.
+ *
+ * Emulated nodes (network namespaces with their own UTS hostname) share one kernel and so one boot
+ * id; their hostnames differ, which is what makes them distinct nodes here.
+ */
+#include "config.h"
+#include "topo/node.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/param.h"
+
+void st_node_id(char *buf, size_t len)
+{
+    char  host[256] = "unknown";
+    char  boot[64]  = "";
+    FILE *f;
+
+    if (st_core_config.hostid != NULL && st_core_config.hostid[0] != '\0') {
+        snprintf(buf, len, "%s", st_core_config.hostid);
+        return;
+    }
+    gethostname(host, sizeof(host) - 1);
+    f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f != NULL) {
+        if (fgets(boot, sizeof(boot), f) != NULL) {
+            boot[strcspn(boot, "\n")] = '\0';
+        }
+        fclose(f);
+    }
+    snprintf(buf, len, "%s%s%.36s", host, boot[0] ? ":" : "", boot);
+}

@@ -1,0 +1,16 @@
+/*
+ * node.h - node identity: which ranks share a node (and so memory, and a NIC).
+ */
+#ifndef ST_NODE_H
+#define ST_NODE_H
+
+#include <stddef.h>
+
+#include "core/status.h"
+
+/* Writes this process's node identity into buf: STRATA_HOSTID when set, else the hostname and the
+ * kernel's boot id ("host:bootid"), so two hosts with one name still differ. Never fails: on a
+ * missing boot id the hostname alone is used. */
+void st_node_id(char *buf, size_t len);
+
+#endif

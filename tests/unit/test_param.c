@@ -1,0 +1,149 @@
+/*
+ * test_param.c - STRATA_* parameter parsing, subsystem masks and status translation.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/log.h"
+#include "core/param.h"
+#include "core/status.h"
+
+static void test_parse_size(void **state)
+{
+    size_t v;
+
+    assert_int_equal(st_config_parse_value(ST_CFG_SIZE, "512k", &v), ST_OK);
+    assert_int_equal(v, 512 * 1024);
+    assert_int_equal(st_config_parse_value(ST_CFG_SIZE, "4M", &v), ST_OK);
+    assert_int_equal(v, 4 << 20);
+    assert_int_equal(st_config_parse_value(ST_CFG_SIZE, "1gb", &v), ST_OK);
+    assert_int_equal(v, (size_t)1 << 30);
+    assert_int_equal(st_config_parse_value(ST_CFG_SIZE, "17", &v), ST_OK);
+    assert_int_equal(v, 17);
+    assert_int_equal(st_config_parse_value(ST_CFG_SIZE, "-1", &v), ST_ERR_INVALID);
+    assert_int_equal(st_config_parse_value(ST_CFG_SIZE, "12q", &v), ST_ERR_INVALID);
+    assert_int_equal(st_config_parse_value(ST_CFG_SIZE, "", &v), ST_ERR_INVALID);
+    assert_int_equal(st_config_parse_value(ST_CFG_SIZE, "99999999999999999999g", &v),
+                     ST_ERR_INVALID);
+}
+
+static void test_parse_time(void **state)
+{
+    double t;
+
+    assert_int_equal(st_config_parse_value(ST_CFG_TIME, "30s", &t), ST_OK);
+    assert_true(t == 30.0);
+    assert_int_equal(st_config_parse_value(ST_CFG_TIME, "250ms", &t), ST_OK);
+    assert_true(fabs(t - 0.25) < 1e-12);
+    assert_int_equal(st_config_parse_value(ST_CFG_TIME, "50us", &t), ST_OK);
+    assert_true(fabs(t - 50e-6) < 1e-15);
+    assert_int_equal(st_config_parse_value(ST_CFG_TIME, "2", &t), ST_OK);
+    assert_true(t == 2.0);
+    assert_int_equal(st_config_parse_value(ST_CFG_TIME, "inf", &t), ST_OK);
+    assert_true(isinf(t));
+    assert_int_equal(st_config_parse_value(ST_CFG_TIME, "-3", &t), ST_ERR_INVALID);
+    assert_int_equal(st_config_parse_value(ST_CFG_TIME, "3 days", &t), ST_ERR_INVALID);
+}
+
+static void test_parse_int_bool(void **state)
+{
+    int      i;
+    unsigned u;
+
+    assert_int_equal(st_config_parse_value(ST_CFG_INT, "-7", &i), ST_OK);
+    assert_int_equal(i, -7);
+    assert_int_equal(st_config_parse_value(ST_CFG_UINT, "-7", &u), ST_ERR_INVALID);
+    assert_int_equal(st_config_parse_value(ST_CFG_UINT, "8", &u), ST_OK);
+    assert_int_equal(u, 8);
+    assert_int_equal(st_config_parse_value(ST_CFG_INT, "8x", &i), ST_ERR_INVALID);
+    assert_int_equal(st_config_parse_value(ST_CFG_BOOL, "yes", &i), ST_OK);
+    assert_int_equal(i, 1);
+    assert_int_equal(st_config_parse_value(ST_CFG_BOOL, "off", &i), ST_OK);
+    assert_int_equal(i, 0);
+    assert_int_equal(st_config_parse_value(ST_CFG_BOOL, "maybe", &i), ST_ERR_INVALID);
+}
+
+typedef struct {
+    char  *s;
+    size_t z;
+} test_opts_t;
+
+static void test_table_env(void **state)
+{
+    static const st_config_field_t fields[] = {
+        {"TSTR", "abc", "a string", offsetof(test_opts_t, s), ST_CFG_STRING},
+        {"TSIZE", "1k", "a size", offsetof(test_opts_t, z), ST_CFG_SIZE},
+        {NULL, NULL, NULL, 0, 0}
+    };
+    test_opts_t             opts = {NULL, 0};
+    const st_config_table_t table = {"TEST_", "test", fields, &opts};
+
+    unsetenv("STRATA_TEST_TSTR");
+    setenv("STRATA_TEST_TSIZE", "2m", 1);
+    assert_int_equal(st_config_table_parse(&table), ST_OK);
+    assert_string_equal(opts.s, "abc");
+    assert_int_equal(opts.z, 2 << 20);
+    setenv("STRATA_TEST_TSIZE", "lots", 1);
+    assert_int_equal(st_config_table_parse(&table), ST_ERR_INVALID);
+    /* the error names the variable and its value */
+    assert_non_null(strstr(st_log_last_error(), "STRATA_TEST_TSIZE"));
+    assert_non_null(strstr(st_log_last_error(), "lots"));
+    st_config_table_release(&table);
+    assert_null(opts.s);
+    unsetenv("STRATA_TEST_TSIZE");
+}
+
+static void test_subsys(void **state)
+{
+    assert_int_equal(st_log_parse_subsys("INIT,COLL"), ST_SUB_INIT | ST_SUB_COLL);
+    assert_int_equal(st_log_parse_subsys("^UCX"), ST_SUB_ALL & ~ST_SUB_UCX);
+    assert_int_equal(st_log_parse_subsys("all"), ST_SUB_ALL);
+    assert_int_equal(st_log_parse_subsys(""), ST_SUB_ALL);
+    assert_true(st_log_parse_subsys("INIT,BOGUS") < 0);
+}
+
+static void test_status_map(void **state)
+{
+    assert_int_equal(st_status_to_result(ST_OK), strataSuccess);
+    assert_int_equal(st_status_to_result(ST_ERR_INVALID), strataInvalidArgument);
+    assert_int_equal(st_status_to_result(ST_ERR_USAGE), strataInvalidUsage);
+    assert_int_equal(st_status_to_result(ST_ERR_TIMEOUT), strataTimeout);
+    assert_int_equal(st_status_to_result(ST_ERR_REMOTE), strataRemoteError);
+    assert_int_equal(st_status_to_result(ST_ERR_IO), strataSystemError);
+    assert_int_equal(st_status_to_result(ST_INPROGRESS), strataInProgress);
+    assert_string_equal(st_status_str(ST_ERR_TIMEOUT), "timeout");
+}
+
+static void test_core_defaults(void **state)
+{
+    unsetenv("STRATA_CHUNK_SIZE");
+    assert_int_equal(st_param_init(), ST_OK);
+    assert_int_equal(st_core_config.chunk_size, 512 * 1024);
+    assert_true(st_core_config.timeout == 600.0);
+    assert_string_equal(st_core_config.algo, "auto");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_size),
+        cmocka_unit_test(test_parse_time),
+        cmocka_unit_test(test_parse_int_bool),
+        cmocka_unit_test(test_table_env),
+        cmocka_unit_test(test_subsys),
+        cmocka_unit_test(test_status_map),
+        cmocka_unit_test(test_core_defaults),
+    };
+
+    setenv("STRATA_DEBUG", "NONE", 1);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
