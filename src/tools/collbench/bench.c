@@ -1,0 +1,600 @@
+/*
+ * bench.c - one rank of collbench: the nccl-tests measurement loop and its table.
+ *
+ * For every selected collective, datatype, op and root (nccl-tests' TimeTest), each rank warms up
+ * at the largest and the smallest size, then for every size runs the collective out of place and in
+ * place: `iters` timed calls (queued on a strata host stream and synchronized once with -z 0, or
+ * each returning when complete with a NULL stream, -z 1), then, with -c 1, one more call on fresh
+ * inputs whose elements it checks (data.c). The time of a size is the slowest rank's average (a
+ * strataAllReduce max), #wrong the sum over ranks; rank 0 prints the row in nccl-tests' format so
+ * that the tools that parse nccl-tests' output read collbench's unchanged. Sizes, counts, in-place
+ * offsets and bus-bandwidth factors follow nccl-tests' getCollByteCount and getBw exactly.
+ * Any failing strata call ends the rank (exit status 2) with strataGetErrorString and
+ * strataGetLastError: the other ranks then fail too, and the launcher ends the run.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "collbench.h"
+
+#define CB_HOST_LEN 56
+
+/* What rank 0 prints about every rank under "# Using devices". */
+typedef struct cb_rankinfo {
+    int32_t pid;
+    int32_t pad;
+    char    host[CB_HOST_LEN];
+} cb_rankinfo_t;
+
+typedef struct cb_bench {
+    const cb_opts_t *opts;
+    int              rank;
+    int              nranks;
+    strataComm_t     comm;
+    strataStream_t   stream;      /* NULL with -z 1 */
+    char            *sendbuf;
+    char            *recvbuf;
+    size_t           bufbytes;
+    uint64_t         rep;         /* data seed, advanced in lockstep on every rank */
+    uint64_t         wrong_total; /* of the collective being run */
+    double           bw_sum;
+    int              bw_count;
+    int              status;      /* exit status so far: 0 or 1 */
+} cb_bench_t;
+
+/* One test (collective x datatype x op x root) at one size. */
+typedef struct cb_test {
+    cb_coll_t        coll;
+    strataDataType_t dtype;
+    int              op;          /* cb_op_t */
+    strataRedOp_t    redop;       /* what strata is passed */
+    int              root;        /* -1 for the collectives without one */
+    size_t           tsize;
+    size_t           count;       /* the count argument */
+    size_t           sendcount;   /* elements in sendbuff */
+    size_t           recvcount;   /* elements in recvbuff */
+    size_t           send_ip_off; /* in place: sendbuff = recvbuff + rank * send_ip_off elements */
+    size_t           recv_ip_off; /* in place: recvbuff = recvbuff + rank * recv_ip_off elements */
+} cb_test_t;
+
+static const char *const cb_coll_names[CB_NUM_COLLS] = {
+    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "sendrecv"
+};
+
+static const char *const cb_coll_calls[CB_NUM_COLLS] = {
+    "strataAllReduce", "strataReduceScatter", "strataAllGather", "strataBroadcast",
+    "strataReduce", "strataSend/strataRecv group"
+};
+
+/* Ends the rank after a failed call: the result, strata's explanation, and what we were doing. */
+static void cb_fatal(const cb_bench_t *b, const cb_test_t *t, const char *call,
+                     strataResult_t res)
+{
+    char what[160] = "";
+
+    if (t != NULL) {
+        snprintf(what, sizeof(what), " (%s, count %zu, %s%s%s, root %d)", cb_coll_names[t->coll],
+                 t->count, cb_dtype_name(t->dtype), t->op >= 0 ? " " : "", cb_op_name(t->op),
+                 t->root);
+    }
+    fprintf(stderr, "collbench: rank %d: %s failed%s: %s: %s\n", b->rank, call, what,
+            strataGetErrorString(res), strataGetLastError(b->comm));
+    fflush(stderr);
+    exit(2);
+}
+
+static int cb_is_reducing(cb_coll_t coll)
+{
+    return coll == CB_ALL_REDUCE || coll == CB_REDUCE_SCATTER || coll == CB_REDUCE;
+}
+
+static int cb_is_rooted(cb_coll_t coll)
+{
+    return coll == CB_BROADCAST || coll == CB_REDUCE;
+}
+
+/* nccl-tests' getCollByteCount: count = bytes / element size, divided among the ranks where the
+ * collective splits it. */
+static void cb_test_shape(cb_test_t *t, size_t bytes, int nranks)
+{
+    size_t count = bytes / t->tsize, n = (size_t)nranks;
+
+    t->send_ip_off = 0;
+    t->recv_ip_off = 0;
+    switch (t->coll) {
+    case CB_ALL_GATHER:
+        t->count       = count / n;
+        t->sendcount   = t->count;
+        t->recvcount   = t->count * n;
+        t->send_ip_off = t->count;
+        break;
+    case CB_REDUCE_SCATTER:
+        t->count       = count / n;
+        t->sendcount   = t->count * n;
+        t->recvcount   = t->count;
+        t->recv_ip_off = t->count;
+        break;
+    default:
+        t->count     = count;
+        t->sendcount = count;
+        t->recvcount = count;
+        break;
+    }
+}
+
+/* nccl-tests' getBw: algbw over the bytes one rank sees (all of them for all_gather and
+ * reduce_scatter), busbw scaled to what the busiest link carries in a ring. */
+static void cb_test_bw(const cb_test_t *t, int nranks, double sec, double *algbw_p,
+                       double *busbw_p)
+{
+    double n     = nranks, bytes = (double)(t->count * t->tsize);
+    double factor = 1;
+
+    switch (t->coll) {
+    case CB_ALL_REDUCE:
+        factor = 2 * (n - 1) / n;
+        break;
+    case CB_ALL_GATHER:
+    case CB_REDUCE_SCATTER:
+        bytes *= n;
+        factor = (n - 1) / n;
+        break;
+    default:
+        break;
+    }
+    *algbw_p = (sec > 0) ? bytes / 1.0e9 / sec : 0;
+    *busbw_p = *algbw_p * factor;
+}
+
+/* Starts one call of the test (returns when it completed with a NULL stream). */
+static strataResult_t cb_issue(const cb_bench_t *b, const cb_test_t *t, int in_place)
+{
+    size_t         ts   = t->tsize, r = (size_t)b->rank;
+    char          *recv = b->recvbuf;
+    const char    *send = in_place ? recv + r * t->send_ip_off * ts : b->sendbuf;
+    strataResult_t res, res2;
+    int            n = b->nranks;
+
+    if (in_place) {
+        recv += r * t->recv_ip_off * ts;
+    }
+    switch (t->coll) {
+    case CB_ALL_REDUCE:
+        return strataAllReduce(send, recv, t->count, t->dtype, t->redop, b->comm, b->stream);
+    case CB_REDUCE_SCATTER:
+        return strataReduceScatter(send, recv, t->count, t->dtype, t->redop, b->comm, b->stream);
+    case CB_ALL_GATHER:
+        return strataAllGather(send, recv, t->count, t->dtype, b->comm, b->stream);
+    case CB_BROADCAST:
+        return strataBroadcast(send, recv, t->count, t->dtype, t->root, b->comm, b->stream);
+    case CB_REDUCE:
+        return strataReduce(send, recv, t->count, t->dtype, t->redop, t->root, b->comm,
+                            b->stream);
+    default:
+        /* a ring shift: every rank sends to the next and receives from the previous one */
+        res = strataGroupStart();
+        if (res != strataSuccess) {
+            return res;
+        }
+        res = strataSend(send, t->count, t->dtype, (b->rank + 1) % n, b->comm, b->stream);
+        if (res == strataSuccess) {
+            res = strataRecv(recv, t->count, t->dtype, (b->rank - 1 + n) % n, b->comm, b->stream);
+        }
+        res2 = strataGroupEnd();
+        return (res != strataSuccess) ? res : res2;
+    }
+}
+
+/* Waits for what was queued on the stream (nothing to do with -z 1). */
+static void cb_complete(const cb_bench_t *b, const cb_test_t *t)
+{
+    strataResult_t res;
+
+    if (b->stream != NULL) {
+        res = strataStreamSynchronize(b->stream);
+        if (res != strataSuccess) {
+            cb_fatal(b, t, "strataStreamSynchronize", res);
+        }
+    }
+}
+
+static void cb_allreduce_scalar(const cb_bench_t *b, void *value, strataDataType_t dtype,
+                                strataRedOp_t op)
+{
+    strataResult_t res = strataAllReduce(value, value, 1, dtype, op, b->comm, NULL);
+
+    if (res != strataSuccess) {
+        cb_fatal(b, NULL, "strataAllReduce (collbench bookkeeping)", res);
+    }
+}
+
+/* Keeps the timed region free of skew from the previous size (nccl-tests' Barrier). */
+static void cb_barrier(const cb_bench_t *b)
+{
+    int32_t one = 1;
+
+    cb_allreduce_scalar(b, &one, strataInt32, strataSum);
+}
+
+/* Sets the buffers of one call: inputs where the call reads, poison where it must write (so a
+ * block it forgets shows as wrong) and where it must not (non-root recvbuff of reduce). */
+static void cb_prepare(const cb_bench_t *b, const cb_test_t *t, const cb_data_t *data,
+                       int in_place)
+{
+    size_t ts = t->tsize, r = (size_t)b->rank;
+    char  *in = in_place ? b->recvbuf : b->sendbuf;
+
+    switch (t->coll) {
+    case CB_BROADCAST:
+        cb_data_poison(b->recvbuf, t->recvcount * ts);
+        if (b->rank == t->root) {
+            cb_data_fill(data, t->root, in, 0, t->count);
+        }
+        break;
+    case CB_ALL_GATHER:
+        cb_data_poison(b->recvbuf, t->recvcount * ts);
+        in += in_place ? r * t->send_ip_off * ts : 0;
+        cb_data_fill(data, b->rank, in, r * t->count, t->count);
+        break;
+    default: /* all_reduce, reduce_scatter, reduce, sendrecv: everybody's input at offset 0 */
+        if (!in_place) {
+            cb_data_poison(b->recvbuf, t->recvcount * ts);
+        }
+        cb_data_fill(data, b->rank, in, 0, t->sendcount);
+        break;
+    }
+}
+
+/* Wrong elements of this rank's output of the call cb_prepare set up. */
+static size_t cb_check(const cb_bench_t *b, const cb_test_t *t, const cb_data_t *data,
+                       int in_place)
+{
+    size_t ts = t->tsize, r = (size_t)b->rank, wrong = 0, blk;
+    int    n  = b->nranks;
+
+    switch (t->coll) {
+    case CB_ALL_REDUCE:
+        return cb_data_check_reduce(data, b->recvbuf, 0, t->count);
+    case CB_REDUCE_SCATTER:
+        return cb_data_check_reduce(data, b->recvbuf + (in_place ? r * t->recv_ip_off * ts : 0),
+                                    r * t->count, t->count);
+    case CB_ALL_GATHER:
+        for (blk = 0; blk < (size_t)n; blk++) {
+            wrong += cb_data_check_copy(data, (int)blk, b->recvbuf + blk * t->count * ts,
+                                        blk * t->count, t->count);
+        }
+        return wrong;
+    case CB_BROADCAST:
+        return cb_data_check_copy(data, t->root, b->recvbuf, 0, t->count);
+    case CB_REDUCE:
+        if (b->rank == t->root) {
+            return cb_data_check_reduce(data, b->recvbuf, 0, t->count);
+        }
+        /* strata.h: non-root buffers are never written */
+        return in_place ? cb_data_check_copy(data, b->rank, b->recvbuf, 0, t->count)
+                        : cb_data_check_poison(data, b->recvbuf, t->count);
+    default:
+        return cb_data_check_copy(data, (b->rank - 1 + n) % n, b->recvbuf, 0, t->count);
+    }
+}
+
+static void cb_run_iters(const cb_bench_t *b, const cb_test_t *t, int in_place, int iters)
+{
+    strataResult_t res;
+    int            i;
+
+    for (i = 0; i < iters; i++) {
+        res = cb_issue(b, t, in_place);
+        if (res != strataSuccess) {
+            cb_fatal(b, t, cb_coll_calls[t->coll], res);
+        }
+    }
+    cb_complete(b, t);
+}
+
+/* nccl-tests' time column: 2 decimals below 100 us, 1 below 10 ms, none above. */
+static void cb_format_time(char *buf, size_t len, double usec)
+{
+    snprintf(buf, len, (usec >= 10000.0) ? "%7.0f" : (usec >= 100.0) ? "%7.1f" : "%7.2f", usec);
+}
+
+/* One half of a row: out of place or in place. */
+static void cb_bench_one(cb_bench_t *b, cb_test_t *t, int in_place)
+{
+    cb_data_t data;
+    double    t0, sec, algbw, busbw;
+    uint64_t  wrong = 0;
+    char      timestr[32];
+
+    /* defined inputs for the timed calls too, so no NaN or subnormal skews them */
+    cb_data_init(&data, t->dtype, t->op, b->nranks, b->rep);
+    cb_prepare(b, t, &data, in_place);
+    cb_barrier(b);
+    t0 = cb_now();
+    cb_run_iters(b, t, in_place, b->opts->iters);
+    sec = (cb_now() - t0) / b->opts->iters;
+    cb_allreduce_scalar(b, &sec, strataFloat64, strataMax);
+
+    if (b->opts->check) {
+        cb_data_init(&data, t->dtype, t->op, b->nranks, ++b->rep * 0x2545f4914f6cdd1dULL);
+        cb_prepare(b, t, &data, in_place);
+        cb_run_iters(b, t, in_place, 1);
+        wrong = cb_check(b, t, &data, in_place);
+        cb_allreduce_scalar(b, &wrong, strataUint64, strataSum);
+        b->wrong_total += wrong;
+        if (wrong != 0) {
+            b->status = 1;
+        }
+    }
+
+    cb_test_bw(t, b->nranks, sec, &algbw, &busbw);
+    b->bw_sum += busbw;
+    b->bw_count++;
+    if (b->rank == 0) {
+        cb_format_time(timestr, sizeof(timestr), sec * 1.0e6);
+        if (b->opts->check) {
+            printf("  %7s  %6.2f  %6.2f  %5g", timestr, algbw, busbw, (double)wrong);
+        } else {
+            printf("  %7s  %6.2f  %6.2f  %5s", timestr, algbw, busbw, "N/A");
+        }
+    }
+}
+
+static size_t cb_next_size(const cb_opts_t *opts, size_t size)
+{
+    size_t next = (opts->stepfactor > 1) ? size * (size_t)opts->stepfactor
+                                         : size + opts->stepbytes;
+
+    return (next <= size) ? 0 : next; /* 0: overflow, stop */
+}
+
+/* nccl-tests' TimeTest: warm up at the largest and the smallest size, then one row per size. */
+static void cb_time_test(cb_bench_t *b, cb_test_t *t)
+{
+    const cb_opts_t *opts = b->opts;
+    unsigned char    scalar[16];
+    strataResult_t   res;
+    size_t           size;
+
+    t->tsize = cb_dtype_size(t->dtype);
+    t->redop = (t->op >= 0 && t->op < CB_OP_PREMULSUM) ? (strataRedOp_t)t->op : strataSum;
+    if (t->op == CB_OP_PREMULSUM) {
+        cb_data_premul_scalar(t->dtype, b->rank, scalar);
+        res = strataRedOpCreatePreMulSum(&t->redop, scalar, t->dtype, strataScalarHostImmediate,
+                                         b->comm);
+        if (res != strataSuccess) {
+            cb_fatal(b, t, "strataRedOpCreatePreMulSum", res);
+        }
+    }
+
+    cb_test_shape(t, opts->maxbytes, b->nranks);
+    cb_run_iters(b, t, 0, opts->warmup);
+    cb_test_shape(t, opts->minbytes, b->nranks);
+    cb_run_iters(b, t, 0, opts->warmup);
+
+    for (size = opts->minbytes; size != 0 && size <= opts->maxbytes;
+         size = cb_next_size(opts, size)) {
+        cb_test_shape(t, size, b->nranks);
+        if (b->rank == 0) {
+            size_t elems = (t->sendcount > t->recvcount) ? t->sendcount : t->recvcount;
+
+            printf("%12zu  %12zu  %8s  %6s  %6i", elems * t->tsize, t->count,
+                   cb_dtype_name(t->dtype), cb_op_name(t->op), t->root);
+        }
+        cb_bench_one(b, t, 0);
+        cb_bench_one(b, t, 1);
+        if (b->rank == 0) {
+            printf("\n");
+            fflush(stdout);
+        }
+    }
+
+    if (t->op == CB_OP_PREMULSUM) {
+        res = strataRedOpDestroy(t->redop, b->comm);
+        if (res != strataSuccess) {
+            cb_fatal(b, t, "strataRedOpDestroy", res);
+        }
+    }
+}
+
+static void cb_print_table_header(void)
+{
+    printf("#\n");
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place\n",
+           "", "", "", "", "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count",
+           "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+           "#wrong");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s\n", "(B)",
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)");
+}
+
+/* Every selected datatype x op x root of one collective, between nccl-tests' header and footer. */
+static void cb_bench_coll(cb_bench_t *b, cb_coll_t coll)
+{
+    const cb_opts_t *opts = b->opts;
+    cb_test_t        t;
+    int              dt, op, root, root_lo, root_hi;
+
+    if (b->rank == 0) {
+        printf("#\n# Collective test starting: %s_perf\n", cb_coll_names[coll]);
+        cb_print_table_header();
+        fflush(stdout);
+    }
+    b->wrong_total = 0;
+    b->bw_sum      = 0;
+    b->bw_count    = 0;
+    root_lo        = cb_is_rooted(coll) ? ((opts->root < 0) ? 0 : opts->root) : -1;
+    root_hi        = cb_is_rooted(coll) ? ((opts->root < 0) ? b->nranks - 1 : opts->root) : -1;
+
+    for (dt = 0; dt < strataNumTypes; dt++) {
+        if (!(opts->dtypes & (1u << dt))) {
+            continue;
+        }
+        for (op = 0; op < CB_NUM_OPS; op++) {
+            if (cb_is_reducing(coll) && !(opts->ops & (1u << op))) {
+                continue;
+            }
+            for (root = root_lo; root <= root_hi; root++) {
+                memset(&t, 0, sizeof(t));
+                t.coll  = coll;
+                t.dtype = (strataDataType_t)dt;
+                t.op    = cb_is_reducing(coll) ? op : CB_OP_NONE;
+                t.root  = root;
+                cb_time_test(b, &t);
+            }
+            if (!cb_is_reducing(coll)) {
+                break; /* one pass: the op does not apply */
+            }
+        }
+    }
+
+    if (b->rank == 0) {
+        printf("# Out of bounds values : %llu %s\n", (unsigned long long)b->wrong_total,
+               b->wrong_total ? "FAILED" : "OK");
+        printf("# Avg bus bandwidth    : %g\n", b->bw_count ? b->bw_sum / b->bw_count : 0.0);
+        printf("#\n# Collective test concluded: %s_perf\n", cb_coll_names[coll]);
+        fflush(stdout);
+    }
+}
+
+/* nccl-tests' preamble: the parameters, then one line per rank with its host (node) and pid. */
+static void cb_print_header(const cb_bench_t *b)
+{
+    const cb_opts_t *opts = b->opts;
+    cb_rankinfo_t    mine, *all;
+    strataResult_t   res;
+    int              version = 0, r, q, node, local, nnodes = 0, *node_of;
+    const char      *hostid = getenv("STRATA_HOSTID");
+
+    memset(&mine, 0, sizeof(mine));
+    mine.pid = (int32_t)getpid();
+    /* the node name strata uses: STRATA_HOSTID, else the host name */
+    if (hostid != NULL && hostid[0] != '\0') {
+        snprintf(mine.host, sizeof(mine.host), "%s", hostid);
+    } else if (gethostname(mine.host, sizeof(mine.host) - 1) != 0) {
+        snprintf(mine.host, sizeof(mine.host), "unknown");
+    }
+    all     = calloc((size_t)b->nranks, sizeof(*all));
+    node_of = calloc((size_t)b->nranks, sizeof(*node_of));
+    if (all == NULL || node_of == NULL) {
+        fprintf(stderr, "collbench: rank %d: out of memory\n", b->rank);
+        exit(2);
+    }
+    res = strataAllGather(&mine, all, sizeof(mine), strataUint8, b->comm, NULL);
+    if (res != strataSuccess) {
+        cb_fatal(b, NULL, "strataAllGather (rank information)", res);
+    }
+
+    if (b->rank == 0) {
+        /* nodes numbered by first appearance in rank order */
+        for (r = 0; r < b->nranks; r++) {
+            for (q = 0; q < r && strcmp(all[q].host, all[r].host) != 0; q++) {
+            }
+            node_of[r] = (q < r) ? node_of[q] : nnodes++;
+        }
+        strataGetVersion(&version);
+        printf("# collbench: strata %d.%d.%d\n", version / 10000, (version / 100) % 100,
+               version % 100);
+        printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
+               "iters: %d agg iters: 1 validation: %d graph: 0\n",
+               opts->minbytes, opts->maxbytes,
+               (opts->stepfactor > 1) ? (size_t)opts->stepfactor : opts->stepbytes,
+               (opts->stepfactor > 1) ? "factor" : "bytes", opts->warmup, opts->iters,
+               opts->check);
+        printf("# nRanks %d nNodes %d\n", b->nranks, nnodes);
+        if (opts->blocking) {
+            printf("# Blocking Enabled: NULL stream, every call returns when complete\n");
+        } else {
+            printf("# Stream: calls queued on a strata host stream, synchronized per size\n");
+        }
+        printf("#\n# Using devices\n");
+        for (r = 0; r < b->nranks; r++) {
+            node = node_of[r];
+            for (q = 0, local = 0; q < r; q++) {
+                local += node_of[q] == node;
+            }
+            all[r].host[CB_HOST_LEN - 1] = '\0';
+            printf("#  Rank %2d Group  0 Pid %6d on %10s device %2d [host] node %d\n", r,
+                   (int)all[r].pid, all[r].host, local, node);
+        }
+        fflush(stdout);
+    }
+    free(node_of);
+    free(all);
+}
+
+int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUniqueId *id)
+{
+    cb_bench_t     b;
+    strataResult_t res;
+    int            coll;
+
+    memset(&b, 0, sizeof(b));
+    b.opts   = opts;
+    b.rank   = rank;
+    b.nranks = nranks;
+    b.rep    = 1;
+
+    if (opts->root >= nranks) {
+        if (rank == 0) {
+            fprintf(stderr, "collbench: root %d out of range for %d ranks\n", opts->root, nranks);
+        }
+        return 2;
+    }
+    res = strataCommInitRank(&b.comm, nranks, *id, rank);
+    if (res != strataSuccess) {
+        cb_fatal(&b, NULL, "strataCommInitRank", res);
+    }
+    if (!opts->blocking) {
+        res = strataStreamCreate(&b.stream);
+        if (res != strataSuccess) {
+            cb_fatal(&b, NULL, "strataStreamCreate", res);
+        }
+    }
+
+    /* the largest buffer any collective needs is maxbytes (nccl-tests' sizes never exceed it) */
+    b.bufbytes = (opts->maxbytes + 4095) & ~(size_t)4095;
+    if (b.bufbytes == 0) {
+        b.bufbytes = 4096;
+    }
+    if (posix_memalign((void **)&b.sendbuf, 4096, b.bufbytes) != 0 ||
+        posix_memalign((void **)&b.recvbuf, 4096, b.bufbytes) != 0) {
+        fprintf(stderr, "collbench: rank %d: cannot allocate 2 x %zu bytes (lower -e)\n", rank,
+                b.bufbytes);
+        exit(2);
+    }
+    /* touch every page now, not inside the first timed call */
+    memset(b.sendbuf, 0, b.bufbytes);
+    memset(b.recvbuf, 0, b.bufbytes);
+
+    cb_print_header(&b);
+    for (coll = 0; coll < CB_NUM_COLLS; coll++) {
+        if (opts->colls & (1u << coll)) {
+            cb_bench_coll(&b, (cb_coll_t)coll);
+        }
+    }
+    if (rank == 0) {
+        printf("#\n");
+        fflush(stdout);
+    }
+
+    if (b.stream != NULL) {
+        res = strataStreamDestroy(b.stream);
+        if (res != strataSuccess) {
+            cb_fatal(&b, NULL, "strataStreamDestroy", res);
+        }
+    }
+    res = strataCommDestroy(b.comm);
+    if (res != strataSuccess) {
+        b.comm = NULL;
+        cb_fatal(&b, NULL, "strataCommDestroy", res);
+    }
+    free(b.sendbuf);
+    free(b.recvbuf);
+    return b.status;
+}

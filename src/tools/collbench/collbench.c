@@ -1,0 +1,551 @@
+/*
+ * collbench.c - entry point of collbench: nccl-tests' command line, plus strata's launch options.
+ *
+ * Users of nccl-tests should feel at home: the same short and long flags (-b -e -f -i -n -w -c -d
+ * -o -r -z, --minbytes ...), the same defaults where they make sense on host memory, and the
+ * collective named either as an argument (all_reduce, all-reduce, all_reduce_perf, ...), with -t,
+ * or by the name the binary is invoked under (a symlink all_reduce_perf -> collbench works). -t
+ * selects the collective here (nccl-tests' thread count has no meaning for host ranks; "-t 1" and
+ * "-g 1" are still accepted so that existing scripts run). Parsing ends in a cb_opts_t that
+ * launch.c and bench.c read; nothing here touches strata except --print-config, because launch.c
+ * may fork ranks and strata must initialise in each child (STRATA_HOSTID differs per child).
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "collbench.h"
+
+/* Long-only options get values past the char range. */
+enum {
+    CB_OPT_NP = 256,
+    CB_OPT_NODES,
+    CB_OPT_LAYOUT,
+    CB_OPT_RANK,
+    CB_OPT_NRANKS,
+    CB_OPT_NTHREADS,
+    CB_OPT_PRINT_CONFIG
+};
+
+static const char cb_short_opts[] = "t:g:b:e:i:f:n:w:c:d:o:r:z:T:h";
+
+static const struct option cb_long_opts[] = {
+    {"coll",         required_argument, NULL, 't'},
+    {"nthreads",     required_argument, NULL, CB_OPT_NTHREADS},
+    {"ngpus",        required_argument, NULL, 'g'},
+    {"minbytes",     required_argument, NULL, 'b'},
+    {"maxbytes",     required_argument, NULL, 'e'},
+    {"stepbytes",    required_argument, NULL, 'i'},
+    {"stepfactor",   required_argument, NULL, 'f'},
+    {"iters",        required_argument, NULL, 'n'},
+    {"warmup_iters", required_argument, NULL, 'w'},
+    {"check",        required_argument, NULL, 'c'},
+    {"datatype",     required_argument, NULL, 'd'},
+    {"op",           required_argument, NULL, 'o'},
+    {"root",         required_argument, NULL, 'r'},
+    {"blocking",     required_argument, NULL, 'z'},
+    {"timeout",      required_argument, NULL, 'T'},
+    {"np",           required_argument, NULL, CB_OPT_NP},
+    {"nodes",        required_argument, NULL, CB_OPT_NODES},
+    {"layout",       required_argument, NULL, CB_OPT_LAYOUT},
+    {"rank",         required_argument, NULL, CB_OPT_RANK},
+    {"nranks",       required_argument, NULL, CB_OPT_NRANKS},
+    {"print-config", no_argument,       NULL, CB_OPT_PRINT_CONFIG},
+    {"print_config", no_argument,       NULL, CB_OPT_PRINT_CONFIG},
+    {"help",         no_argument,       NULL, 'h'},
+    {NULL,           0,                 NULL, 0}
+};
+
+/* Collective names after normalisation (lower case, no '-' or '_', no "perf" suffix). */
+static const struct {
+    const char *name;
+    int         coll; /* cb_coll_t, or CB_NUM_COLLS for all */
+} cb_coll_names[] = {
+    {"allreduce", CB_ALL_REDUCE}, {"reducescatter", CB_REDUCE_SCATTER},
+    {"allgather", CB_ALL_GATHER}, {"broadcast", CB_BROADCAST}, {"bcast", CB_BROADCAST},
+    {"reduce", CB_REDUCE},        {"sendrecv", CB_SENDRECV},   {"all", CB_NUM_COLLS},
+};
+
+static const struct {
+    const char      *name;
+    strataDataType_t dtype;
+} cb_dtype_aliases[] = {
+    {"int8", strataInt8},       {"char", strataInt8},        {"uint8", strataUint8},
+    {"int32", strataInt32},     {"int", strataInt32},        {"uint32", strataUint32},
+    {"int64", strataInt64},     {"uint64", strataUint64},    {"half", strataFloat16},
+    {"float16", strataFloat16}, {"fp16", strataFloat16},     {"float", strataFloat32},
+    {"float32", strataFloat32}, {"fp32", strataFloat32},     {"double", strataFloat64},
+    {"float64", strataFloat64}, {"fp64", strataFloat64},     {"bfloat16", strataBfloat16},
+    {"bf16", strataBfloat16},
+};
+
+static const struct {
+    const char *name;
+    int         op;
+} cb_op_aliases[] = {
+    {"sum", CB_OP_SUM}, {"prod", CB_OP_PROD}, {"max", CB_OP_MAX}, {"min", CB_OP_MIN},
+    {"avg", CB_OP_AVG}, {"premulsum", CB_OP_PREMULSUM}, {"mulsum", CB_OP_PREMULSUM},
+};
+
+#define CB_ARRAY_LEN(_a) (sizeof(_a) / sizeof((_a)[0]))
+
+static void cb_usage(FILE *out, const char *prog)
+{
+    fprintf(out,
+"Usage: %s [COLL] [options]\n"
+"  COLL: all_reduce reduce_scatter all_gather broadcast reduce sendrecv all (default all_reduce;\n"
+"        also all-reduce, all_reduce_perf ...; several with commas)\n"
+"\n"
+"nccl-tests options:\n"
+"  -t,--coll <COLL>            collective, as the COLL argument (-t 1: nccl-tests' thread count)\n"
+"  -b,--minbytes <size>        smallest size in bytes, k/M/G suffixes (default 8)\n"
+"  -e,--maxbytes <size>        largest size (default 64M)\n"
+"  -f,--stepfactor <n>         multiply the size by n each step (default 2)\n"
+"  -i,--stepbytes <size>       add size each step instead of multiplying\n"
+"  -n,--iters <n>              timed iterations per size (default 20)\n"
+"  -w,--warmup_iters <n>       warmup iterations (default 5)\n"
+"  -c,--check <0/1>            verify results and count #wrong (default 1)\n"
+"  -d,--datatype <type>        int8 uint8 int32 uint32 int64 uint64 half float double bfloat16,\n"
+"                              or all (default float)\n"
+"  -o,--op <op>                sum prod max min avg premulsum (mulsum), or all (default sum)\n"
+"  -r,--root <root>            root of broadcast and reduce, or all (default 0)\n"
+"  -z,--blocking <0/1>         0: queue on a strata host stream and synchronize; 1: NULL stream,\n"
+"                              every call returns when complete (default 0)\n"
+"  -T,--timeout <seconds>      kill the run after this long, 0 for never (default 1800)\n"
+"  -h,--help                   this text\n"
+"\n"
+"Launch (one of):\n"
+"  -np,--np <N>                fork N ranks on this machine\n"
+"      --nodes <K>             ... as K emulated nodes of contiguous ranks\n"
+"                              (STRATA_HOSTID=node<k>)\n"
+"      --layout <n0,n1,...>    ... with these ranks per node (implies -np and --nodes)\n"
+"  mpirun / srun               rank from OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID; the id\n"
+"                              from STRATA_COMM_ID=host:port%s\n"
+"  --rank <R> --nranks <N>     one rank, with STRATA_COMM_ID=host:port\n"
+"\n"
+"  --print-config              print every STRATA_* parameter and exit\n"
+"\n"
+"Exit status: 0 when every result is right, 1 when some #wrong is not 0, 2 when a call fails.\n",
+            prog,
+#ifdef HAVE_MPI
+            " or, when unset, MPI_Bcast"
+#else
+            ""
+#endif
+            );
+}
+
+static void cb_lower(char *dst, size_t len, const char *src)
+{
+    size_t i;
+
+    for (i = 0; i + 1 < len && src[i] != '\0'; i++) {
+        dst[i] = (char)tolower((unsigned char)src[i]);
+    }
+    dst[i] = '\0';
+}
+
+/* The collective `name` names, CB_NUM_COLLS for "all", -1 for none. */
+static int cb_coll_lookup(const char *name)
+{
+    char   norm[64];
+    size_t len = 0, i;
+
+    for (i = 0; name[i] != '\0' && len + 1 < sizeof(norm); i++) {
+        if (name[i] != '_' && name[i] != '-') {
+            norm[len++] = (char)tolower((unsigned char)name[i]);
+        }
+    }
+    norm[len] = '\0';
+    if (len > 4 && strcmp(norm + len - 4, "perf") == 0) {
+        norm[len - 4] = '\0';
+    }
+    for (i = 0; i < CB_ARRAY_LEN(cb_coll_names); i++) {
+        if (strcmp(norm, cb_coll_names[i].name) == 0) {
+            return cb_coll_names[i].coll;
+        }
+    }
+    return -1;
+}
+
+/* Bits of the collectives of a comma-separated list; 0 when one is unknown. */
+static unsigned cb_parse_colls(const char *arg)
+{
+    char     buf[256], *tok, *save = NULL;
+    unsigned bits = 0;
+    int      coll;
+
+    snprintf(buf, sizeof(buf), "%s", arg);
+    for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        coll = cb_coll_lookup(tok);
+        if (coll < 0) {
+            return 0;
+        }
+        bits |= (coll == CB_NUM_COLLS) ? (1u << CB_NUM_COLLS) - 1 : 1u << coll;
+    }
+    return bits;
+}
+
+static unsigned cb_parse_dtypes(const char *arg)
+{
+    char     buf[256], low[32], *tok, *save = NULL;
+    unsigned bits = 0, found;
+    size_t   i;
+
+    snprintf(buf, sizeof(buf), "%s", arg);
+    for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        cb_lower(low, sizeof(low), tok);
+        found = 0;
+        if (strcmp(low, "all") == 0) {
+            found = (1u << strataNumTypes) - 1;
+        }
+        for (i = 0; i < CB_ARRAY_LEN(cb_dtype_aliases); i++) {
+            if (strcmp(low, cb_dtype_aliases[i].name) == 0) {
+                found = 1u << cb_dtype_aliases[i].dtype;
+            }
+        }
+        if (found == 0) {
+            return 0;
+        }
+        bits |= found;
+    }
+    return bits;
+}
+
+static unsigned cb_parse_ops(const char *arg)
+{
+    char     buf[256], low[32], *tok, *save = NULL;
+    unsigned bits = 0, found;
+    size_t   i;
+
+    snprintf(buf, sizeof(buf), "%s", arg);
+    for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        cb_lower(low, sizeof(low), tok);
+        found = 0;
+        if (strcmp(low, "all") == 0) {
+            found = (1u << CB_NUM_OPS) - 1;
+        }
+        for (i = 0; i < CB_ARRAY_LEN(cb_op_aliases); i++) {
+            if (strcmp(low, cb_op_aliases[i].name) == 0) {
+                found = 1u << cb_op_aliases[i].op;
+            }
+        }
+        if (found == 0) {
+            return 0;
+        }
+        bits |= found;
+    }
+    return bits;
+}
+
+/* Bytes with an optional k/M/G/T suffix (powers of 1024, as nccl-tests), optionally followed by
+ * "B" or "iB". Returns 0 on success. */
+static int cb_parse_size(const char *arg, size_t *size_p)
+{
+    unsigned long long v;
+    char              *end;
+    int                shift = 0;
+
+    errno = 0;
+    v     = strtoull(arg, &end, 10);
+    if (end == arg || errno != 0 || arg[0] == '-') {
+        return -1;
+    }
+    switch (tolower((unsigned char)*end)) {
+    case 'k': shift = 10; end++; break;
+    case 'm': shift = 20; end++; break;
+    case 'g': shift = 30; end++; break;
+    case 't': shift = 40; end++; break;
+    default: break;
+    }
+    if (shift != 0 && *end == 'i') {
+        end++;
+    }
+    if (*end == 'B' || *end == 'b') {
+        end++;
+    }
+    if (*end != '\0' || (shift != 0 && v > (~0ULL >> shift))) {
+        return -1;
+    }
+    *size_p = (size_t)(v << shift);
+    return 0;
+}
+
+static int cb_parse_int(const char *arg, long min, long max, int *value_p)
+{
+    char *end;
+    long  v;
+
+    errno = 0;
+    v     = strtol(arg, &end, 10);
+    if (end == arg || *end != '\0' || errno != 0 || v < min || v > max) {
+        return -1;
+    }
+    *value_p = (int)v;
+    return 0;
+}
+
+/* "3,1" into opts->layout. */
+static int cb_parse_layout(const char *arg, cb_opts_t *opts)
+{
+    const char *p = arg;
+    char       *end;
+    long        v;
+
+    opts->nlayout = 0;
+    while (*p != '\0') {
+        errno = 0;
+        v     = strtol(p, &end, 10);
+        if (end == p || errno != 0 || v < 1 || v > 1000000 || opts->nlayout == CB_MAX_NODES) {
+            return -1;
+        }
+        opts->layout[opts->nlayout++] = (int)v;
+        p = end;
+        if (*p == ',') {
+            p++;
+            if (*p == '\0') {
+                return -1;
+            }
+        } else if (*p != '\0') {
+            return -1;
+        }
+    }
+    return opts->nlayout > 0 ? 0 : -1;
+}
+
+static void cb_opts_default(cb_opts_t *opts, const char *argv0)
+{
+    const char *base = strrchr(argv0, '/');
+    int         coll = cb_coll_lookup(base != NULL ? base + 1 : argv0);
+
+    memset(opts, 0, sizeof(*opts));
+    /* a symlink named like an nccl-tests binary picks its collective */
+    opts->colls      = (coll < 0) ? 1u << CB_ALL_REDUCE
+                     : (coll == CB_NUM_COLLS) ? (1u << CB_NUM_COLLS) - 1 : 1u << coll;
+    opts->minbytes   = 8;
+    opts->maxbytes   = 64ULL << 20;
+    opts->stepbytes  = 1ULL << 20;
+    opts->stepfactor = 2;
+    opts->iters      = 20;
+    opts->warmup     = 5;
+    opts->check      = 1;
+    opts->blocking   = 0;
+    opts->dtypes     = 1u << strataFloat32;
+    opts->ops        = 1u << CB_OP_SUM;
+    opts->root       = 0;
+    opts->rank       = -1;
+    opts->timeout    = 1800;
+    opts->prog       = argv0;
+}
+
+static int cb_bad(const cb_opts_t *opts, const char *what, const char *arg)
+{
+    fprintf(stderr, "%s: invalid %s '%s' (see --help)\n", opts->prog, what, arg);
+    return -1;
+}
+
+/* Fills opts from argv. Returns 0 to run, 1 when done (help, print-config), -1 on error. */
+static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_config_p)
+{
+    int      c, v, colls_given = 0;
+    unsigned bits;
+
+    while ((c = getopt_long(argc, argv, cb_short_opts, cb_long_opts, NULL)) != -1) {
+        switch (c) {
+        case 't':
+            if (isdigit((unsigned char)optarg[0])) {
+                /* nccl-tests' -t: threads per process; host ranks are processes */
+                if (cb_parse_int(optarg, 1, 1, &v) != 0) {
+                    return cb_bad(opts, "thread count (only 1 is supported)", optarg);
+                }
+                break;
+            }
+            if ((bits = cb_parse_colls(optarg)) == 0) {
+                return cb_bad(opts, "collective", optarg);
+            }
+            opts->colls = colls_given ? opts->colls | bits : bits;
+            colls_given = 1;
+            break;
+        case CB_OPT_NTHREADS:
+        case 'g':
+            if (cb_parse_int(optarg, 1, 1, &v) != 0) {
+                return cb_bad(opts, "thread or GPU count (only 1 is supported)", optarg);
+            }
+            break;
+        case 'b':
+            if (cb_parse_size(optarg, &opts->minbytes) != 0) {
+                return cb_bad(opts, "minbytes", optarg);
+            }
+            break;
+        case 'e':
+            if (cb_parse_size(optarg, &opts->maxbytes) != 0) {
+                return cb_bad(opts, "maxbytes", optarg);
+            }
+            break;
+        case 'i':
+            if (cb_parse_size(optarg, &opts->stepbytes) != 0 || opts->stepbytes == 0) {
+                return cb_bad(opts, "stepbytes", optarg);
+            }
+            opts->stepfactor = 1;
+            break;
+        case 'f':
+            if (cb_parse_int(optarg, 2, 1 << 20, &opts->stepfactor) != 0) {
+                return cb_bad(opts, "stepfactor (2 or more; use -i to add bytes)", optarg);
+            }
+            break;
+        case 'n':
+            if (cb_parse_int(optarg, 1, 1 << 30, &opts->iters) != 0) {
+                return cb_bad(opts, "iters", optarg);
+            }
+            break;
+        case 'w':
+            if (cb_parse_int(optarg, 0, 1 << 30, &opts->warmup) != 0) {
+                return cb_bad(opts, "warmup_iters", optarg);
+            }
+            break;
+        case 'c':
+            if (cb_parse_int(optarg, 0, 1, &opts->check) != 0) {
+                return cb_bad(opts, "check (0 or 1)", optarg);
+            }
+            break;
+        case 'd':
+            if ((opts->dtypes = cb_parse_dtypes(optarg)) == 0) {
+                return cb_bad(opts, "datatype", optarg);
+            }
+            break;
+        case 'o':
+            if ((opts->ops = cb_parse_ops(optarg)) == 0) {
+                return cb_bad(opts, "op", optarg);
+            }
+            break;
+        case 'r':
+            if (strcmp(optarg, "all") == 0) {
+                opts->root = -1;
+            } else if (cb_parse_int(optarg, -1, 1 << 30, &opts->root) != 0) {
+                return cb_bad(opts, "root (a rank, all or -1)", optarg);
+            }
+            break;
+        case 'z':
+            if (cb_parse_int(optarg, 0, 1, &opts->blocking) != 0) {
+                return cb_bad(opts, "blocking (0 or 1)", optarg);
+            }
+            break;
+        case 'T': {
+            char *end;
+
+            errno         = 0;
+            opts->timeout = strtod(optarg, &end);
+            if (end == optarg || *end != '\0' || errno != 0 || opts->timeout < 0) {
+                return cb_bad(opts, "timeout (seconds)", optarg);
+            }
+            break;
+        }
+        case CB_OPT_NP:
+            if (cb_parse_int(optarg, 1, 1 << 20, &opts->np) != 0) {
+                return cb_bad(opts, "-np", optarg);
+            }
+            break;
+        case CB_OPT_NODES:
+            if (cb_parse_int(optarg, 1, CB_MAX_NODES, &opts->nnodes) != 0) {
+                return cb_bad(opts, "--nodes", optarg);
+            }
+            break;
+        case CB_OPT_LAYOUT:
+            if (cb_parse_layout(optarg, opts) != 0) {
+                return cb_bad(opts, "--layout (ranks per node, e.g. 3,1)", optarg);
+            }
+            break;
+        case CB_OPT_RANK:
+            if (cb_parse_int(optarg, 0, 1 << 30, &opts->rank) != 0) {
+                return cb_bad(opts, "--rank", optarg);
+            }
+            break;
+        case CB_OPT_NRANKS:
+            if (cb_parse_int(optarg, 1, 1 << 30, &opts->nranks) != 0) {
+                return cb_bad(opts, "--nranks", optarg);
+            }
+            break;
+        case CB_OPT_PRINT_CONFIG:
+            *print_config_p = 1;
+            break;
+        case 'h':
+            cb_usage(stdout, opts->prog);
+            return 1;
+        default:
+            cb_usage(stderr, opts->prog);
+            return -1;
+        }
+    }
+
+    /* positional collectives, nccl-tests' binary names included */
+    for (; optind < argc; optind++) {
+        if ((bits = cb_parse_colls(argv[optind])) == 0) {
+            return cb_bad(opts, "collective", argv[optind]);
+        }
+        opts->colls = colls_given ? opts->colls | bits : bits;
+        colls_given = 1;
+    }
+
+    if (opts->minbytes > opts->maxbytes) {
+        fprintf(stderr, "%s: minbytes %zu is larger than maxbytes %zu\n", opts->prog,
+                opts->minbytes, opts->maxbytes);
+        return -1;
+    }
+    if (opts->minbytes == 0 && opts->stepfactor > 1) {
+        fprintf(stderr, "%s: minbytes 0 never grows with -f; use -b 1 or more, or -i\n",
+                opts->prog);
+        return -1;
+    }
+    return 0;
+}
+
+/* getopt_long knows only "-x" and "--long"; mpirun users type "-np 4". */
+static void cb_rewrite_np(int argc, char **argv)
+{
+    static char np_long[] = "--np";
+    int         i;
+
+    for (i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        if (strcmp(argv[i], "-np") == 0) {
+            argv[i] = np_long;
+        }
+    }
+}
+
+double cb_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+    static cb_opts_t opts; /* the layout table makes it too big for a comfortable stack */
+    int              print_config = 0, ret;
+    strataResult_t   res;
+
+    cb_opts_default(&opts, argv[0]);
+    cb_rewrite_np(argc, argv);
+    ret = cb_parse_args(argc, argv, &opts, &print_config);
+    if (ret != 0) {
+        return (ret > 0) ? 0 : 2;
+    }
+    if (print_config) {
+        res = strataParamsPrint(stdout);
+        if (res != strataSuccess) {
+            fprintf(stderr, "%s: strataParamsPrint failed: %s (%s)\n", opts.prog,
+                    strataGetErrorString(res), strataGetLastError(NULL));
+            return 2;
+        }
+        return 0;
+    }
+    return cb_launch(&opts);
+}

@@ -1,0 +1,128 @@
+/*
+ * collbench.h - shared declarations of collbench, the nccl-tests of strata.
+ *
+ * collbench is split in four: collbench.c parses the command line; launch.c decides how the ranks
+ * come to exist (forked here as emulated nodes, under mpirun/srun, or started one by one with
+ * --rank) and hands each of them the unique id; bench.c runs the benchmark of one rank (sizes,
+ * timing, checks, the nccl-tests table); data.c builds inputs whose exact results are known for
+ * every datatype and op, and counts the wrong elements. The tool uses only the public API
+ * (strata.h) plus the header-only fp16/bf16 conversions of reduce/half.h, so it is also an
+ * example of a port from nccl-tests.
+ */
+#ifndef CB_COLLBENCH_H
+#define CB_COLLBENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata.h"
+
+/* Collectives, in the order `all` runs them. */
+typedef enum {
+    CB_ALL_REDUCE = 0,
+    CB_REDUCE_SCATTER,
+    CB_ALL_GATHER,
+    CB_BROADCAST,
+    CB_REDUCE,
+    CB_SENDRECV,
+    CB_NUM_COLLS
+} cb_coll_t;
+
+/* Reduction ops as nccl-tests numbers them (mulsum is the premul-sum made per test). CB_OP_NONE is
+ * for the collectives that only move data. */
+typedef enum {
+    CB_OP_SUM = 0,
+    CB_OP_PROD,
+    CB_OP_MAX,
+    CB_OP_MIN,
+    CB_OP_AVG,
+    CB_OP_PREMULSUM,
+    CB_NUM_OPS,
+    CB_OP_NONE = -1
+} cb_op_t;
+
+#define CB_MAX_NODES 4096
+
+/* Everything the command line says. Launch fields are read by launch.c only. */
+typedef struct cb_opts {
+    unsigned    colls;       /* bit (1 << cb_coll_t) per collective to run */
+    size_t      minbytes;
+    size_t      maxbytes;
+    size_t      stepbytes;   /* used when stepfactor <= 1 */
+    int         stepfactor;
+    int         iters;
+    int         warmup;
+    int         check;       /* 1: verify every result and print #wrong */
+    int         blocking;    /* 1: NULL stream; 0: queue on a host stream and synchronize */
+    unsigned    dtypes;      /* bit (1 << strataDataType_t) per datatype */
+    unsigned    ops;         /* bit (1 << cb_op_t) per op */
+    int         root;        /* -1: every root */
+    /* launch */
+    int         np;          /* > 0: fork np ranks here */
+    int         nnodes;      /* emulated nodes of -np (0: one) */
+    int         layout[CB_MAX_NODES]; /* ranks per emulated node when given by --layout */
+    int         nlayout;
+    int         rank;        /* --rank, -1 when not given */
+    int         nranks;      /* --nranks, 0 when not given */
+    double      timeout;     /* seconds for the whole run; <= 0: none */
+    const char *prog;        /* argv[0] for messages */
+} cb_opts_t;
+
+/* ---- collbench.c, bench.c -------------------------------------------------------------------- */
+
+/* Runs the benchmark as rank `rank` of `nranks` over the communicator of `id`; returns the exit
+ * status of the rank: 0 all good, 1 some #wrong != 0, 2 a strata call failed. */
+int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUniqueId *id);
+
+/* Seconds of CLOCK_MONOTONIC. */
+double cb_now(void);
+
+/* ---- launch.c -------------------------------------------------------------------------------- */
+
+/* Starts or joins the ranks as the options and the environment say, runs cb_rank_main in each
+ * rank of this process, and returns the process exit status. */
+int cb_launch(const cb_opts_t *opts);
+
+/* ---- data.c ---------------------------------------------------------------------------------- */
+
+/* How one test (datatype x op x nranks) draws its inputs; see data.c for the patterns. */
+typedef struct cb_data {
+    strataDataType_t dtype;
+    int              op;        /* cb_op_t; CB_OP_NONE for broadcast, all_gather, sendrecv */
+    int              nranks;
+    uint64_t         seed;      /* changes for every checked call, identical on all ranks */
+    size_t           tsize;     /* bytes per element */
+    int              is_float;
+    int              is_signed; /* integer types */
+    /* floating types only */
+    int              nz;        /* ranks with a nonzero input at each element */
+    double           amp;       /* draws are integers in [-amp, amp] */
+    double           mult;      /* input = mult * draw */
+    double           avg_scale; /* 1/nranks rounded to dtype, as strata's avg applies it */
+    int              avg_exact; /* 1: nranks is a power of two, every scaled input is exact */
+    int              prod_twos; /* most factors 2 a product may hold */
+} cb_data_t;
+
+/* Bytes of one element; 0 for an unknown type. */
+size_t cb_dtype_size(strataDataType_t dtype);
+/* nccl-tests' names: "int8" .. "bfloat16". */
+const char *cb_dtype_name(strataDataType_t dtype);
+/* "sum", "prod", "max", "min", "avg", "mulsum"; "" for CB_OP_NONE. */
+const char *cb_op_name(int op);
+
+void cb_data_init(cb_data_t *data, strataDataType_t dtype, int op, int nranks, uint64_t seed);
+/* The premul-sum scalar of `rank` (one element of dtype) into scalar (16 bytes suffice). */
+void cb_data_premul_scalar(strataDataType_t dtype, int rank, void *scalar);
+/* Writes rank's inputs for global elements first .. first + count - 1 into buf. */
+void cb_data_fill(const cb_data_t *data, int rank, void *buf, size_t first, size_t count);
+/* Fills bytes with a pattern no checked result can take, so unwritten output shows as wrong. */
+void cb_data_poison(void *buf, size_t bytes);
+/* Elements of buf that differ from rank src's inputs first .. first + count - 1. */
+size_t cb_data_check_copy(const cb_data_t *data, int src, const void *buf, size_t first,
+                          size_t count);
+/* Elements of buf that differ from the reduction over all ranks of elements first ... */
+size_t cb_data_check_reduce(const cb_data_t *data, const void *buf, size_t first, size_t count);
+/* Elements of buf (count elements) that are no longer the poison pattern. */
+size_t cb_data_check_poison(const cb_data_t *data, const void *buf, size_t count);
+
+#endif
