@@ -31,6 +31,8 @@ typedef struct st_memh    st_memh_t;    /* a registered memory region */
 #define ST_NET_TAG_BITS 44
 #define ST_NET_TAG_MASK ((UINT64_C(1) << ST_NET_TAG_BITS) - 1)
 
+#define ST_NET_CONNECT_REMOTE 1u
+
 /* Which peers an address is for. */
 typedef enum {
     ST_NET_ADDR_ALL      = 0, /* every transport the context has (peers on the same node) */
@@ -74,9 +76,12 @@ typedef struct st_net_ops {
     st_status_t (*address)(st_net_ctx_t *ctx, st_net_addr_scope_t scope, void *buf,
                            size_t *len_p);
     /* Creates an endpoint to rank peer whose address is peer_addr. Local only: does not wait for
-     * the peer. */
+     * the peer. flags: ST_NET_CONNECT_REMOTE for a peer on another node (its address is a
+     * network-only one; the endpoint detects the peer's failure, failing its requests with
+     * ST_ERR_REMOTE). Same-node endpoints may use transports without failure detection (UCX's
+     * shared memory has none); a dead local peer is then caught by the caller's deadline. */
     st_status_t (*connect)(st_net_ctx_t *ctx, int peer, const void *peer_addr, size_t addr_len,
-                           st_net_ep_t **ep_p);
+                           unsigned flags, st_net_ep_t **ep_p);
     /* Closes an endpoint. force = 0 flushes outstanding sends first, waiting at most timeout
      * seconds; force = 1 drops them (abort, dead peer). Never blocks longer than timeout. */
     void        (*disconnect)(st_net_ep_t *ep, int force, double timeout);

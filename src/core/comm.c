@@ -194,13 +194,21 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
         int remote = strcmp(recs[r]->node_id, me->node_id) != 0;
         int scope  = remote ? ST_NET_ADDR_NET_ONLY : ST_NET_ADDR_ALL;
 
-        if (recs[r]->addr_len[scope] == 0 || recs[r]->addr_len[scope] > ST_ADDR_MAX) {
+        if (recs[r]->addr_len[scope] == 0) {
+            st_error(ST_SUB_INIT, "%s: rank %d (node %s) has no %s address for rank %d (node %s):"
+                     " does UCX_TLS leave out every network transport?", comm->name, r,
+                     recs[r]->node_id, scope ? "network" : "transport", comm->rank,
+                     me->node_id);
+            return ST_ERR_USAGE;
+        }
+        if (recs[r]->addr_len[scope] > ST_ADDR_MAX) {
             st_error(ST_SUB_INIT, "rank %d published a bad address (%u B)", r,
                      recs[r]->addr_len[scope]);
             return ST_ERR_USAGE;
         }
         status = comm->net->connect(comm->net_ctx, r, recs[r]->addr[scope],
-                                    recs[r]->addr_len[scope], &comm->eps[r]);
+                                    recs[r]->addr_len[scope], remote ? ST_NET_CONNECT_REMOTE : 0,
+                                    &comm->eps[r]);
         if (status != ST_OK) {
             return status;
         }

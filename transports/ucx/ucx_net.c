@@ -168,14 +168,18 @@ static st_status_t st_ucx_open(const st_net_config_t *cfg, st_net_ctx_t **ctx_p)
         ctx->efd = -1;
     }
     ST_CHECK_GOTO(st_ucx_query_address(ctx, 0), status, err_worker);
-    ST_CHECK_GOTO(st_ucx_query_address(ctx, 1), status, err_addr);
+    if (st_ucx_query_address(ctx, 1) != ST_OK) {
+        /* No network transport (UCX_TLS=sm,self): fine while every peer is on this node. */
+        st_log_clear_error();
+        st_info(ST_SUB_UCX, "%s rank %d: no network-only address; peers on other nodes will be "
+                "unreachable", ctx->name, ctx->rank);
+        ctx->addr_len[1] = 0;
+    }
     st_debug(ST_SUB_UCX, "%s rank %d: worker addresses %zu B (all), %zu B (net only)", ctx->name,
              ctx->rank, ctx->addr_len[0], ctx->addr_len[1]);
     *ctx_p = ctx;
     return ST_OK;
 
-err_addr:
-    free(ctx->addr[0]);
 err_worker:
     ucp_worker_destroy(ctx->worker);
 err_put:
@@ -245,7 +249,7 @@ static void st_ucx_ep_error(void *arg, ucp_ep_h uep, ucs_status_t status)
 }
 
 static st_status_t st_ucx_connect(st_net_ctx_t *ctx, int peer, const void *peer_addr,
-                                  size_t addr_len, st_net_ep_t **ep_p)
+                                  size_t addr_len, unsigned flags, st_net_ep_t **ep_p)
 {
     ucp_ep_params_t params;
     st_net_ep_t    *ep;
@@ -261,7 +265,10 @@ static st_status_t st_ucx_connect(st_net_ctx_t *ctx, int peer, const void *peer_
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
     params.address           = peer_addr;
-    params.err_mode          = UCP_ERR_HANDLING_MODE_PEER;
+    /* Failure detection (PEER mode) rules out UCX's shared-memory transports, which cannot
+     * report a dead peer: ask for it only across nodes, where the network can. */
+    params.err_mode          = (flags & ST_NET_CONNECT_REMOTE) ? UCP_ERR_HANDLING_MODE_PEER
+                                                               : UCP_ERR_HANDLING_MODE_NONE;
     params.err_handler.cb    = st_ucx_ep_error;
     params.err_handler.arg   = ep;
     status = ucp_ep_create(ctx->worker, &params, &ep->ep);
