@@ -221,6 +221,20 @@ st_status_t st_pipe_init(st_pipe_t *pipe, const st_coll_args_t *args, const st_p
     return ST_OK;
 }
 
+st_status_t st_coll_config_check(void)
+{
+    static const char *const algos[] = {"auto", "ring"};
+    const char              *algo = st_core_config.algo;
+
+    for (size_t i = 0; i < ST_ARRAY_SIZE(algos); i++) {
+        if (strcmp(algo, algos[i]) == 0) {
+            return ST_OK;
+        }
+    }
+    st_error(ST_SUB_COLL, "STRATA_ALGO '%s' is unknown (auto, ring)", algo);
+    return ST_ERR_INVALID;
+}
+
 st_status_t st_coll_op_create(const st_coll_args_t *args, st_op_t **op_p)
 {
     switch (args->type) {

@@ -136,6 +136,9 @@ st_status_t st_p2p_create(const st_coll_args_t *args, st_op_t **op_p);    /* sen
  * makes their ops and drives them with st_exec_run. Returns the first error. */
 st_status_t st_coll_run(const st_coll_args_t *args, int nargs);
 
+/* Checks the algorithm parameters (STRATA_ALGO). ST_ERR_INVALID, logged, for unknown values. */
+st_status_t st_coll_config_check(void);
+
 /* Chooses the algorithm for args and makes its op (select: STRATA_ALGO). */
 st_status_t st_coll_op_create(const st_coll_args_t *args, st_op_t **op_p);
 

@@ -228,6 +228,7 @@ st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeo
     st_status_t              status;
     int                      nranks = comm->nranks, rank = comm->rank;
 
+    ST_CHECK(st_coll_config_check());
     ST_CHECK(st_bootstrap_id_decode(id, &uid));
     ST_CHECK(st_comm_open_net(comm, &rec));
     rec.rank = rank;

@@ -132,6 +132,44 @@ static void test_core_defaults(void **state)
     assert_string_equal(st_core_config.algo, "auto");
 }
 
+/* Every parameter the library knows has a row in the README's table. */
+static void test_readme_lists_every_param(void **state)
+{
+    char   *printed = NULL, *readme = NULL;
+    size_t  len = 0, n;
+    FILE   *f;
+    int     found = 0;
+
+    assert_int_equal(st_param_init(), ST_OK);
+    f = open_memstream(&printed, &len);
+    assert_non_null(f);
+    st_config_print(f);
+    fclose(f);
+    f = fopen(ST_TOP_SRCDIR "/README.md", "r");
+    assert_non_null(f);
+    readme = calloc(1, 1 << 20);
+    n = fread(readme, 1, (1 << 20) - 1, f);
+    fclose(f);
+    assert_true(n > 0);
+    for (char *line = strtok(printed, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        char name[128], quoted[160];
+        char *eq = strchr(line, '=');
+
+        if (strncmp(line, "STRATA_", 7) != 0 || eq == NULL) {
+            continue;
+        }
+        snprintf(name, sizeof(name), "%.*s", (int)(eq - line), line);
+        snprintf(quoted, sizeof(quoted), "| `%s` |", name);
+        if (strstr(readme, quoted) == NULL) {
+            fail_msg("README.md has no table row for %s", name);
+        }
+        found++;
+    }
+    assert_true(found >= 10);
+    free(printed);
+    free(readme);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -142,6 +180,7 @@ int main(void)
         cmocka_unit_test(test_subsys),
         cmocka_unit_test(test_status_map),
         cmocka_unit_test(test_core_defaults),
+        cmocka_unit_test(test_readme_lists_every_param),
     };
 
     setenv("STRATA_DEBUG", "NONE", 1);
