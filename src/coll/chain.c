@@ -25,7 +25,7 @@ typedef struct st_chain {
     int       next;  /* rank at q + 1, -1 at the end */
 } st_chain_t;
 
-static const char *st_chain_phase(st_pipe_t *pipe, int step)
+static const char *st_chain_phase(st_pipe_t *pipe, int step ST_UNUSED)
 {
     return (pipe->args.type == ST_COLL_BROADCAST) ? "broadcast chain" : "reduce chain";
 }

@@ -56,7 +56,7 @@ STRATA_API const char *strataGetErrorString(strataResult_t result)
     }
 }
 
-STRATA_API const char *strataGetLastError(strataComm_t comm)
+STRATA_API const char *strataGetLastError(strataComm_t comm ST_UNUSED)
 {
     return st_log_last_error();
 }
@@ -265,7 +265,8 @@ static void *st_api_init_all_thread(void *arg)
     return NULL;
 }
 
-STRATA_API strataResult_t strataCommInitAll(strataComm_t *comms, int ndev, const int *devlist)
+STRATA_API strataResult_t strataCommInitAll(strataComm_t *comms, int ndev,
+                                             const int *devlist ST_UNUSED)
 {
     st_init_all_job_t *jobs;
     pthread_t         *threads;

@@ -253,7 +253,7 @@ static void st_param_parse_table(const st_config_table_t *table, void *arg)
     }
 }
 
-static void st_param_log_table(const st_config_table_t *table, void *unused)
+static void st_param_log_table(const st_config_table_t *table, void *unused ST_UNUSED)
 {
     char value[256];
 

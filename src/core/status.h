@@ -41,6 +41,7 @@ strataResult_t st_status_to_result(st_status_t status);
         }                                                                                        \
     } while (0)
 
+#define ST_UNUSED __attribute__((unused)) /* a parameter an interface requires */
 #define ST_ARRAY_SIZE(_a) (sizeof(_a) / sizeof((_a)[0]))
 #define ST_MIN(_a, _b)    ((_a) < (_b) ? (_a) : (_b))
 #define ST_MAX(_a, _b)    ((_a) > (_b) ? (_a) : (_b))

@@ -43,15 +43,15 @@ size_t st_dtype_size(strataDataType_t dtype)
 {
     switch (dtype) {
     case strataInt8:
-    case strataUint8:    return 1;
+    case strataUint8: return 1;
     case strataFloat16:
     case strataBfloat16: return 2;
     case strataInt32:
     case strataUint32:
-    case strataFloat32:  return 4;
+    case strataFloat32: return 4;
     case strataInt64:
     case strataUint64:
-    case strataFloat64:  return 8;
+    case strataFloat64: return 8;
     case strataNumTypes: break;
     }
     return 0;
@@ -60,15 +60,15 @@ size_t st_dtype_size(strataDataType_t dtype)
 const char *st_dtype_name(strataDataType_t dtype)
 {
     switch (dtype) {
-    case strataInt8:     return "int8";
-    case strataUint8:    return "uint8";
-    case strataInt32:    return "int32";
-    case strataUint32:   return "uint32";
-    case strataInt64:    return "int64";
-    case strataUint64:   return "uint64";
-    case strataFloat16:  return "half";
-    case strataFloat32:  return "float";
-    case strataFloat64:  return "double";
+    case strataInt8: return "int8";
+    case strataUint8: return "uint8";
+    case strataInt32: return "int32";
+    case strataUint32: return "uint32";
+    case strataInt64: return "int64";
+    case strataUint64: return "uint64";
+    case strataFloat16: return "half";
+    case strataFloat32: return "float";
+    case strataFloat64: return "double";
     case strataBfloat16: return "bfloat16";
     case strataNumTypes: break;
     }
@@ -86,16 +86,16 @@ int st_dtype_is_float(strataDataType_t dtype)
 /* ---------------------------------------------------------------------------------------- */
 
 /* st_ld_<n>(p, i) / st_st_<n>(p, i, v): element i of the array at p, at any byte address. */
-#define ST_ACCESS(_n, _T)                                                                        \
-    static inline _T st_ld_##_n(const void *p, size_t i)                                        \
-    {                                                                                            \
-        _T v;                                                                                    \
-        memcpy(&v, (const char *)p + i * sizeof(_T), sizeof(_T));                               \
-        return v;                                                                                \
-    }                                                                                            \
-    static inline void st_st_##_n(void *p, size_t i, _T v)                                      \
-    {                                                                                            \
-        memcpy((char *)p + i * sizeof(_T), &v, sizeof(_T));                                     \
+#define ST_ACCESS(_n, _T)                                                                          \
+    static inline _T st_ld_##_n(const void *p, size_t i)                                           \
+    {                                                                                              \
+        _T v;                                                                                      \
+        memcpy(&v, (const char *)p + i * sizeof(_T), sizeof(_T));                                  \
+        return v;                                                                                  \
+    }                                                                                              \
+    static inline void st_st_##_n(void *p, size_t i, _T v)                                         \
+    {                                                                                              \
+        memcpy((char *)p + i * sizeof(_T), &v, sizeof(_T));                                        \
     }
 
 ST_ACCESS(i8, int8_t)
@@ -110,11 +110,23 @@ ST_ACCESS(f64, double)
 
 /* Integers: sum and prod in the unsigned type _U (wraps; the conversion back to a signed _T is
  * modulo 2^N in GCC and clang). uint8 operands promote to int, where 255 * 255 still fits. */
-#define ST_INT_OPS(_n, _T, _U)                                                                   \
-    static inline _T st_op_sum_##_n(_T x, _T y) { return (_T)((_U)x + (_U)y); }                \
-    static inline _T st_op_prod_##_n(_T x, _T y) { return (_T)((_U)x * (_U)y); }                \
-    static inline _T st_op_max_##_n(_T x, _T y) { return x > y ? x : y; }                      \
-    static inline _T st_op_min_##_n(_T x, _T y) { return x < y ? x : y; }
+#define ST_INT_OPS(_n, _T, _U)                                                                     \
+    static inline _T st_op_sum_##_n(_T x, _T y)                                                    \
+    {                                                                                              \
+        return (_T)((_U)x + (_U)y);                                                                \
+    }                                                                                              \
+    static inline _T st_op_prod_##_n(_T x, _T y)                                                   \
+    {                                                                                              \
+        return (_T)((_U)x * (_U)y);                                                                \
+    }                                                                                              \
+    static inline _T st_op_max_##_n(_T x, _T y)                                                    \
+    {                                                                                              \
+        return x > y ? x : y;                                                                      \
+    }                                                                                              \
+    static inline _T st_op_min_##_n(_T x, _T y)                                                    \
+    {                                                                                              \
+        return x < y ? x : y;                                                                      \
+    }
 
 ST_INT_OPS(i8, int8_t, uint8_t)
 ST_INT_OPS(u8, uint8_t, uint8_t)
@@ -123,20 +135,32 @@ ST_INT_OPS(u32, uint32_t, uint32_t)
 ST_INT_OPS(i64, int64_t, uint64_t)
 ST_INT_OPS(u64, uint64_t, uint64_t)
 
-static inline float st_op_sum_f32(float x, float y) { return x + y; }
-static inline float st_op_prod_f32(float x, float y) { return x * y; }
-static inline double st_op_sum_f64(double x, double y) { return x + y; }
-static inline double st_op_prod_f64(double x, double y) { return x * y; }
+static inline float st_op_sum_f32(float x, float y)
+{
+    return x + y;
+}
+static inline float st_op_prod_f32(float x, float y)
+{
+    return x * y;
+}
+static inline double st_op_sum_f64(double x, double y)
+{
+    return x + y;
+}
+static inline double st_op_prod_f64(double x, double y)
+{
+    return x * y;
+}
 
 /* fp16 and bf16: widen to fp32 (exact), one fp32 operation, round back to nearest even. */
-#define ST_SHORT_FLOAT_OPS(_n, _to_float, _from_float)                                           \
-    static inline uint16_t st_op_sum_##_n(uint16_t x, uint16_t y)                                \
-    {                                                                                            \
-        return _from_float(_to_float(x) + _to_float(y));                                         \
-    }                                                                                            \
-    static inline uint16_t st_op_prod_##_n(uint16_t x, uint16_t y)                               \
-    {                                                                                            \
-        return _from_float(_to_float(x) * _to_float(y));                                         \
+#define ST_SHORT_FLOAT_OPS(_n, _to_float, _from_float)                                             \
+    static inline uint16_t st_op_sum_##_n(uint16_t x, uint16_t y)                                  \
+    {                                                                                              \
+        return _from_float(_to_float(x) + _to_float(y));                                           \
+    }                                                                                              \
+    static inline uint16_t st_op_prod_##_n(uint16_t x, uint16_t y)                                 \
+    {                                                                                              \
+        return _from_float(_to_float(x) * _to_float(y));                                           \
     }
 
 ST_SHORT_FLOAT_OPS(f16, st_half_to_float, st_float_to_half)
@@ -147,25 +171,25 @@ ST_SHORT_FLOAT_OPS(bf16, st_bf16_to_float, st_float_to_bf16)
  * -0 just below +0 (IEEE 754-2019 maximum/minimum). Distinct patterns get distinct keys, so the
  * result is the same whatever the argument order. Integer compares also vectorise on every
  * target, fp16 and bf16 included, without widening to fp32. */
-#define ST_FLOAT_MAXMIN_OPS(_n, _U, _S, _bits, _inf, _qnan)                                      \
-    static inline _S st_key_##_n(_U b)                                                           \
-    {                                                                                            \
-        _U flip = (_U)((_U)(0u - (_U)(b >> ((_bits) - 1))) >> 1);                                \
-        return (_S)(b ^ flip);                                                                   \
-    }                                                                                            \
-    static inline int st_isnan_##_n(_U b)                                                        \
-    {                                                                                            \
-        return (_U)(b & (_U)~((_U)1 << ((_bits) - 1))) > (_U)(_inf);                             \
-    }                                                                                            \
-    static inline _U st_op_max_##_n(_U x, _U y)                                                  \
-    {                                                                                            \
-        _U r = st_key_##_n(x) > st_key_##_n(y) ? x : y;                                          \
-        return st_isnan_##_n(x) | st_isnan_##_n(y) ? (_U)(_qnan) : r;                            \
-    }                                                                                            \
-    static inline _U st_op_min_##_n(_U x, _U y)                                                  \
-    {                                                                                            \
-        _U r = st_key_##_n(x) < st_key_##_n(y) ? x : y;                                          \
-        return st_isnan_##_n(x) | st_isnan_##_n(y) ? (_U)(_qnan) : r;                            \
+#define ST_FLOAT_MAXMIN_OPS(_n, _U, _S, _bits, _inf, _qnan)                                        \
+    static inline _S st_key_##_n(_U b)                                                             \
+    {                                                                                              \
+        _U flip = (_U)((_U)(0u - (_U)(b >> (_bits - 1))) >> 1);                                    \
+        return (_S)(b ^ flip);                                                                     \
+    }                                                                                              \
+    static inline int st_isnan_##_n(_U b)                                                          \
+    {                                                                                              \
+        return (_U)(b & (_U) ~((_U)1 << (_bits - 1))) > (_U)(_inf);                                \
+    }                                                                                              \
+    static inline _U st_op_max_##_n(_U x, _U y)                                                    \
+    {                                                                                              \
+        _U r = st_key_##_n(x) > st_key_##_n(y) ? x : y;                                            \
+        return st_isnan_##_n(x) | st_isnan_##_n(y) ? (_U)(_qnan) : r;                              \
+    }                                                                                              \
+    static inline _U st_op_min_##_n(_U x, _U y)                                                    \
+    {                                                                                              \
+        _U r = st_key_##_n(x) < st_key_##_n(y) ? x : y;                                            \
+        return st_isnan_##_n(x) | st_isnan_##_n(y) ? (_U)(_qnan) : r;                              \
     }
 
 ST_FLOAT_MAXMIN_OPS(f16, uint16_t, int16_t, 16, 0x7c00u, 0x7e00u)
@@ -175,10 +199,16 @@ ST_FLOAT_MAXMIN_OPS(f64, uint64_t, int64_t, 64, 0x7ff0000000000000ull, 0x7ff8000
 
 /* The premul product x * s, with s already in the compute type st_scalar_<n>_t: the element type
  * itself, except fp32 for fp16 and bf16. */
-#define ST_SCALE_OPS(_n, _T)                                                                     \
-    typedef _T st_scalar_##_n##_t;                                                               \
-    static inline _T st_scalar_##_n(_T s) { return s; }                                          \
-    static inline _T st_op_scale_##_n(_T x, _T s) { return st_op_prod_##_n(x, s); }
+#define ST_SCALE_OPS(_n, _T)                                                                       \
+    typedef _T       st_scalar_##_n##_t;                                                           \
+    static inline _T st_scalar_##_n(_T s)                                                          \
+    {                                                                                              \
+        return s;                                                                                  \
+    }                                                                                              \
+    static inline _T st_op_scale_##_n(_T x, _T s)                                                  \
+    {                                                                                              \
+        return st_op_prod_##_n(x, s);                                                              \
+    }
 
 ST_SCALE_OPS(i8, int8_t)
 ST_SCALE_OPS(u8, uint8_t)
@@ -189,12 +219,15 @@ ST_SCALE_OPS(u64, uint64_t)
 ST_SCALE_OPS(f32, float)
 ST_SCALE_OPS(f64, double)
 
-#define ST_SHORT_FLOAT_SCALE_OPS(_n, _to_float, _from_float)                                     \
-    typedef float st_scalar_##_n##_t;                                                            \
-    static inline float st_scalar_##_n(uint16_t s) { return _to_float(s); }                      \
-    static inline uint16_t st_op_scale_##_n(uint16_t x, float s)                                 \
-    {                                                                                            \
-        return _from_float(_to_float(x) * s);                                                    \
+#define ST_SHORT_FLOAT_SCALE_OPS(_n, _to_float, _from_float)                                       \
+    typedef float       st_scalar_##_n##_t;                                                        \
+    static inline float st_scalar_##_n(uint16_t s)                                                 \
+    {                                                                                              \
+        return _to_float(s);                                                                       \
+    }                                                                                              \
+    static inline uint16_t st_op_scale_##_n(uint16_t x, float s)                                   \
+    {                                                                                              \
+        return _from_float(_to_float(x) * s);                                                      \
     }
 
 ST_SHORT_FLOAT_SCALE_OPS(f16, st_half_to_float, st_float_to_half)
@@ -211,50 +244,49 @@ typedef void (*st_reduce_psum_fn_t)(void *dst, const void *local, const void *in
 typedef void (*st_reduce_div_fn_t)(void *dst, size_t count, uint64_t div);
 
 /* dst[i] = a[i] OP b[i], elements accessed as _acc. */
-#define ST_KERNEL_BINARY(_op, _n, _acc)                                                          \
-    static void st_reduce_##_op##_##_n(void *dst, const void *a, const void *b, size_t count)    \
-    {                                                                                            \
-        size_t i;                                                                                \
-                                                                                                 \
-        for (i = 0; i < count; i++) {                                                            \
-            st_st_##_acc(dst, i, st_op_##_op##_##_n(st_ld_##_acc(a, i), st_ld_##_acc(b, i)));    \
-        }                                                                                        \
+#define ST_KERNEL_BINARY(_op, _n, _acc)                                                            \
+    static void st_reduce_##_op##_##_n(void *dst, const void *a, const void *b, size_t count)      \
+    {                                                                                              \
+        size_t i;                                                                                  \
+                                                                                                   \
+        for (i = 0; i < count; i++) {                                                              \
+            st_st_##_acc(dst, i, st_op_##_op##_##_n(st_ld_##_acc(a, i), st_ld_##_acc(b, i)));      \
+        }                                                                                          \
     }
 
 /* Premul: the scalar is read and converted to the compute type once, outside the loop (GCC
  * does not vectorise the fp16 loops when the conversion of the invariant stays inside).
  * scale: dst[i] = src[i] * s;  psum: dst[i] = (local[i] * s) + in[i], each step rounded. */
-#define ST_KERNEL_PREMUL(_n, _acc)                                                               \
-    static void st_reduce_scale_##_n(void *dst, const void *src, size_t count,                   \
-                                     const void *scalar)                                         \
-    {                                                                                            \
-        st_scalar_##_n##_t s = st_scalar_##_n(st_ld_##_acc(scalar, 0));                          \
-        size_t             i;                                                                    \
-                                                                                                 \
-        for (i = 0; i < count; i++) {                                                            \
-            st_st_##_acc(dst, i, st_op_scale_##_n(st_ld_##_acc(src, i), s));                     \
-        }                                                                                        \
-    }                                                                                            \
-    static void st_reduce_psum_##_n(void *dst, const void *local, const void *in, size_t count,  \
-                                    const void *scalar)                                          \
-    {                                                                                            \
-        st_scalar_##_n##_t s = st_scalar_##_n(st_ld_##_acc(scalar, 0));                          \
-        size_t             i;                                                                    \
-                                                                                                 \
-        for (i = 0; i < count; i++) {                                                            \
-            st_st_##_acc(dst, i,                                                                 \
-                         st_op_sum_##_n(st_op_scale_##_n(st_ld_##_acc(local, i), s),             \
-                                        st_ld_##_acc(in, i)));                                   \
-        }                                                                                        \
+#define ST_KERNEL_PREMUL(_n, _acc)                                                                 \
+    static void st_reduce_scale_##_n(void *dst, const void *src, size_t count, const void *scalar) \
+    {                                                                                              \
+        st_scalar_##_n##_t s = st_scalar_##_n(st_ld_##_acc(scalar, 0));                            \
+        size_t             i;                                                                      \
+                                                                                                   \
+        for (i = 0; i < count; i++) {                                                              \
+            st_st_##_acc(dst, i, st_op_scale_##_n(st_ld_##_acc(src, i), s));                       \
+        }                                                                                          \
+    }                                                                                              \
+    static void st_reduce_psum_##_n(void *dst, const void *local, const void *in, size_t count,    \
+                                    const void *scalar)                                            \
+    {                                                                                              \
+        st_scalar_##_n##_t s = st_scalar_##_n(st_ld_##_acc(scalar, 0));                            \
+        size_t             i;                                                                      \
+                                                                                                   \
+        for (i = 0; i < count; i++) {                                                              \
+            st_st_##_acc(                                                                          \
+                dst, i,                                                                            \
+                st_op_sum_##_n(st_op_scale_##_n(st_ld_##_acc(local, i), s), st_ld_##_acc(in, i))); \
+        }                                                                                          \
     }
 
 /* All kernels of one datatype. _acc accesses elements for sum/prod, _mm_acc for max/min (bit
  * patterns for floating types). */
-#define ST_KERNELS(_n, _acc, _mm_acc)                                                            \
-    ST_KERNEL_BINARY(sum, _n, _acc)                                                              \
-    ST_KERNEL_BINARY(prod, _n, _acc)                                                             \
-    ST_KERNEL_BINARY(max, _n, _mm_acc)                                                           \
-    ST_KERNEL_BINARY(min, _n, _mm_acc)                                                           \
+#define ST_KERNELS(_n, _acc, _mm_acc)                                                              \
+    ST_KERNEL_BINARY(sum, _n, _acc)                                                                \
+    ST_KERNEL_BINARY(prod, _n, _acc)                                                               \
+    ST_KERNEL_BINARY(max, _n, _mm_acc)                                                             \
+    ST_KERNEL_BINARY(min, _n, _mm_acc)                                                             \
     ST_KERNEL_PREMUL(_n, _acc)
 
 ST_KERNELS(i8, i8, i8)
@@ -272,15 +304,15 @@ ST_KERNELS(bf16, u16, u16)
  * it fits the signed 32-bit division used for the narrow types, which is much cheaper than a
  * 64-bit one on many cores. A division by a run-time value does not vectorise; this runs once per
  * element of the final result only. */
-#define ST_KERNEL_DIV(_n, _T, _W)                                                                \
-    static void st_reduce_div_##_n(void *dst, size_t count, uint64_t div)                        \
-    {                                                                                            \
-        _W     d = (_W)div;                                                                      \
-        size_t i;                                                                                \
-                                                                                                 \
-        for (i = 0; i < count; i++) {                                                            \
-            st_st_##_n(dst, i, (_T)((_W)st_ld_##_n(dst, i) / d));                                \
-        }                                                                                        \
+#define ST_KERNEL_DIV(_n, _T, _W)                                                                  \
+    static void st_reduce_div_##_n(void *dst, size_t count, uint64_t div)                          \
+    {                                                                                              \
+        _W     d = (_W)div;                                                                        \
+        size_t i;                                                                                  \
+                                                                                                   \
+        for (i = 0; i < count; i++) {                                                              \
+            st_st_##_n(dst, i, (_T)((_W)st_ld_##_n(dst, i) / d));                                  \
+        }                                                                                          \
     }
 
 ST_KERNEL_DIV(i8, int8_t, int32_t)
@@ -291,31 +323,41 @@ ST_KERNEL_DIV(i64, int64_t, int64_t)
 ST_KERNEL_DIV(u64, uint64_t, uint64_t)
 
 /* Dispatch tables, indexed by strataDataType_t (NCCL's values, 0..9) and st_red_kind_t. */
-#define ST_BINARY_ROW(_n)                                                                        \
-    { st_reduce_sum_##_n, st_reduce_prod_##_n, st_reduce_max_##_n, st_reduce_min_##_n }
+#define ST_BINARY_ROW(_n)                                                                          \
+    {                                                                                              \
+        st_reduce_sum_##_n, st_reduce_prod_##_n, st_reduce_max_##_n, st_reduce_min_##_n            \
+    }
 
+/* Designated by enum value, so the tables cannot drift from NCCL's numbering. */
 static const st_reduce_binary_fn_t st_reduce_binary_table[strataNumTypes][4] = {
-    ST_BINARY_ROW(i8),  ST_BINARY_ROW(u8),  ST_BINARY_ROW(i32), ST_BINARY_ROW(u32),
-    ST_BINARY_ROW(i64), ST_BINARY_ROW(u64), ST_BINARY_ROW(f16), ST_BINARY_ROW(f32),
-    ST_BINARY_ROW(f64), ST_BINARY_ROW(bf16)
+    [strataInt8] = ST_BINARY_ROW(i8),     [strataUint8] = ST_BINARY_ROW(u8),
+    [strataInt32] = ST_BINARY_ROW(i32),   [strataUint32] = ST_BINARY_ROW(u32),
+    [strataInt64] = ST_BINARY_ROW(i64),   [strataUint64] = ST_BINARY_ROW(u64),
+    [strataFloat16] = ST_BINARY_ROW(f16), [strataFloat32] = ST_BINARY_ROW(f32),
+    [strataFloat64] = ST_BINARY_ROW(f64), [strataBfloat16] = ST_BINARY_ROW(bf16),
 };
 
 static const st_reduce_scale_fn_t st_reduce_scale_table[strataNumTypes] = {
-    st_reduce_scale_i8,  st_reduce_scale_u8,  st_reduce_scale_i32, st_reduce_scale_u32,
-    st_reduce_scale_i64, st_reduce_scale_u64, st_reduce_scale_f16, st_reduce_scale_f32,
-    st_reduce_scale_f64, st_reduce_scale_bf16
+    [strataInt8] = st_reduce_scale_i8,     [strataUint8] = st_reduce_scale_u8,
+    [strataInt32] = st_reduce_scale_i32,   [strataUint32] = st_reduce_scale_u32,
+    [strataInt64] = st_reduce_scale_i64,   [strataUint64] = st_reduce_scale_u64,
+    [strataFloat16] = st_reduce_scale_f16, [strataFloat32] = st_reduce_scale_f32,
+    [strataFloat64] = st_reduce_scale_f64, [strataBfloat16] = st_reduce_scale_bf16,
 };
 
 static const st_reduce_psum_fn_t st_reduce_psum_table[strataNumTypes] = {
-    st_reduce_psum_i8,  st_reduce_psum_u8,  st_reduce_psum_i32, st_reduce_psum_u32,
-    st_reduce_psum_i64, st_reduce_psum_u64, st_reduce_psum_f16, st_reduce_psum_f32,
-    st_reduce_psum_f64, st_reduce_psum_bf16
+    [strataInt8] = st_reduce_psum_i8,     [strataUint8] = st_reduce_psum_u8,
+    [strataInt32] = st_reduce_psum_i32,   [strataUint32] = st_reduce_psum_u32,
+    [strataInt64] = st_reduce_psum_i64,   [strataUint64] = st_reduce_psum_u64,
+    [strataFloat16] = st_reduce_psum_f16, [strataFloat32] = st_reduce_psum_f32,
+    [strataFloat64] = st_reduce_psum_f64, [strataBfloat16] = st_reduce_psum_bf16,
 };
 
+/* Floating types have no postdiv (their avg is a premul sum): NULL. */
 static const st_reduce_div_fn_t st_reduce_div_table[strataNumTypes] = {
-    st_reduce_div_i8,  st_reduce_div_u8,  st_reduce_div_i32, st_reduce_div_u32,
-    st_reduce_div_i64, st_reduce_div_u64, NULL,              NULL,
-    NULL,              NULL
+    [strataInt8] = st_reduce_div_i8,   [strataUint8] = st_reduce_div_u8,
+    [strataInt32] = st_reduce_div_i32, [strataUint32] = st_reduce_div_u32,
+    [strataInt64] = st_reduce_div_i64, [strataUint64] = st_reduce_div_u64,
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -359,6 +401,23 @@ static uint64_t st_recip_bits(uint64_t n, unsigned mbits, int bias)
     return exp >= 1 ? ((uint64_t)exp << mbits) + q - ((uint64_t)1 << mbits) : q;
 }
 
+/* Stores 1/nranks, correctly rounded, in r->scalar for r->dtype (a floating type). */
+static void st_redop_avg_scalar(st_redop_t *r, int nranks)
+{
+    uint64_t n = (uint64_t)nranks;
+    uint32_t bits;
+
+    switch (r->dtype) {
+    case strataFloat16: r->scalar.h16 = (uint16_t)st_recip_bits(n, 10, 15); break;
+    case strataBfloat16: r->scalar.h16 = (uint16_t)st_recip_bits(n, 7, 127); break;
+    case strataFloat32:
+        bits = (uint32_t)st_recip_bits(n, 23, 127);
+        memcpy(&r->scalar.f32, &bits, sizeof(bits));
+        break;
+    default: r->scalar.f64 = 1.0 / (double)nranks; break; /* IEEE division rounds correctly */
+    }
+}
+
 st_status_t st_redop_init(st_redop_t *redop, strataRedOp_t op, strataDataType_t dtype, int nranks)
 {
     st_redop_t r;
@@ -370,10 +429,10 @@ st_status_t st_redop_init(st_redop_t *redop, strataRedOp_t op, strataDataType_t 
     r.dtype   = dtype;
     r.postdiv = 1;
     switch (op) {
-    case strataSum:  r.kind = ST_RED_SUM;  break;
+    case strataSum: r.kind = ST_RED_SUM; break;
     case strataProd: r.kind = ST_RED_PROD; break;
-    case strataMax:  r.kind = ST_RED_MAX;  break;
-    case strataMin:  r.kind = ST_RED_MIN;  break;
+    case strataMax: r.kind = ST_RED_MAX; break;
+    case strataMin: r.kind = ST_RED_MIN; break;
     case strataAvg:
         r.kind = ST_RED_SUM;
         if (!st_dtype_is_float(dtype)) {
@@ -383,26 +442,9 @@ st_status_t st_redop_init(st_redop_t *redop, strataRedOp_t op, strataDataType_t 
         /* Premul by 1/nranks rounded to the datatype, as NCCL does: each rank's share is scaled
          * before it travels, so an fp16 mean never overflows where the mean itself fits. */
         r.premul = 1;
-        switch (dtype) {
-        case strataFloat16:
-            r.scalar.h16 = (uint16_t)st_recip_bits((uint64_t)nranks, 10, 15);
-            break;
-        case strataBfloat16:
-            r.scalar.h16 = (uint16_t)st_recip_bits((uint64_t)nranks, 7, 127);
-            break;
-        case strataFloat32: {
-            uint32_t bits = (uint32_t)st_recip_bits((uint64_t)nranks, 23, 127);
-
-            memcpy(&r.scalar.f32, &bits, sizeof(bits));
-            break;
-        }
-        default:
-            r.scalar.f64 = 1.0 / (double)nranks; /* IEEE division: correctly rounded already */
-            break;
-        }
+        st_redop_avg_scalar(&r, nranks);
         break;
-    default:
-        return ST_ERR_INVALID; /* premul handles are resolved by the communicator, not here */
+    default: return ST_ERR_INVALID; /* premul handles are resolved by the communicator, not here */
     }
     *redop = r;
     return ST_OK;

@@ -20,7 +20,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -30,9 +29,8 @@
 #define GUARD 0xa5 /* byte pattern around every test buffer */
 
 static const strataDataType_t all_dtypes[] = {
-    strataInt8,    strataUint8,   strataInt32,   strataUint32,   strataInt64,
-    strataUint64,  strataFloat16, strataFloat32, strataFloat64,  strataBfloat16
-};
+    strataInt8,   strataUint8,   strataInt32,   strataUint32,  strataInt64,
+    strataUint64, strataFloat16, strataFloat32, strataFloat64, strataBfloat16};
 
 static const strataRedOp_t builtin_ops[] = {strataSum, strataProd, strataMax, strataMin};
 
@@ -234,31 +232,31 @@ static int is_bf16_nan(uint64_t b)
 static int is_nan_of(strataDataType_t dt, uint64_t v)
 {
     switch (dt) {
-    case strataFloat16:  return is_half_nan(v);
+    case strataFloat16: return is_half_nan(v);
     case strataBfloat16: return is_bf16_nan(v);
-    case strataFloat32:  return isnan(f32_of((uint32_t)v));
-    case strataFloat64:  return isnan(f64_of(v));
-    default:             return 0;
+    case strataFloat32: return isnan(f32_of((uint32_t)v));
+    case strataFloat64: return isnan(f64_of(v));
+    default: return 0;
     }
 }
 
 static uint64_t canonical_qnan(strataDataType_t dt)
 {
     switch (dt) {
-    case strataFloat16:  return 0x7e00;
+    case strataFloat16: return 0x7e00;
     case strataBfloat16: return 0x7fc0;
-    case strataFloat32:  return 0x7fc00000;
-    default:             return 0x7ff8000000000000ull;
+    case strataFloat32: return 0x7fc00000;
+    default: return 0x7ff8000000000000ull;
     }
 }
 
 static double float_value(strataDataType_t dt, uint64_t v)
 {
     switch (dt) {
-    case strataFloat16:  return ref_half_value((uint16_t)v);
+    case strataFloat16: return ref_half_value((uint16_t)v);
     case strataBfloat16: return (double)f32_of((uint32_t)v << 16);
-    case strataFloat32:  return (double)f32_of((uint32_t)v);
-    default:             return f64_of(v);
+    case strataFloat32: return (double)f32_of((uint32_t)v);
+    default: return f64_of(v);
     }
 }
 
@@ -310,10 +308,10 @@ static uint64_t ref_int(strataDataType_t dt, st_red_kind_t kind, uint64_t a, uin
     int64_t  x = (int64_t)(a << shift) >> shift, y = (int64_t)(b << shift) >> shift;
 
     switch (kind) {
-    case ST_RED_SUM:  return (a + b) & mask;
+    case ST_RED_SUM: return (a + b) & mask;
     case ST_RED_PROD: return (a * b) & mask;
-    case ST_RED_MAX:  return is_sig ? (uint64_t)(x > y ? x : y) & mask : (a > b ? a : b);
-    case ST_RED_MIN:  return is_sig ? (uint64_t)(x < y ? x : y) & mask : (a < b ? a : b);
+    case ST_RED_MAX: return is_sig ? (uint64_t)(x > y ? x : y) & mask : (a > b ? a : b);
+    case ST_RED_MIN: return is_sig ? (uint64_t)(x < y ? x : y) & mask : (a < b ? a : b);
     }
     return 0;
 }
@@ -334,8 +332,7 @@ static uint64_t ref_op(strataDataType_t dt, st_red_kind_t kind, uint64_t a, uint
 static void check_el(strataDataType_t dt, st_red_kind_t kind, uint64_t want, uint64_t got,
                      const char *ctx, size_t count, size_t i)
 {
-    if (st_dtype_is_float(dt) && is_nan_of(dt, want) && kind != ST_RED_MAX &&
-        kind != ST_RED_MIN) {
+    if (st_dtype_is_float(dt) && is_nan_of(dt, want) && kind != ST_RED_MAX && kind != ST_RED_MIN) {
         int quiet = dt == strataFloat16    ? (got & 0x200) != 0
                     : dt == strataBfloat16 ? (got & 0x40) != 0
                                            : 1;
@@ -352,20 +349,26 @@ static void check_el(strataDataType_t dt, st_red_kind_t kind, uint64_t want, uin
 /* Random patterns: a third anything, a third ordinary values, a third special values. */
 static uint64_t gen_value(strataDataType_t dt)
 {
-    static const uint16_t half_special[] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0x7d00,
-                                            0x7bff, 0xfbff, 0x0001, 0x8001, 0x03ff, 0x0400,
-                                            0x3c00, 0xbc00, 0xfe01};
+    static const uint16_t half_special[] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00,
+                                            0x7d00, 0x7bff, 0xfbff, 0x0001, 0x8001,
+                                            0x03ff, 0x0400, 0x3c00, 0xbc00, 0xfe01};
     static const uint16_t bf16_special[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7fa0,
                                             0x7f7f, 0xff7f, 0x0001, 0x8001, 0x0080, 0x3f80};
     static const uint32_t f32_special[]  = {0x00000000, 0x80000000, 0x7f800000, 0xff800000,
                                             0x7fc00000, 0x7fa00000, 0x7f7fffff, 0x00000001,
                                             0x00800000, 0x3f800000, 0xbf800000, 0xffc00001};
-    static const uint64_t f64_special[]  = {0, 0x8000000000000000ull, 0x7ff0000000000000ull,
-                                            0xfff0000000000000ull, 0x7ff8000000000000ull,
-                                            0x7ff4000000000000ull, 0x7fefffffffffffffull, 1,
-                                            0x0010000000000000ull, 0x3ff0000000000000ull};
-    static const int64_t  int_special[]  = {0, 1, -1, 2, -2, 127, -128, 255, INT32_MAX, INT32_MIN,
-                                            UINT32_MAX, INT64_MAX, INT64_MIN};
+    static const uint64_t f64_special[]  = {0,
+                                            0x8000000000000000ull,
+                                            0x7ff0000000000000ull,
+                                            0xfff0000000000000ull,
+                                            0x7ff8000000000000ull,
+                                            0x7ff4000000000000ull,
+                                            0x7fefffffffffffffull,
+                                            1,
+                                            0x0010000000000000ull,
+                                            0x3ff0000000000000ull};
+    static const int64_t  int_special[]  = {
+          0, 1, -1, 2, -2, 127, -128, 255, INT32_MAX, INT32_MIN, UINT32_MAX, INT64_MAX, INT64_MIN};
     uint64_t r = rnd(), pick = rnd() % 3, mask = width_mask(st_dtype_size(dt));
 
     if (pick == 0) {
@@ -411,8 +414,8 @@ static void init_op(st_redop_t *redop, strataRedOp_t op, strataDataType_t dt, in
 
 static void test_dtype_info(void **state)
 {
-    static const char *const names[] = {"int8",  "uint8", "int32",  "uint32", "int64",
-                                        "uint64", "half", "float", "double", "bfloat16"};
+    static const char *const names[] = {"int8",   "uint8", "int32", "uint32", "int64",
+                                        "uint64", "half",  "float", "double", "bfloat16"};
     static const size_t      sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
     static const int         isflt[] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1};
     size_t                   i;
@@ -490,8 +493,8 @@ static void test_redop_init(void **state)
  * |v * n - 1| are exact in double for these widths. */
 static void test_avg_scalar_nearest(void **state)
 {
-    static const int big[] = {16383, 16384, 16385, 30000, 65535, 65536, 1000003, 33554431,
-                              33554432, 33554433, 100000000, 536870911};
+    static const int big[] = {16383,   16384,    16385,    30000,    65535,     65536,
+                              1000003, 33554431, 33554432, 33554433, 100000000, 536870911};
     st_redop_t       r;
     int              n, k, t;
 
@@ -515,8 +518,7 @@ static void test_avg_scalar_nearest(void **state)
                 }
                 dn = fabs(float_value(dt, nb[j]) * n - 1.0);
                 if (dn < d || (dn == d && (v & 1))) {
-                    fail_msg("%s avg scalar of %d ranks: 0x%" PRIx64 " but 0x%" PRIx64
-                             " is nearer",
+                    fail_msg("%s avg scalar of %d ranks: 0x%" PRIx64 " but 0x%" PRIx64 " is nearer",
                              st_dtype_name(dt), n, v, nb[j]);
                 }
             }
@@ -575,8 +577,7 @@ static void check_f2h(float f)
 
     if (isnan(f)) {
         if (!is_half_nan(got) || !(got & 0x200) || (got >> 15) != (f32_bits(f) >> 31)) {
-            fail_msg("float 0x%08x (NaN) -> 0x%04x, not a quiet NaN of its sign", f32_bits(f),
-                     got);
+            fail_msg("float 0x%08x (NaN) -> 0x%04x, not a quiet NaN of its sign", f32_bits(f), got);
         }
     } else if (got != want) {
         fail_msg("float 0x%08x (%a) -> half 0x%04x, want 0x%04x", f32_bits(f), (double)f, got,
@@ -592,7 +593,7 @@ static void test_half_round_trip_and_ties(void **state)
 
     (void)state;
     for (h = 0; h < 65536; h++) {
-        float    f = st_half_to_float((uint16_t)h);
+        float    f    = st_half_to_float((uint16_t)h);
         uint16_t back = st_float_to_half(f);
 
         if (is_half_nan(h)) {
@@ -602,9 +603,10 @@ static void test_half_round_trip_and_ties(void **state)
         assert_int_equal(back, h);
         check_f2h(f);
         if ((h & 0x7fff) < 0x7c00) { /* midpoint to the next pattern away from zero */
-            double next = (h & 0x7fff) == 0x7bff ? 65536.0 : fabs(ref_half_value((uint16_t)(h + 1)));
-            float  mid  = (float)((fabs((double)f) + next) / 2); /* exact in fp32 */
-            float  s    = (h & 0x8000) ? -1.0f : 1.0f;
+            double next =
+                (h & 0x7fff) == 0x7bff ? 65536.0 : fabs(ref_half_value((uint16_t)(h + 1)));
+            float mid = (float)((fabs((double)f) + next) / 2); /* exact in fp32 */
+            float s   = (h & 0x8000) ? -1.0f : 1.0f;
 
             check_f2h(s * mid);
             check_f2h(s * nextafterf(mid, 0.0f));
@@ -612,8 +614,8 @@ static void test_half_round_trip_and_ties(void **state)
         }
     }
     /* Named cases: ties to even at 2049 and 2051, the overflow threshold, the subnormal edge. */
-    assert_int_equal(st_float_to_half(2049.0f), 0x6800);  /* 2048 */
-    assert_int_equal(st_float_to_half(2051.0f), 0x6802);  /* 2052 */
+    assert_int_equal(st_float_to_half(2049.0f), 0x6800); /* 2048 */
+    assert_int_equal(st_float_to_half(2051.0f), 0x6802); /* 2052 */
     assert_int_equal(st_float_to_half(65504.0f), 0x7bff);
     assert_int_equal(st_float_to_half(65519.996f), 0x7bff);
     assert_int_equal(st_float_to_half(65520.0f), 0x7c00);
@@ -621,14 +623,14 @@ static void test_half_round_trip_and_ties(void **state)
     assert_int_equal(st_float_to_half(1e30f), 0x7c00);
     assert_int_equal(st_float_to_half(INFINITY), 0x7c00);
     assert_int_equal(st_float_to_half(-INFINITY), 0xfc00);
-    assert_int_equal(st_float_to_half(ldexpf(1.0f, -25)), 0x0000);      /* tie to even: 0 */
+    assert_int_equal(st_float_to_half(ldexpf(1.0f, -25)), 0x0000); /* tie to even: 0 */
     assert_int_equal(st_float_to_half(ldexpf(1.5f, -25)), 0x0001);
-    assert_int_equal(st_float_to_half(ldexpf(3.0f, -25)), 0x0002);      /* tie to even: 2 */
+    assert_int_equal(st_float_to_half(ldexpf(3.0f, -25)), 0x0002);     /* tie to even: 2 */
     assert_int_equal(st_float_to_half(ldexpf(0x3ffp0f, -24)), 0x03ff); /* largest subnormal */
     assert_int_equal(st_float_to_half(ldexpf(2047.0f, -25)), 0x0400);  /* rounds up to normal */
     assert_int_equal(st_float_to_half(-ldexpf(1.0f, -24)), 0x8001);
     assert_int_equal(st_float_to_half(-0.0f), 0x8000);
-    assert_int_equal(st_float_to_half(f32_of(0x00000001)), 0x0000);     /* fp32 denormal */
+    assert_int_equal(st_float_to_half(f32_of(0x00000001)), 0x0000); /* fp32 denormal */
     assert_int_equal(st_float_to_half(f32_of(0x7f800001)) & 0x7e00, 0x7e00);
 }
 
@@ -671,8 +673,8 @@ static void test_bf16_conversions(void **state)
             assert_int_equal(st_float_to_bf16(f32_of((b << 16) | 0x8001)), b + 1);
         }
     }
-    assert_int_equal(st_float_to_bf16(257.0f), 0x4380); /* 256: tie to even */
-    assert_int_equal(st_float_to_bf16(259.0f), 0x4382); /* 260: tie to even */
+    assert_int_equal(st_float_to_bf16(257.0f), 0x4380);             /* 256: tie to even */
+    assert_int_equal(st_float_to_bf16(259.0f), 0x4382);             /* 260: tie to even */
     assert_int_equal(st_float_to_bf16(f32_of(0x7f7f8000)), 0x7f80); /* overflow to Inf */
     assert_int_equal(st_float_to_bf16(f32_of(0x7f7f7fff)), 0x7f7f);
     assert_int_equal(st_float_to_bf16(f32_of(0x7f800001)) & 0x7fc0, 0x7fc0); /* NaN stays */
@@ -709,8 +711,8 @@ enum { ALIAS_NONE, ALIAS_DST_A, ALIAS_DST_B, ALIAS_MODES };
 typedef enum { RUN_COMBINE, RUN_APPLY, RUN_APPLY_PREMUL } run_t;
 
 /* One call on fresh buffers, checked against want[i] = ref(a[i], b[i]). */
-static void run_binary_case(const st_redop_t *redop, run_t run, size_t count,
-                            const layout_t *lay, int alias)
+static void run_binary_case(const st_redop_t *redop, run_t run, size_t count, const layout_t *lay,
+                            int alias)
 {
     strataDataType_t dt   = redop->dtype;
     size_t           size = st_dtype_size(dt), i;
@@ -756,8 +758,10 @@ static void run_binary_case(const st_redop_t *redop, run_t run, size_t count,
     }
 
     snprintf(ctx, sizeof(ctx), "%s alias %d layout %d",
-             run == RUN_COMBINE ? "combine" : run == RUN_APPLY ? "apply" : "apply premul", alias,
-             (int)(lay - layouts));
+             run == RUN_COMBINE ? "combine"
+             : run == RUN_APPLY ? "apply"
+                                : "apply premul",
+             alias, (int)(lay - layouts));
     for (i = 0; i < count; i++) {
         check_el(dt, redop->kind, want[i], el_get(dst, i, size), ctx, count, i);
     }
@@ -842,7 +846,7 @@ static void test_pre(void **state)
 
     (void)state;
     for (i = 0; i < ST_ARRAY_SIZE(all_dtypes); i++) {
-        strataDataType_t dt = all_dtypes[i];
+        strataDataType_t dt   = all_dtypes[i];
         size_t           size = st_dtype_size(dt);
 
         for (c = 0; c < ST_ARRAY_SIZE(counts); c++) {
@@ -876,8 +880,7 @@ static void test_pre(void **state)
                                                       : ref_int(dt, ST_RED_PROD, x, s);
 
                 check_el(dt, ST_RED_PROD, want, el_get(dst.p, e, size), "pre", count, e);
-                check_el(dt, ST_RED_PROD, want, el_get(src.p, e, size), "pre in place", count,
-                         e);
+                check_el(dt, ST_RED_PROD, want, el_get(src.p, e, size), "pre in place", count, e);
             }
             tbuf_check_guards(&src, "pre src");
             tbuf_check_guards(&dst, "pre dst");
@@ -911,7 +914,7 @@ static void test_avg_nranks(void **state)
 
     (void)state;
     for (i = 0; i < ST_ARRAY_SIZE(all_dtypes); i++) {
-        strataDataType_t dt = all_dtypes[i];
+        strataDataType_t dt   = all_dtypes[i];
         size_t           size = st_dtype_size(dt);
         int              fl   = st_dtype_is_float(dt);
 
@@ -924,10 +927,10 @@ static void test_avg_nranks(void **state)
             if (fl) { /* the scalar, computed independently (no double rounding for n <= 8) */
                 double inv = 1.0 / nranks;
 
-                s = dt == strataFloat64    ? f64_bits(inv)
-                    : dt == strataFloat32  ? f32_bits((float)inv)
-                    : dt == strataFloat16  ? st_float_to_half((float)inv)
-                                           : st_float_to_bf16((float)inv);
+                s = dt == strataFloat64   ? f64_bits(inv)
+                    : dt == strataFloat32 ? f32_bits((float)inv)
+                    : dt == strataFloat16 ? st_float_to_half((float)inv)
+                                          : st_float_to_bf16((float)inv);
                 assert_int_equal(el_get(&r.scalar, 0, size), s);
             }
             for (rk = 0; rk < nranks; rk++) {
@@ -949,8 +952,8 @@ static void test_avg_nranks(void **state)
                 if (!fl) {
                     int      sh = 64 - 8 * (int)size;
                     int      sg = dt == strataInt8 || dt == strataInt32 || dt == strataInt64;
-                    uint64_t q  = sg ? (uint64_t)(((int64_t)(a << sh) >> sh) / nranks)
-                                     : a / (uint64_t)nranks;
+                    uint64_t q =
+                        sg ? (uint64_t)(((int64_t)(a << sh) >> sh) / nranks) : a / (uint64_t)nranks;
 
                     a = q & width_mask(size);
                 }
@@ -987,7 +990,7 @@ static uint64_t one(strataDataType_t dt, strataRedOp_t op, uint64_t a, uint64_t 
     return el_get(d, 0, size);
 }
 
-#define I8(_v)  ((uint64_t)(uint8_t)(int8_t)(_v))
+#define I8(_v) ((uint64_t)(uint8_t)(int8_t)(_v))
 #define I32(_v) ((uint64_t)(uint32_t)(int32_t)(_v))
 #define I64(_v) ((uint64_t)(int64_t)(_v))
 
@@ -1040,38 +1043,30 @@ static void test_unsigned_minmax(void **state)
  * argument is (number, Inf, another NaN, a signalling NaN). */
 static void test_nan_maxmin(void **state)
 {
-    static const strataDataType_t fdt[] = {strataFloat32, strataFloat64, strataFloat16,
-                                           strataBfloat16};
-    size_t                        i, k;
+    /* Per type: quiet NaN, signalling NaN, negative NaN with a payload; then 1, -Inf, +Inf, -0. */
+    static const struct {
+        strataDataType_t dt;
+        uint64_t         nans[3], others[4];
+    } cases[] = {
+        {strataFloat32,
+         {0x7fc00000, 0x7f800001, 0xffc12345},
+         {0x3f800000, 0xff800000, 0x7f800000, 0x80000000}},
+        {strataFloat64,
+         {0x7ff8000000000000ull, 0x7ff0000000000001ull, 0xfff8000000012345ull},
+         {0x3ff0000000000000ull, 0xfff0000000000000ull, 0x7ff0000000000000ull,
+          0x8000000000000000ull}},
+        {strataFloat16, {0x7e00, 0x7c01, 0xfe45}, {0x3c00, 0xfc00, 0x7c00, 0x8000}},
+        {strataBfloat16, {0x7fc0, 0x7f81, 0xffc5}, {0x3f80, 0xff80, 0x7f80, 0x8000}},
+    };
+    size_t i, k;
 
     (void)state;
-    for (i = 0; i < ST_ARRAY_SIZE(fdt); i++) {
-        strataDataType_t dt = fdt[i];
-        uint64_t         q  = canonical_qnan(dt);
-        uint64_t         nans[3], others[4];
+    for (i = 0; i < ST_ARRAY_SIZE(cases); i++) {
+        strataDataType_t dt     = cases[i].dt;
+        const uint64_t  *nans   = cases[i].nans;
+        const uint64_t  *others = cases[i].others;
+        uint64_t         q      = canonical_qnan(dt);
 
-        /* quiet NaN, signalling NaN, negative NaN with payload; 1.0, -Inf, +Inf, -0 */
-        switch (dt) {
-        case strataFloat32:
-            nans[0] = 0x7fc00000; nans[1] = 0x7f800001; nans[2] = 0xffc12345;
-            others[0] = 0x3f800000; others[1] = 0xff800000; others[2] = 0x7f800000;
-            others[3] = 0x80000000;
-            break;
-        case strataFloat64:
-            nans[0] = 0x7ff8000000000000ull; nans[1] = 0x7ff0000000000001ull;
-            nans[2] = 0xfff8000000012345ull;
-            others[0] = 0x3ff0000000000000ull; others[1] = 0xfff0000000000000ull;
-            others[2] = 0x7ff0000000000000ull; others[3] = 0x8000000000000000ull;
-            break;
-        case strataFloat16:
-            nans[0] = 0x7e00; nans[1] = 0x7c01; nans[2] = 0xfe45;
-            others[0] = 0x3c00; others[1] = 0xfc00; others[2] = 0x7c00; others[3] = 0x8000;
-            break;
-        default:
-            nans[0] = 0x7fc0; nans[1] = 0x7f81; nans[2] = 0xffc5;
-            others[0] = 0x3f80; others[1] = 0xff80; others[2] = 0x7f80; others[3] = 0x8000;
-            break;
-        }
         for (k = 0; k < 3; k++) {
             size_t o;
 
@@ -1101,12 +1096,12 @@ static void test_inf_sum(void **state)
 {
     (void)state;
     assert_true(isnan(f32_of((uint32_t)one(strataFloat32, strataSum, 0x7f800000, 0xff800000))));
-    assert_true(isnan(f64_of(one(strataFloat64, strataSum, 0x7ff0000000000000ull,
-                                 0xfff0000000000000ull))));
+    assert_true(
+        isnan(f64_of(one(strataFloat64, strataSum, 0x7ff0000000000000ull, 0xfff0000000000000ull))));
     assert_true(is_half_nan(one(strataFloat16, strataSum, 0x7c00, 0xfc00)));
     assert_true(is_bf16_nan(one(strataBfloat16, strataSum, 0x7f80, 0xff80)));
-    assert_int_equal(one(strataFloat16, strataSum, 0x7c00, 0x7bff), 0x7c00);  /* Inf + max */
-    assert_int_equal(one(strataFloat16, strataSum, 0xfc00, 0x3c00), 0xfc00);  /* -Inf + 1 */
+    assert_int_equal(one(strataFloat16, strataSum, 0x7c00, 0x7bff), 0x7c00); /* Inf + max */
+    assert_int_equal(one(strataFloat16, strataSum, 0xfc00, 0x3c00), 0xfc00); /* -Inf + 1 */
     assert_int_equal(one(strataBfloat16, strataSum, 0x7f80, 0x3f80), 0x7f80);
     assert_true(is_half_nan(one(strataFloat16, strataProd, 0x7c00, 0x0000))); /* Inf * 0 */
     assert_int_equal(one(strataFloat32, strataSum, 0x7f800000, 0x3f800000), 0x7f800000);
@@ -1120,10 +1115,11 @@ static uint16_t half_of(float f)
 static void test_half_bf16_rounding(void **state)
 {
     (void)state;
-    /* fp16 spacing is 2 in [2048, 4096): 2049 ties to 2048 (even), 2051 to 2052. */
+    /* fp16 spacing is 2 in [2048, 4096): 2049 ties to 2048 (even), 2051 to 2052; 2049.5 is
+     * past the tie and goes up. */
     assert_int_equal(one(strataFloat16, strataSum, half_of(2048), half_of(1)), half_of(2048));
     assert_int_equal(one(strataFloat16, strataSum, half_of(2050), half_of(1)), half_of(2052));
-    assert_int_equal(one(strataFloat16, strataSum, half_of(2048), half_of(1.5f)), half_of(2050)); /* above tie */
+    assert_int_equal(one(strataFloat16, strataSum, half_of(2048), half_of(1.5f)), half_of(2050));
     assert_int_equal(one(strataFloat16, strataSum, half_of(-2050), half_of(-1)), half_of(-2052));
     /* Product rounded once: 1.5 * 1366 = 2049 -> 2048; 1.5 * 1367 = 2050.5 -> 2050. */
     assert_int_equal(one(strataFloat16, strataProd, half_of(1.5f), half_of(1366)), half_of(2048));
@@ -1206,7 +1202,7 @@ static void test_subnormals(void **state)
 {
     st_redop_t r;
     uint16_t   half_s = 0x3800, hv[4] = {0x0001, 0x0003, 0x8003, 0x0400}, ho[4];
-    float      f_s = 0.5f;
+    float      f_s   = 0.5f;
     uint32_t   fv[2] = {0x00000001, 0x00000003}, fo[2];
 
     (void)state;
@@ -1261,8 +1257,8 @@ static void test_int_avg(void **state)
         int64_t v[3];
         int64_t want;
     } cases[] = {
-        {{-1, 0, 0}, 0}, {{-4, 0, 0}, -1}, {{-5, -1, 0}, -2}, {{4, 0, 0}, 1}, {{5, 1, 0}, 2},
-        {{-3, 0, 0}, -1}, {{7, 7, 7}, 7}, {{-100, -20, -1}, -40},
+        {{-1, 0, 0}, 0}, {{-4, 0, 0}, -1}, {{-5, -1, 0}, -2}, {{4, 0, 0}, 1},
+        {{5, 1, 0}, 2},  {{-3, 0, 0}, -1}, {{7, 7, 7}, 7},    {{-100, -20, -1}, -40},
     };
     size_t     i, k;
     st_redop_t r;
@@ -1309,7 +1305,7 @@ static void test_int_avg(void **state)
         st_reduce_combine(&r, i64, i64, zero64, 1);
         st_reduce_post(&r, i64, 1);
         assert_true(i64[0] == INT64_MIN / 2);
-        init_op(&r, strataAvg, strataUint32, 2); /* unsigned: plain division of the wrap */
+        init_op(&r, strataAvg, strataUint32, 2);  /* unsigned: plain division of the wrap */
         st_reduce_combine(&r, u32, u32, u32b, 1); /* 0xfffffffe */
         st_reduce_post(&r, u32, 1);
         assert_int_equal(u32[0], 0x7fffffffu);

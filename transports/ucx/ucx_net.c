@@ -230,7 +230,7 @@ static void st_ucx_recv_list_del(st_net_ctx_t *ctx, st_request_t *req)
     req->tl_prev = req->tl_next = NULL;
 }
 
-static void st_ucx_ep_error(void *arg, ucp_ep_h uep, ucs_status_t status)
+static void st_ucx_ep_error(void *arg, ucp_ep_h uep ST_UNUSED, ucs_status_t status)
 {
     st_net_ep_t  *ep = arg;
     st_net_ctx_t *ctx = ep->ctx;
@@ -249,7 +249,7 @@ static void st_ucx_ep_error(void *arg, ucp_ep_h uep, ucs_status_t status)
 }
 
 static st_status_t st_ucx_connect(st_net_ctx_t *ctx, int peer, const void *peer_addr,
-                                  size_t addr_len, unsigned flags, st_net_ep_t **ep_p)
+                                  size_t addr_len ST_UNUSED, unsigned flags, st_net_ep_t **ep_p)
 {
     ucp_ep_params_t params;
     st_net_ep_t    *ep;
@@ -312,13 +312,14 @@ static void st_ucx_disconnect(st_net_ep_t *ep, int force, double timeout)
     free(ep);
 }
 
-static st_status_t st_ucx_mem_reg(st_net_ctx_t *ctx, void *buf, size_t len, st_memh_t **memh_p)
+static st_status_t st_ucx_mem_reg(st_net_ctx_t *ctx ST_UNUSED, void *buf ST_UNUSED,
+                                  size_t len ST_UNUSED, st_memh_t **memh_p)
 {
     *memh_p = NULL; /* UCX registers rendezvous buffers itself (with its own cache) */
     return ST_OK;
 }
 
-static st_status_t st_ucx_mem_dereg(st_net_ctx_t *ctx, st_memh_t *memh)
+static st_status_t st_ucx_mem_dereg(st_net_ctx_t *ctx ST_UNUSED, st_memh_t *memh ST_UNUSED)
 {
     return ST_OK;
 }
@@ -353,7 +354,7 @@ static void st_ucx_recv_cb(void *ureq, ucs_status_t status, const ucp_tag_recv_i
 }
 
 static st_status_t st_ucx_isend(st_net_ep_t *ep, const void *buf, size_t len, uint64_t tag,
-                                st_memh_t *memh, st_request_t *req)
+                                st_memh_t *memh ST_UNUSED, st_request_t *req)
 {
     ucp_request_param_t param;
     void               *ureq;
@@ -390,7 +391,7 @@ static st_status_t st_ucx_isend(st_net_ep_t *ep, const void *buf, size_t len, ui
 }
 
 static st_status_t st_ucx_irecv(st_net_ep_t *ep, void *buf, size_t len, uint64_t tag,
-                                st_memh_t *memh, st_request_t *req)
+                                st_memh_t *memh ST_UNUSED, st_request_t *req)
 {
     st_net_ctx_t       *ctx = ep->ctx;
     ucp_request_param_t param;
