@@ -276,6 +276,9 @@ st_status_t st_coll_run(const st_coll_args_t *args, int nargs)
             ops[nops++] = op;
         }
     }
+    if (status == ST_OK && nops > 1) {
+        status = st_p2p_link_overlaps(ops, nops);
+    }
     if (status != ST_OK) {
         /* do not leave peers waiting on the ops that were made: run them anyway */
         st_exec_run(ops, nops);

@@ -130,6 +130,9 @@ size_t st_coll_chunk_elems(strataDataType_t dtype);
 st_status_t st_ring_create(const st_coll_args_t *args, st_op_t **op_p);   /* AR, RS, AG */
 st_status_t st_chain_create(const st_coll_args_t *args, st_op_t **op_p);  /* bcast, reduce */
 st_status_t st_p2p_create(const st_coll_args_t *args, st_op_t **op_p);    /* send, recv */
+/* Among ops run together, makes receives whose buffer overlaps a send's land in staging until
+ * those sends completed (in-place exchanges). */
+st_status_t st_p2p_link_overlaps(st_op_t **ops, int nops);
 /* An op that does only local work (n == 1, count == 0): runs it at once and returns NULL. */
 
 /* Runs nargs calls together to completion (the NULL-stream path, a group, a stream's work item):

@@ -374,7 +374,7 @@ static socklen_t st_socket_addr_len(const st_sockaddr_t *addr)
 
 st_status_t st_socket_listen(st_sockaddr_t *addr, int *fd_p)
 {
-    char          str[64];
+    char          str[ST_SOCKADDR_STRLEN];
     st_sockaddr_t bound;
     socklen_t     len = sizeof(bound);
     int           one = 1;
@@ -509,7 +509,7 @@ out_close:
 st_status_t st_socket_connect(const st_sockaddr_t *addr, double deadline, int *fd_p)
 {
     struct timespec ts;
-    char            str[64];
+    char            str[ST_SOCKADDR_STRLEN];
     double          backoff = ST_SOCKET_RETRY_MIN_S;
     int             err;
 

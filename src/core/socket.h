@@ -19,6 +19,8 @@ typedef union st_sockaddr {
 } st_sockaddr_t;
 
 #define ST_IFNAME_MAX 16
+/* Room for the longest st_socket_addr_str: "[" v6 "%" scope "]:" port. */
+#define ST_SOCKADDR_STRLEN (INET6_ADDRSTRLEN + 20)
 
 /* Does interface name `ifname` pass the filter `spec` (STRATA_SOCKET_IFNAME syntax)?
  *   "eth,ib"   prefixes: eth0, ib1 match

@@ -235,8 +235,19 @@ static void st_ucx_ep_error(void *arg, ucp_ep_h uep ST_UNUSED, ucs_status_t stat
     st_net_ep_t  *ep = arg;
     st_net_ctx_t *ctx = ep->ctx;
 
-    st_warn(ST_SUB_UCX, "%s rank %d: connection to rank %d failed: %s", ctx->name, ctx->rank,
-            ep->peer, ucs_status_string(status));
+    int inflight = 0;
+
+    for (st_request_t *req = ctx->recvs; req != NULL; req = req->tl_next) {
+        inflight += (req->tl_ep == ep);
+    }
+    /* A peer that closed after its last message is no news; one we still wait for is. */
+    if (inflight > 0) {
+        st_warn(ST_SUB_UCX, "%s rank %d: connection to rank %d failed with %d receives pending: %s",
+                ctx->name, ctx->rank, ep->peer, inflight, ucs_status_string(status));
+    } else {
+        st_debug(ST_SUB_UCX, "%s rank %d: connection to rank %d closed: %s", ctx->name,
+                 ctx->rank, ep->peer, ucs_status_string(status));
+    }
     ep->failed = 1;
     /* Receives from the dead peer would wait until their deadline: fail them now. */
     for (st_request_t *req = ctx->recvs, *next; req != NULL; req = next) {

@@ -216,16 +216,15 @@ static int cb_supervise(const cb_opts_t *opts, pid_t *pids, int np)
             continue;
         }
 
-        if (!killing && cb_stop_signal != 0) {
-            fprintf(stderr, "%s: got signal %d, stopping the ranks\n", opts->prog,
-                    (int)cb_stop_signal);
+        if (!killing && (cb_stop_signal != 0 || (deadline > 0 && cb_now() > deadline))) {
+            if (cb_stop_signal != 0) {
+                fprintf(stderr, "%s: got signal %d, stopping the ranks\n", opts->prog,
+                        (int)cb_stop_signal);
+            } else {
+                fprintf(stderr, "%s: the run passed its --timeout of %g s, stopping the ranks\n",
+                        opts->prog, opts->timeout);
+            }
             ret = 2;
-        } else if (!killing && deadline > 0 && cb_now() > deadline) {
-            fprintf(stderr, "%s: the run passed its --timeout of %g s, stopping the ranks\n",
-                    opts->prog, opts->timeout);
-            ret = 2;
-        }
-        if (!killing && ret != 0) {
             cb_kill_all(pids, np, SIGTERM);
             killing = 1;
             kill_at = cb_now() + CB_KILL_GRACE;
