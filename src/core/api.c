@@ -20,7 +20,6 @@
 
 #define ST_API_INIT()                                                                            \
     do {                                                                                         \
-        st_log_clear_error();                                                                    \
         if (st_param_init() != ST_OK) {                                                          \
             return strataInvalidArgument;                                                        \
         }                                                                                        \

@@ -1,0 +1,688 @@
+/*
+ * test_colls.c - every collective of the public API on 1..8 forked ranks and several node
+ * layouts, with exact expected values, guards around every buffer and cross-rank bitwise checks.
+ *
+ * One harness run per (nranks, layout) executes a whole battery on one communicator, so process
+ * start and init are paid once per layout: AllReduce, ReduceScatter, AllGather, Broadcast, Reduce
+ * and grouped Send/Recv, in place and out of place, at counts around nranks and around the
+ * internal chunk (STRATA_CHUNK_SIZE, 512k bytes = 131072 fp32 by default; a run with 4k makes many
+ * chunks cheaply). A second battery runs AllReduce for every datatype x op, including a
+ * strataRedOpCreatePreMulSum op, with inputs whose exact result is known.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+/* Which counts a battery uses. */
+typedef enum {
+    SET_FULL,   /* 0, 1, n-1, n+1, 1000, 131071, 131072, 131073 */
+    SET_SMALL,  /* a subset for 8 ranks on 2 cores */
+    SET_CHUNK4K /* run with STRATA_CHUNK_SIZE=4k: around 1024 fp32 and n * 1024 */
+} count_set_t;
+
+#define MAX_COUNTS 16
+
+static size_t make_counts(count_set_t set, int n, size_t *counts)
+{
+    size_t k = 0;
+    size_t c = 4096 / sizeof(float);
+
+    switch (set) {
+    case SET_FULL:
+        counts[k++] = 0;
+        counts[k++] = 1;
+        counts[k++] = (size_t)n - 1;
+        counts[k++] = (size_t)n + 1;
+        counts[k++] = 1000;
+        counts[k++] = 131071;
+        counts[k++] = 131072;
+        counts[k++] = 131073;
+        break;
+    case SET_SMALL:
+        counts[k++] = 0;
+        counts[k++] = 1;
+        counts[k++] = (size_t)n - 1;
+        counts[k++] = (size_t)n + 1;
+        counts[k++] = 1000;
+        counts[k++] = 131073;
+        break;
+    case SET_CHUNK4K:
+        counts[k++] = c - 1;
+        counts[k++] = c;
+        counts[k++] = c + 1;
+        counts[k++] = 2 * c + 7;
+        counts[k++] = (size_t)n * c - 1; /* a ring block of exactly one chunk, and around it */
+        counts[k++] = (size_t)n * c;
+        counts[k++] = (size_t)n * c + 1;
+        counts[k++] = 3 * (size_t)n * c + 5;
+        break;
+    }
+    return k;
+}
+
+/* Inputs: small integers, so every sum over up to 8 ranks is exact in every type. */
+static double xval(int r, size_t i)
+{
+    return (double)((int)((i * 7 + (size_t)r * 3 + 1) % 9) - 4);
+}
+
+/* Unique per (rank, index) for data-movement collectives (int32). */
+static int32_t gval(int r, size_t i)
+{
+    return (int32_t)(((uint32_t)r << 24) | (uint32_t)((i * 2654435761u) & 0xffffffu));
+}
+
+typedef struct {
+    it_ctx_t *c;
+    int       n, r;
+} bat_t;
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes > 0 ? bytes : 1);
+
+    if (p == NULL) {
+        abort();
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+static void do_allreduce(bat_t *b, strataDataType_t dt, size_t count, int inplace)
+{
+    size_t   es = it_dtype_size(dt), bytes = count * es;
+    it_buf_t sb, rb;
+    char     what[160];
+    void    *send = it_buf_alloc(&sb, bytes, 0, 0);
+    void    *recv = inplace ? send : it_buf_alloc(&rb, bytes, 0, 0xEE);
+    void    *exp  = xmalloc(bytes);
+    void    *orig = xmalloc(bytes);
+
+    snprintf(what, sizeof(what), "AllReduce %s sum count %zu %s", it_dtype_name(dt), count,
+             inplace ? "in place" : "out of place");
+    for (size_t i = 0; i < count; i++) {
+        double s = 0;
+
+        for (int k = 0; k < b->n; k++) {
+            s += xval(k, i);
+        }
+        it_set(dt, send, i, xval(b->r, i));
+        it_set(dt, exp, i, s);
+    }
+    memcpy(orig, send, bytes);
+    if (IT_OK(strataAllReduce(send, recv, count, dt, strataSum, b->c->comm, NULL))) {
+        it_expect_equal(dt, recv, exp, count, what);
+        if (!inplace) {
+            IT_EXPECT(memcmp(send, orig, bytes) == 0, "%s: sendbuff was modified", what);
+        }
+    }
+    it_buf_guards(&sb, what);
+    if (!inplace) {
+        it_buf_guards(&rb, what);
+    }
+    it_same_on_all(b->c->comm, recv, bytes, what);
+    if (!inplace) {
+        it_buf_free(&rb);
+    }
+    it_buf_free(&sb);
+    free(exp);
+    free(orig);
+}
+
+static void do_reducescatter(bat_t *b, size_t count, int inplace)
+{
+    strataDataType_t dt    = strataFloat32;
+    size_t           total = count * (size_t)b->n;
+    it_buf_t         sb, rb;
+    char             what[160];
+    float           *send = it_buf_alloc(&sb, total * sizeof(float), 0, 0);
+    float           *recv;
+    float           *exp  = xmalloc(count * sizeof(float));
+    float           *orig = xmalloc(total * sizeof(float));
+
+    recv = inplace ? send + (size_t)b->r * count
+                   : it_buf_alloc(&rb, count * sizeof(float), 0, 0xEE);
+    snprintf(what, sizeof(what), "ReduceScatter fp32 sum recvcount %zu %s", count,
+             inplace ? "in place" : "out of place");
+    for (size_t i = 0; i < total; i++) {
+        send[i] = (float)xval(b->r, i);
+    }
+    for (size_t j = 0; j < count; j++) {
+        double s = 0;
+
+        for (int k = 0; k < b->n; k++) {
+            s += xval(k, (size_t)b->r * count + j);
+        }
+        exp[j] = (float)s;
+    }
+    memcpy(orig, send, total * sizeof(float));
+    if (IT_OK(strataReduceScatter(send, recv, count, dt, strataSum, b->c->comm, NULL))) {
+        it_expect_equal(dt, recv, exp, count, what);
+        if (!inplace) {
+            IT_EXPECT(memcmp(send, orig, total * sizeof(float)) == 0, "%s: sendbuff was modified",
+                      what);
+        }
+    }
+    it_buf_guards(&sb, what);
+    if (!inplace) {
+        it_buf_guards(&rb, what);
+        it_buf_free(&rb);
+    }
+    it_buf_free(&sb);
+    free(exp);
+    free(orig);
+}
+
+static void do_allgather(bat_t *b, size_t count, int inplace)
+{
+    size_t   total = count * (size_t)b->n;
+    it_buf_t sb, rb;
+    char     what[160];
+    int32_t *recv = it_buf_alloc(&rb, total * sizeof(int32_t), 0, 0xEE);
+    int32_t *send;
+    int32_t *exp  = xmalloc(total * sizeof(int32_t));
+
+    send = inplace ? recv + (size_t)b->r * count
+                   : it_buf_alloc(&sb, count * sizeof(int32_t), 0, 0);
+    snprintf(what, sizeof(what), "AllGather int32 count %zu %s", count,
+             inplace ? "in place" : "out of place");
+    for (size_t i = 0; i < count; i++) {
+        send[i] = gval(b->r, i);
+    }
+    for (int k = 0; k < b->n; k++) {
+        for (size_t i = 0; i < count; i++) {
+            exp[(size_t)k * count + i] = gval(k, i);
+        }
+    }
+    if (IT_OK(strataAllGather(send, recv, count, strataInt32, b->c->comm, NULL))) {
+        it_expect_equal(strataInt32, recv, exp, total, what);
+        if (!inplace) {
+            it_expect_equal(strataInt32, send, exp + (size_t)b->r * count, count, what);
+        }
+    }
+    it_buf_guards(&rb, what);
+    if (!inplace) {
+        it_buf_guards(&sb, what);
+        it_buf_free(&sb);
+    }
+    it_same_on_all(b->c->comm, recv, total * sizeof(int32_t), what);
+    it_buf_free(&rb);
+    free(exp);
+}
+
+/* mode 0: out of place, non-root sendbuff NULL; 1: out of place, non-root sendbuff a buffer that
+ * must stay untouched; 2: in place. */
+static void do_broadcast(bat_t *b, size_t count, int root, int mode)
+{
+    size_t   bytes = count * sizeof(int32_t);
+    it_buf_t sb, rb;
+    char     what[160];
+    int32_t *recv = it_buf_alloc(&rb, bytes, 0, 0xEE);
+    int32_t *send = NULL;
+    int32_t *exp  = xmalloc(bytes);
+    int      is_root = b->r == root;
+
+    snprintf(what, sizeof(what), "Broadcast int32 count %zu root %d %s", count, root,
+             mode == 2 ? "in place" : mode == 1 ? "out of place" : "out of place, NULL sendbuff");
+    for (size_t i = 0; i < count; i++) {
+        exp[i] = gval(root, i);
+    }
+    if (mode == 2) {
+        send = recv;
+        if (is_root) {
+            memcpy(recv, exp, bytes);
+        }
+    } else if (is_root || mode == 1) {
+        send = it_buf_alloc(&sb, bytes, 0, 0x33);
+        if (is_root) {
+            memcpy(send, exp, bytes);
+        }
+    }
+    if (IT_OK(strataBroadcast(send, recv, count, strataInt32, root, b->c->comm, NULL))) {
+        it_expect_equal(strataInt32, recv, exp, count, what);
+        if (send != NULL && send != recv) {
+            if (is_root) {
+                it_expect_equal(strataInt32, send, exp, count, what);
+            } else {
+                for (size_t i = 0; i < bytes; i++) {
+                    if (((uint8_t *)send)[i] != 0x33) {
+                        IT_FAIL("%s: non-root sendbuff written at byte %zu", what, i);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    it_buf_guards(&rb, what);
+    if (send != NULL && send != recv) {
+        it_buf_guards(&sb, what);
+        it_buf_free(&sb);
+    }
+    it_same_on_all(b->c->comm, recv, bytes, what);
+    it_buf_free(&rb);
+    free(exp);
+}
+
+static void do_reduce(bat_t *b, size_t count, int root, int inplace)
+{
+    size_t   bytes = count * sizeof(float);
+    it_buf_t sb, rb;
+    char     what[160];
+    float   *send = it_buf_alloc(&sb, bytes, 0, 0);
+    float   *recv = inplace ? send : it_buf_alloc(&rb, bytes, 0, 0xEE);
+    float   *exp  = xmalloc(bytes);
+    float   *orig = xmalloc(bytes);
+    int      is_root = b->r == root;
+
+    snprintf(what, sizeof(what), "Reduce fp32 sum count %zu root %d %s", count, root,
+             inplace ? "in place" : "out of place");
+    for (size_t i = 0; i < count; i++) {
+        double s = 0;
+
+        for (int k = 0; k < b->n; k++) {
+            s += xval(k, i);
+        }
+        send[i] = (float)xval(b->r, i);
+        exp[i]  = (float)s;
+    }
+    memcpy(orig, send, bytes);
+    if (IT_OK(strataReduce(send, recv, count, strataFloat32, strataSum, root, b->c->comm, NULL))) {
+        if (is_root) {
+            it_expect_equal(strataFloat32, recv, exp, count, what);
+        } else if (inplace) {
+            it_expect_equal(strataFloat32, recv, orig, count, "non-root in-place buffer unchanged");
+        } else {
+            for (size_t i = 0; i < bytes; i++) {
+                if (((uint8_t *)recv)[i] != 0xEE) {
+                    IT_FAIL("%s: non-root recvbuff written at byte %zu", what, i);
+                    break;
+                }
+            }
+        }
+        if (!inplace) {
+            IT_EXPECT(memcmp(send, orig, bytes) == 0, "%s: sendbuff was modified", what);
+        }
+    }
+    it_buf_guards(&sb, what);
+    if (!inplace) {
+        it_buf_guards(&rb, what);
+        it_buf_free(&rb);
+    }
+    it_buf_free(&sb);
+    free(exp);
+    free(orig);
+}
+
+/* Ring shift in a group: send to r+1 and r-1, receive from r-1 and r+1 (self pairs when n = 1,
+ * the same peer twice when n = 2: matching is in call order). fp64 to vary the element size. */
+static void do_sendrecv_group(bat_t *b, size_t count)
+{
+    int      right = (b->r + 1) % b->n, left = (b->r + b->n - 1) % b->n;
+    size_t   bytes = count * sizeof(double);
+    it_buf_t s1, s2, r1, r2;
+    char     what[160];
+    double  *sa = it_buf_alloc(&s1, bytes, 0, 0);
+    double  *sbuf = it_buf_alloc(&s2, bytes, 0, 0);
+    double  *ra = it_buf_alloc(&r1, bytes, 0, 0xEE);
+    double  *rbuf = it_buf_alloc(&r2, bytes, 0, 0xEE);
+
+    snprintf(what, sizeof(what), "grouped Send/Recv fp64 ring shift count %zu", count);
+    for (size_t i = 0; i < count; i++) {
+        sa[i]   = 1000.0 * b->r + (double)(i % 977);       /* to the right */
+        sbuf[i] = -1000.0 * b->r - (double)(i % 977) - 1;  /* to the left */
+    }
+    IT_OK(strataGroupStart());
+    IT_OK(strataSend(sa, count, strataFloat64, right, b->c->comm, NULL));
+    IT_OK(strataSend(sbuf, count, strataFloat64, left, b->c->comm, NULL));
+    IT_OK(strataRecv(ra, count, strataFloat64, left, b->c->comm, NULL));
+    IT_OK(strataRecv(rbuf, count, strataFloat64, right, b->c->comm, NULL));
+    if (IT_OK(strataGroupEnd())) {
+        size_t bad = 0;
+
+        for (size_t i = 0; i < count && bad == 0; i++) {
+            double want_a = 1000.0 * left + (double)(i % 977);
+            double want_b = -1000.0 * right - (double)(i % 977) - 1;
+
+            if (ra[i] != want_a || rbuf[i] != want_b) {
+                IT_FAIL("%s: [%zu] got %g and %g, expected %g (from %d) and %g (from %d)", what,
+                        i, ra[i], rbuf[i], want_a, left, want_b, right);
+                bad++;
+            }
+        }
+    }
+    it_buf_guards(&s1, what);
+    it_buf_guards(&s2, what);
+    it_buf_guards(&r1, what);
+    it_buf_guards(&r2, what);
+    it_buf_free(&s1);
+    it_buf_free(&s2);
+    it_buf_free(&r1);
+    it_buf_free(&r2);
+}
+
+/* Blocking Send/Recv outside a group between pairs (0,1), (2,3), ...: the even rank sends first. */
+static void do_sendrecv_pairs(bat_t *b, size_t count)
+{
+    int      peer = b->r ^ 1;
+    size_t   bytes = count * sizeof(int32_t);
+    it_buf_t sb, rb;
+    char     what[160];
+    int32_t *send, *recv;
+
+    if (peer >= b->n) {
+        return;
+    }
+    send = it_buf_alloc(&sb, bytes, 0, 0);
+    recv = it_buf_alloc(&rb, bytes, 0, 0xEE);
+    snprintf(what, sizeof(what), "blocking Send/Recv int32 count %zu with rank %d", count, peer);
+    for (size_t i = 0; i < count; i++) {
+        send[i] = gval(b->r, i);
+    }
+    if ((b->r & 1) == 0) {
+        IT_OK(strataSend(send, count, strataInt32, peer, b->c->comm, NULL));
+        IT_OK(strataRecv(recv, count, strataInt32, peer, b->c->comm, NULL));
+    } else {
+        IT_OK(strataRecv(recv, count, strataInt32, peer, b->c->comm, NULL));
+        IT_OK(strataSend(send, count, strataInt32, peer, b->c->comm, NULL));
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (recv[i] != gval(peer, i)) {
+            IT_FAIL("%s: [%zu] got 0x%08x, expected 0x%08x", what, i, (unsigned)recv[i],
+                    (unsigned)gval(peer, i));
+            break;
+        }
+    }
+    it_buf_guards(&sb, what);
+    it_buf_guards(&rb, what);
+    it_buf_free(&sb);
+    it_buf_free(&rb);
+}
+
+static int battery(it_ctx_t *c)
+{
+    count_set_t set = *(const count_set_t *)c->arg;
+    bat_t       b   = {c, c->nranks, c->rank};
+    size_t      counts[MAX_COUNTS];
+    size_t      ncounts = make_counts(set, c->nranks, counts);
+    int         roots[3] = {0, 2, c->nranks - 1};
+
+    for (size_t k = 0; k < ncounts; k++) {
+        size_t cnt = counts[k];
+
+        do_allreduce(&b, strataFloat32, cnt, 0);
+        do_allreduce(&b, strataFloat32, cnt, 1);
+        if (k % 2 == 0) {
+            do_allreduce(&b, strataInt32, cnt, 0);
+        }
+        do_reducescatter(&b, cnt, 0);
+        do_reducescatter(&b, cnt, 1);
+        do_allgather(&b, cnt, 0);
+        do_allgather(&b, cnt, 1);
+        for (int ri = 0; ri < 3; ri++) {
+            int root = roots[ri];
+
+            if (root >= c->nranks || (ri > 0 && root == roots[0]) || (ri > 1 && root == roots[1])) {
+                continue;
+            }
+            do_broadcast(&b, cnt, root, (int)((k + (size_t)ri) % 2));
+            do_broadcast(&b, cnt, root, 2);
+            do_reduce(&b, cnt, root, 0);
+            do_reduce(&b, cnt, root, 1);
+        }
+        do_sendrecv_group(&b, cnt);
+        if (k % 2 == 1) {
+            do_sendrecv_pairs(&b, cnt);
+        }
+    }
+    return 0;
+}
+
+static const count_set_t set_full = SET_FULL, set_small = SET_SMALL, set_chunk = SET_CHUNK4K;
+
+#define BATTERY(_n, _layout, _set, _env) \
+    assert_int_equal(it_run_simple((_n), (_layout), (_env), battery, (void *)&(_set)), 0)
+
+static void test_colls_n1(void **state)        { BATTERY(1, "1", set_full, NULL); }
+static void test_colls_n2_1node(void **state)  { BATTERY(2, "2", set_full, NULL); }
+static void test_colls_n2_1p1(void **state)    { BATTERY(2, "1+1", set_full, NULL); }
+static void test_colls_n3_2p1(void **state)    { BATTERY(3, "2+1", set_full, NULL); }
+static void test_colls_n4_2p2(void **state)    { BATTERY(4, "2+2", set_full, NULL); }
+static void test_colls_n4_3p1(void **state)    { BATTERY(4, "3+1", set_full, NULL); }
+static void test_colls_n4_1p3(void **state)    { BATTERY(4, "1+3", set_full, NULL); }
+static void test_colls_n4_rr2(void **state)    { BATTERY(4, "rr2", set_full, NULL); }
+static void test_colls_n5_2p3(void **state)    { BATTERY(5, "2+3", set_full, NULL); }
+static void test_colls_n5_rr2(void **state)    { BATTERY(5, "rr2", set_full, NULL); }
+static void test_colls_n8_2x4(void **state)    { BATTERY(8, "2x4", set_full, NULL); }
+static void test_colls_n8_rr3(void **state)    { BATTERY(8, "rr3", set_small, NULL); }
+static void test_colls_chunk4k_n1(void **state) { BATTERY(1, "1", set_chunk, "STRATA_CHUNK_SIZE=4k"); }
+static void test_colls_chunk4k_n3(void **state)
+{
+    BATTERY(3, "2+1", set_chunk, "STRATA_CHUNK_SIZE=4k");
+}
+static void test_colls_chunk4k_n4_rr2(void **state)
+{
+    BATTERY(4, "rr2", set_chunk, "STRATA_CHUNK_SIZE=4k");
+}
+static void test_colls_chunk4k_n5(void **state)
+{
+    BATTERY(5, "3+2", set_chunk, "STRATA_CHUNK_SIZE=4k");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* every datatype x op                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+#define OP_PREMUL ((strataRedOp_t)-1) /* marker: make a PreMulSum op */
+
+static double sval(int r, size_t i, strataDataType_t dt)
+{
+    int v = (int)((i * 5 + (size_t)r * 3) % 9);
+
+    return it_dtype_is_signed(dt) ? (double)(v - 4) : (double)v;
+}
+
+static double pval(int r, size_t i, strataDataType_t dt)
+{
+    static const double s[3] = {1, 2, -1}, u[3] = {1, 2, 3};
+    size_t k = (i + 2 * (size_t)r) % 3;
+
+    return it_dtype_is_signed(dt) ? s[k] : u[k];
+}
+
+static double scalar_of(int r, strataDataType_t dt)
+{
+    return it_dtype_is_float(dt) ? 0.5 * (double)(r % 3 + 1) : (double)(r % 3 + 1);
+}
+
+static int is_pow2(int n)
+{
+    return (n & (n - 1)) == 0;
+}
+
+/* Expected element i as a double (floats: exact; integers: exact before wrapping). */
+static double expect_elem(strataDataType_t dt, strataRedOp_t op, int n, size_t i, int premul)
+{
+    double acc;
+
+    if (premul) {
+        acc = 0;
+        for (int k = 0; k < n; k++) {
+            acc += scalar_of(k, dt) * sval(k, i, dt);
+        }
+        return acc;
+    }
+    switch (op) {
+    case strataProd:
+        acc = 1;
+        for (int k = 0; k < n; k++) {
+            acc *= pval(k, i, dt);
+        }
+        return acc;
+    case strataMax:
+    case strataMin:
+        acc = sval(0, i, dt);
+        for (int k = 1; k < n; k++) {
+            double v = sval(k, i, dt);
+
+            acc = op == strataMax ? (v > acc ? v : acc) : (v < acc ? v : acc);
+        }
+        return acc;
+    default: /* sum, avg (divided by the caller) */
+        acc = 0;
+        for (int k = 0; k < n; k++) {
+            acc += sval(k, i, dt);
+        }
+        return acc;
+    }
+}
+
+static void do_dtype_op(it_ctx_t *c, strataDataType_t dt, strataRedOp_t op, size_t count,
+                        int inplace)
+{
+    int           n = c->nranks, r = c->rank;
+    int           premul = op == OP_PREMUL;
+    size_t        es = it_dtype_size(dt), bytes = count * es;
+    it_buf_t      sb, rb;
+    char          what[160];
+    void         *send = it_buf_alloc(&sb, bytes, 0, 0);
+    void         *recv = inplace ? send : it_buf_alloc(&rb, bytes, 0, 0xEE);
+    void         *exp  = xmalloc(bytes);
+    strataRedOp_t use  = op;
+    int           approx = 0;
+
+    snprintf(what, sizeof(what), "AllReduce %s %s count %zu %s", it_dtype_name(dt),
+             premul ? "premulsum" : it_op_name(op), count, inplace ? "in place" : "out of place");
+    if (premul) {
+        uint64_t scal = 0;
+
+        it_set(dt, &scal, 0, scalar_of(r, dt));
+        if (!IT_OK(strataRedOpCreatePreMulSum(&use, &scal, dt, strataScalarHostImmediate,
+                                              c->comm))) {
+            goto out;
+        }
+        IT_EXPECT((int)use >= strataNumOps, "%s: PreMulSum op %d is a built-in op value", what,
+                  (int)use);
+    }
+    for (size_t i = 0; i < count; i++) {
+        double e = expect_elem(dt, op, n, i, premul);
+
+        it_set(dt, send, i, op == strataProd ? pval(r, i, dt) : sval(r, i, dt));
+        if (op == strataAvg && !premul) {
+            if (it_dtype_is_float(dt)) {
+                e /= n;
+                approx = !is_pow2(n);
+            } else {
+                int64_t w;
+
+                it_set_i(dt, exp, i, (int64_t)e); /* wrap the sum to the type first */
+                w = it_get_i(dt, exp, i);
+                e = (double)(w / n);              /* C division truncates toward zero */
+            }
+        }
+        if (it_dtype_is_float(dt)) {
+            it_set(dt, exp, i, e);
+        } else {
+            it_set_i(dt, exp, i, (int64_t)e);
+        }
+    }
+    if (IT_OK(strataAllReduce(send, recv, count, dt, use, c->comm, NULL))) {
+        if (!approx) {
+            it_expect_equal(dt, recv, exp, count, what);
+        } else {
+            /* 1/n is inexact: each input is scaled, then summed; allow a few ulps (inputs are
+             * at most 4 in magnitude, so the tolerance is absolute). */
+            double tol = dt == strataFloat64 ? 1e-14 : dt == strataFloat32 ? 4e-6
+                       : dt == strataFloat16 ? 8e-3 : 6e-2;
+
+            for (size_t i = 0; i < count; i++) {
+                double got = it_get(dt, recv, i), want = it_get(dt, exp, i);
+
+                if (!(got - want <= tol && want - got <= tol)) {
+                    IT_FAIL("%s: [%zu] got %.17g, expected %.17g +- %g", what, i, got, want, tol);
+                    break;
+                }
+            }
+        }
+    }
+    it_buf_guards(&sb, what);
+    if (!inplace) {
+        it_buf_guards(&rb, what);
+    }
+    it_same_on_all(c->comm, recv, bytes, what);
+    if (premul) {
+        IT_OK(strataRedOpDestroy(use, c->comm));
+    }
+out:
+    if (!inplace) {
+        it_buf_free(&rb);
+    }
+    it_buf_free(&sb);
+    free(exp);
+}
+
+static int dtype_op_battery(it_ctx_t *c)
+{
+    static const strataRedOp_t ops[] = {strataSum, strataProd, strataMax, strataMin, strataAvg,
+                                        OP_PREMUL};
+    size_t counts[] = {1, 7, (size_t)c->nranks + 1, 67, 1031, 40009};
+
+    for (int dt = 0; dt < strataNumTypes; dt++) {
+        for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+            for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+                do_dtype_op(c, (strataDataType_t)dt, ops[o], counts[k], 0);
+            }
+            do_dtype_op(c, (strataDataType_t)dt, ops[o], 33, 1);
+        }
+    }
+    return 0;
+}
+
+#define DTYPES(_n, _layout) \
+    assert_int_equal(it_run_simple((_n), (_layout), NULL, dtype_op_battery, NULL), 0)
+
+static void test_dtype_op_n1(void **state)     { DTYPES(1, "1"); }
+static void test_dtype_op_n2(void **state)     { DTYPES(2, "1+1"); }
+static void test_dtype_op_n3(void **state)     { DTYPES(3, "2+1"); }
+static void test_dtype_op_n4(void **state)     { DTYPES(4, "2+2"); }
+static void test_dtype_op_n5_rr2(void **state) { DTYPES(5, "rr2"); }
+static void test_dtype_op_n8(void **state)     { DTYPES(8, "2x4"); }
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_colls_n1),
+        cmocka_unit_test(test_colls_n2_1node),
+        cmocka_unit_test(test_colls_n2_1p1),
+        cmocka_unit_test(test_colls_n3_2p1),
+        cmocka_unit_test(test_colls_n4_2p2),
+        cmocka_unit_test(test_colls_n4_3p1),
+        cmocka_unit_test(test_colls_n4_1p3),
+        cmocka_unit_test(test_colls_n4_rr2),
+        cmocka_unit_test(test_colls_n5_2p3),
+        cmocka_unit_test(test_colls_n5_rr2),
+        cmocka_unit_test(test_colls_n8_2x4),
+        cmocka_unit_test(test_colls_n8_rr3),
+        cmocka_unit_test(test_colls_chunk4k_n1),
+        cmocka_unit_test(test_colls_chunk4k_n3),
+        cmocka_unit_test(test_colls_chunk4k_n4_rr2),
+        cmocka_unit_test(test_colls_chunk4k_n5),
+        cmocka_unit_test(test_dtype_op_n1),
+        cmocka_unit_test(test_dtype_op_n2),
+        cmocka_unit_test(test_dtype_op_n3),
+        cmocka_unit_test(test_dtype_op_n4),
+        cmocka_unit_test(test_dtype_op_n5_rr2),
+        cmocka_unit_test(test_dtype_op_n8),
+    };
+
+    it_cmocka_filter();
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
