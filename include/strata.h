@@ -20,12 +20,12 @@
  *    strataStreamSynchronize returns or strataStreamQuery says strataSuccess.
  *  - Errors: every call returns a strataResult_t; strataGetLastError gives a one-line explanation of
  *    the last failure of the calling thread (which argument, which rank, which phase).
- *  - fork(): a process may fork before its first strata call, or fork and exec. A child forked
- *    while strata threads run (the bootstrap root of strataGetUniqueId, a host stream, a
- *    nonblocking init) is a copy of a multithreaded process: strata re-reads its STRATA_*
- *    environment and drops the parent's sockets there, but UCX's memory hooks may be locked by a
- *    thread that no longer exists, so such a child must not call strata. Launchers fork their
- *    ranks first and hand them the id afterwards (collbench does, through a pipe).
+ *  - fork(): a launcher may call strataGetUniqueId and then fork its ranks: the bootstrap root
+ *    parks itself across fork, the child drops the parent's root sockets and re-reads its own
+ *    STRATA_* environment at its first call. A child forked while other strata threads run (a host
+ *    stream, a nonblocking init, or communicators in use) is a copy of a multithreaded process
+ *    whose locks (UCX's memory hooks among them) may be held by threads it does not have: it must
+ *    exec or not call strata.
  *  - Results are bitwise identical on every rank, and from run to run for a fixed number of ranks,
  *    layout, algorithm and count. fp16 and bf16 reduce in fp32 and round to nearest even; integer
  *    sums and products wrap (two's complement); unsigned types compare unsigned; a NaN on any rank

@@ -15,6 +15,19 @@
  *   LINGER  reply sent and write side shut; waiting for the peer to close (or a deadline), so
  *           that closing with unread input never turns into a RST that destroys the reply
  * The root exits once the table or the timeout verdict has gone out and every connection closed.
+ *
+ * Forking while a root runs is the normal case, not an edge case: launchers (collbench -np, the
+ * test harnesses) call strataGetUniqueId and then fork the ranks. Two things must then hold, and
+ * the fork handlers below see to both:
+ *   - the child holds no socket of the parent's roots. It has no root thread, so an inherited
+ *     listener would stay open with nobody accepting, and an inherited connection would never
+ *     send its FIN when the parent's root closes it.
+ *   - no root thread is inside malloc, mmap or the log when the process forks. The child gets
+ *     a copy of every lock such a thread holds, held by a thread it does not have. UCX's memory
+ *     hooks (libucm, armed when libucs loads) wrap every mmap, munmap and madvise in a rwlock:
+ *     a root creating its malloc arena at that moment left children blocked forever in
+ *     ucp_init. So a root holds st_boot_lock whenever it is not waiting in poll(), and the
+ *     prepare handler takes that lock.
  */
 #include "config.h"
 #include "core/bootstrap.h"
@@ -106,7 +119,12 @@ typedef enum {
     ST_BOOT_FLUSH   /* listener closed; delivering replies */
 } st_boot_phase_t;
 
-typedef struct st_boot_root {
+typedef struct st_boot_root st_boot_root_t;
+
+struct st_boot_root {
+    st_boot_root_t  *next; /* in st_boot_roots */
+    pthread_t        thread;
+    int              done; /* sockets closed, lock released for good: only the join is left */
     int              listen_fd;
     char             addr[ST_BOOT_ADDR_STR];
     uint8_t          secret[ST_BOOTSTRAP_SECRET_BYTES];
@@ -129,9 +147,15 @@ typedef struct st_boot_root {
     uint8_t         *table;
     double           accept_pause_until;
     int              accept_warned;
-} st_boot_root_t;
+};
 
-static int st_boot_roots_live;
+/* Every root of this process that has not been joined yet. st_boot_lock guards the list and every
+ * root's state: a root thread holds it except while it waits in poll(). */
+static pthread_mutex_t st_boot_lock = PTHREAD_MUTEX_INITIALIZER;
+static st_boot_root_t *st_boot_roots;
+static int             st_boot_roots_live; /* roots not done */
+static pthread_once_t  st_boot_atfork_once = PTHREAD_ONCE_INIT;
+static int             st_boot_atfork_ret;
 
 static void st_boot_put32(uint8_t *p, uint32_t v)
 {
@@ -166,11 +190,6 @@ static int st_boot_secret_equal(const uint8_t *a, const uint8_t *b)
         diff |= a[i] ^ b[i];
     }
     return diff == 0;
-}
-
-int st_bootstrap_root_count(void)
-{
-    return __atomic_load_n(&st_boot_roots_live, __ATOMIC_ACQUIRE);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -868,14 +887,19 @@ static void st_boot_root_accept(st_boot_root_t *root, double now)
     }
 }
 
-/* Serves connections until the phase is FLUSH and nothing is left. */
+/* Serves connections until the phase is FLUSH and nothing is left. Called and returns with
+ * st_boot_lock held. */
 static void st_boot_root_run(st_boot_root_t *root)
 {
     for (;;) {
-        double now = st_time_now();
-        double wake;
-        size_t pending = 0;
-        int    ret;
+        double         now = st_time_now();
+        double         wake;
+        size_t         pending = 0;
+        struct pollfd *pfds;
+        nfds_t         npfds;
+        int            ms;
+        int            ret;
+        int            err;
 
         if (root->phase == ST_BOOT_GATHER) {
             if (root->nranks > 0 && root->arrived == root->nranks) {
@@ -891,16 +915,16 @@ static void st_boot_root_run(st_boot_root_t *root)
 
         if (root->pfds_cap < root->nconns + 1) {
             size_t         cap  = ST_MAX(root->conns_cap, root->nconns) + 1;
-            struct pollfd *pfds = realloc(root->pfds, cap * sizeof(*pfds));
+            struct pollfd *grown = realloc(root->pfds, cap * sizeof(*grown));
 
-            if (pfds == NULL) {
+            if (grown == NULL) {
                 st_warn(ST_SUB_BOOT,
                         "bootstrap root %s: out of memory for %zu poll entries; "
                         "giving up",
                         root->addr, cap);
                 return;
             }
-            root->pfds     = pfds;
+            root->pfds     = grown;
             root->pfds_cap = cap;
         }
         wake = (root->phase == ST_BOOT_GATHER) ? root->deadline : INFINITY;
@@ -931,9 +955,19 @@ static void st_boot_root_run(st_boot_root_t *root)
             root->pfds[0].fd = -1;
         }
 
-        ret = poll(root->pfds, root->nconns + 1, st_boot_poll_ms(wake, now));
-        if (ret < 0 && errno != EINTR) {
-            st_warn(ST_SUB_BOOT, "bootstrap root %s: poll failed: %m; giving up", root->addr);
+        /* The one wait of the root, and the only time it runs without st_boot_lock (so it reads
+         * nothing of root meanwhile): a fork happens while every root sits here (see
+         * st_boot_atfork_prepare). */
+        pfds  = root->pfds;
+        npfds = root->nconns + 1;
+        ms    = st_boot_poll_ms(wake, now);
+        pthread_mutex_unlock(&st_boot_lock);
+        ret = poll(pfds, npfds, ms);
+        err = errno;
+        pthread_mutex_lock(&st_boot_lock);
+        if (ret < 0 && err != EINTR) {
+            st_warn(ST_SUB_BOOT, "bootstrap root %s: poll failed: %s; giving up", root->addr,
+                    strerror(err));
             return;
         }
         if (ret <= 0) {
@@ -986,138 +1020,218 @@ static void st_boot_root_run(st_boot_root_t *root)
     }
 }
 
-static void st_boot_root_destroy(st_boot_root_t *root)
+/* Closes every socket of the root and frees what it allocated, except the root itself (still on
+ * st_boot_roots until joined). Only close(): in a forked child the sockets are shared with the
+ * parent's root, and shutdown() would cut the parent's connections too. */
+static void st_boot_root_cleanup(st_boot_root_t *root)
 {
     while (root->nconns > 0) {
         st_boot_conn_close(root, root->nconns - 1);
     }
     if (root->listen_fd >= 0) {
         close(root->listen_fd);
+        root->listen_fd = -1;
     }
     free(root->conns);
     free(root->pfds);
     free(root->slots);
     free(root->table);
-    free(root);
+    root->conns = NULL;
+    root->pfds  = NULL;
+    root->slots = NULL;
+    root->table = NULL;
 }
 
 static void *st_boot_root_main(void *arg)
 {
     st_boot_root_t *root = arg;
 
+    /* Before anything else: this thread's first malloc creates its arena with mmap. */
+    pthread_mutex_lock(&st_boot_lock);
     pthread_setname_np(pthread_self(), "strata-boot");
     st_debug(ST_SUB_BOOT, "bootstrap root %s: listening (timeout %g s)", root->addr, root->timeout);
     st_boot_root_run(root);
-    st_boot_root_destroy(root);
-    __atomic_sub_fetch(&st_boot_roots_live, 1, __ATOMIC_RELEASE);
+    st_boot_root_cleanup(root);
+    root->done = 1;
+    st_boot_roots_live--;
+    pthread_mutex_unlock(&st_boot_lock);
     return NULL;
 }
 
-/* Starts the root thread on listen_fd, which it owns from then on (on success only). nranks 0:
- * the first accepted rank fixes it. */
-static st_status_t st_boot_root_spawn(int listen_fd, const st_sockaddr_t *addr,
-                                      const uint8_t *secret, uint32_t nranks, double timeout)
+/* Joins the roots that are done and frees them; st_boot_lock held. A done root never takes the
+ * lock again, so this only waits for the rest of its thread's exit. */
+static void st_boot_reap(void)
+{
+    st_boot_root_t **link = &st_boot_roots;
+
+    while (*link != NULL) {
+        st_boot_root_t *root = *link;
+
+        if (!root->done) {
+            link = &root->next;
+            continue;
+        }
+        *link = root->next;
+        pthread_join(root->thread, NULL);
+        free(root);
+    }
+}
+
+/* Fork handlers (see the top of this file). The prepare handler runs in the forking thread: once
+ * it holds st_boot_lock every root waits in poll() or for the lock, inside no malloc, mmap or log
+ * call. Roots that are done are joined first, because a thread that is exiting still unmaps and
+ * madvises its stack. These handlers are registered after the log's, and prepare handlers run in
+ * reverse order, so this one runs before the log's takes st_log_lock: a root may wait for
+ * st_log_lock while it holds st_boot_lock, and here the two are taken in that same order. */
+static void st_boot_atfork_prepare(void)
+{
+    pthread_mutex_lock(&st_boot_lock);
+    st_boot_reap();
+}
+
+static void st_boot_atfork_parent(void)
+{
+    pthread_mutex_unlock(&st_boot_lock);
+}
+
+/* The child has none of the root threads: close their sockets and forget them. An id made before
+ * the fork keeps working in the child, because the parent's root still serves it. */
+static void st_boot_atfork_child(void)
+{
+    while (st_boot_roots != NULL) {
+        st_boot_root_t *root = st_boot_roots;
+
+        st_boot_roots = root->next;
+        if (!root->done) {
+            st_boot_root_cleanup(root);
+        }
+        free(root);
+    }
+    st_boot_roots_live = 0;
+    pthread_mutex_unlock(&st_boot_lock);
+}
+
+static void st_boot_atfork_register(void)
+{
+    st_log_init(); /* the log's handlers first: see st_boot_atfork_prepare */
+    st_boot_atfork_ret =
+        pthread_atfork(st_boot_atfork_prepare, st_boot_atfork_parent, st_boot_atfork_child);
+}
+
+int st_bootstrap_root_count(void)
+{
+    int count;
+
+    pthread_mutex_lock(&st_boot_lock);
+    st_boot_reap();
+    count = st_boot_roots_live;
+    pthread_mutex_unlock(&st_boot_lock);
+    return count;
+}
+
+/* Opens a listener on *addr (port 0 picks one; *addr gets the bound port) and starts a root
+ * thread on it. Both happen under st_boot_lock, so that a fork in another thread never copies a
+ * listener that is not on st_boot_roots yet. nranks 0: the first accepted rank fixes it. */
+static st_status_t st_boot_root_spawn(st_sockaddr_t *addr, const uint8_t *secret, uint32_t nranks,
+                                      double timeout)
 {
     st_boot_root_t *root;
-    pthread_attr_t  attr;
-    pthread_t       thread;
+    st_status_t     status;
     sigset_t        all;
     sigset_t        old;
     int             flags;
     int             ret;
 
-    /* The loop must never block in accept: a peer can reset between poll and accept. */
-    flags = fcntl(listen_fd, F_GETFL);
-    if (flags < 0 || fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK) != 0) {
-        st_error(ST_SUB_BOOT, "fcntl(O_NONBLOCK) on the bootstrap listener failed: %m");
-        return ST_ERR_IO;
+    pthread_once(&st_boot_atfork_once, st_boot_atfork_register);
+    if (st_boot_atfork_ret != 0) {
+        st_error(ST_SUB_BOOT, "pthread_atfork for the bootstrap root failed: %s",
+                 strerror(st_boot_atfork_ret));
+        return ST_ERR_NO_MEMORY;
     }
     root = calloc(1, sizeof(*root));
     if (root == NULL) {
         st_error(ST_SUB_BOOT, "out of memory for the bootstrap root");
         return ST_ERR_NO_MEMORY;
     }
-    root->listen_fd    = listen_fd;
     root->timeout      = timeout;
-    root->deadline     = st_time_now() + timeout; /* inf stays inf */
     root->phase        = ST_BOOT_GATHER;
     root->nranks       = nranks;
     root->nranks_fixed = (nranks > 0);
     root->first_rank   = -1;
     memcpy(root->secret, secret, ST_BOOTSTRAP_SECRET_BYTES);
-    st_socket_addr_str(addr, root->addr, sizeof(root->addr));
     if (nranks > 0) {
         root->slots = calloc(nranks, sizeof(*root->slots));
         if (root->slots == NULL) {
             st_error(ST_SUB_BOOT, "out of memory for a bootstrap root of %u ranks", nranks);
-            free(root);
-            return ST_ERR_NO_MEMORY;
+            status = ST_ERR_NO_MEMORY;
+            goto err_free;
         }
     }
 
-    ret = pthread_attr_init(&attr);
-    if (ret == 0) {
-        ret = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (ret == 0) {
-            /* The root inherits a full signal mask, so the application's signals land on its
-             * own threads, never on this one. */
-            sigfillset(&all);
-            pthread_sigmask(SIG_SETMASK, &all, &old);
-            __atomic_add_fetch(&st_boot_roots_live, 1, __ATOMIC_RELEASE);
-            ret = pthread_create(&thread, &attr, st_boot_root_main, root);
-            if (ret != 0) {
-                __atomic_sub_fetch(&st_boot_roots_live, 1, __ATOMIC_RELEASE);
-            }
-            pthread_sigmask(SIG_SETMASK, &old, NULL);
-        }
-        pthread_attr_destroy(&attr);
+    pthread_mutex_lock(&st_boot_lock);
+    st_boot_reap();
+    ST_CHECK_GOTO(st_socket_listen(addr, &root->listen_fd), status, err_unlock);
+    /* The loop must never block in accept: a peer can reset between poll and accept. */
+    flags = fcntl(root->listen_fd, F_GETFL);
+    if (flags < 0 || fcntl(root->listen_fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+        st_error(ST_SUB_BOOT, "fcntl(O_NONBLOCK) on the bootstrap listener failed: %m");
+        status = ST_ERR_IO;
+        goto err_close;
     }
+    st_socket_addr_str(addr, root->addr, sizeof(root->addr));
+    root->deadline = st_time_now() + timeout; /* inf stays inf */
+
+    /* The root inherits a full signal mask, so the application's signals land on its own
+     * threads, never on this one. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    ret = pthread_create(&root->thread, NULL, st_boot_root_main, root);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (ret != 0) {
         st_error(ST_SUB_BOOT, "cannot start the bootstrap root thread: %s", strerror(ret));
-        free(root->slots);
-        free(root);
-        return ST_ERR_IO;
+        status = ST_ERR_IO;
+        goto err_close;
     }
+    root->next    = st_boot_roots;
+    st_boot_roots = root;
+    st_boot_roots_live++;
+    pthread_mutex_unlock(&st_boot_lock);
     return ST_OK;
+
+err_close:
+    close(root->listen_fd);
+err_unlock:
+    pthread_mutex_unlock(&st_boot_lock);
+err_free:
+    free(root->slots);
+    free(root);
+    return status;
 }
 
 st_status_t st_bootstrap_root_start(const st_unique_id_t *id, int nranks, double timeout)
 {
     st_sockaddr_t addr;
-    st_status_t   status;
     char          str[ST_BOOT_ADDR_STR];
-    int           fd;
 
     if (id == NULL || nranks < 1 || nranks > ST_BOOTSTRAP_MAX_RANKS || !(timeout >= 0)) {
         st_error(ST_SUB_BOOT, "bootstrap root: invalid arguments (id %p, nranks %d, timeout %g)",
                  (const void *)id, nranks, timeout);
         return ST_ERR_INVALID;
     }
-    addr   = id->root;
-    status = st_socket_listen(&addr, &fd);
-    if (status != ST_OK) {
-        return (status == ST_ERR_INVALID) ? status : ST_ERR_IO; /* logged with the address */
-    }
-    ST_CHECK_GOTO(st_boot_root_spawn(fd, &addr, id->secret, (uint32_t)nranks, timeout), status,
-                  err_close);
+    addr = id->root;
+    ST_CHECK(st_boot_root_spawn(&addr, id->secret, (uint32_t)nranks, timeout)); /* logged */
     st_info(ST_SUB_BOOT, "bootstrap root for %d ranks listening on %s", nranks,
             st_socket_addr_str(&addr, str, sizeof(str)));
     return ST_OK;
-
-err_close:
-    close(fd);
-    return status;
 }
 
 st_status_t st_bootstrap_unique_id(strataUniqueId *id)
 {
     st_unique_id_t uid;
     strataUniqueId out;
-    st_status_t    status;
     char           ifname[ST_IFNAME_MAX];
     char           str[ST_BOOT_ADDR_STR];
     const char    *comm_id;
-    int            fd;
 
     if (id == NULL) {
         st_error(ST_SUB_BOOT, "unique id: NULL pointer");
@@ -1152,19 +1266,13 @@ st_status_t st_bootstrap_unique_id(strataUniqueId *id)
 
     ST_CHECK(st_socket_find_if(st_core_config.socket_ifname, ifname, &uid.root));
     ST_CHECK(st_boot_random(uid.secret, sizeof(uid.secret)));
-    ST_CHECK(st_socket_listen(&uid.root, &fd));
-    ST_CHECK_GOTO(st_bootstrap_id_encode(&uid, &out), status, err_close);
-    ST_CHECK_GOTO(
-        st_boot_root_spawn(fd, &uid.root, uid.secret, 0, st_core_config.bootstrap_timeout), status,
-        err_close);
+    ST_CHECK(st_boot_root_spawn(&uid.root, uid.secret, 0, st_core_config.bootstrap_timeout));
+    /* Cannot fail now: the root listens on an IPv4 or IPv6 address, on a port that is not 0. */
+    ST_CHECK(st_bootstrap_id_encode(&uid, &out));
     *id = out;
     st_info(ST_SUB_BOOT, "unique id: bootstrap root on %s %s", ifname,
             st_socket_addr_str(&uid.root, str, sizeof(str)));
     return ST_OK;
-
-err_close:
-    close(fd);
-    return status;
 }
 
 /* ------------------------------------------------------------------------------------------ */

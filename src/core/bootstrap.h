@@ -3,15 +3,20 @@
  * find each other.
  *
  * strataGetUniqueId picks an interface (STRATA_SOCKET_IFNAME), opens a listening socket there and
- * starts a detached root thread that serves ONE communicator: each rank connects, presents the
- * secret of the id, its rank, nranks and a fixed-size blob (its transport addresses, node id); once
- * all nranks have arrived the root sends every rank the table of all blobs, ordered by rank, and
+ * starts a root thread that serves ONE communicator: each rank connects, presents the secret of
+ * the id, its rank, nranks and a fixed-size blob (its transport addresses, node id); once all
+ * nranks have arrived the root sends every rank the table of all blobs, ordered by rank, and
  * exits. Anything else on that port (wrong secret, garbage, oversized lengths, silence) is dropped
  * and logged without disturbing the real ranks. When the deadline passes with ranks missing, the
  * root tells every waiting rank which ranks never arrived.
  *
  * With STRATA_COMM_ID=host:port the id names that address instead (no root is started by
  * strataGetUniqueId); rank 0 of strataCommInitRank starts the root there, as NCCL_COMM_ID does.
+ *
+ * The process may fork while its roots run; that is how launchers start ranks (make the id, then
+ * fork the ranks, which inherit it). The root stays with the parent and serves the children; a
+ * child holds none of the root's sockets and none of its locks, and may make ids of its own. The
+ * sockets are also close-on-exec.
  */
 #ifndef ST_BOOTSTRAP_H
 #define ST_BOOTSTRAP_H
@@ -76,9 +81,9 @@ st_status_t st_bootstrap_id_decode(const strataUniqueId *id, st_unique_id_t *out
  * bad arguments. */
 st_status_t st_bootstrap_root_start(const st_unique_id_t *id, int nranks, double timeout);
 
-/* Number of root threads still running in this process (each exits after serving its
- * communicator, or at its deadline). For tests and leak checks: 0 means every bootstrap socket
- * the roots opened is closed. */
+/* Number of roots still running in this process (each exits after serving its communicator, or at
+ * its deadline). For tests and leak checks: 0 means every bootstrap socket the roots opened is
+ * closed and their threads have been joined. A forked child starts at 0. */
 int st_bootstrap_root_count(void);
 
 /* How long past its own deadline a rank keeps waiting for the root's answer (see below). */

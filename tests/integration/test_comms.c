@@ -585,6 +585,43 @@ static void test_nonblocking_init_n3(void **state)
     assert_int_equal(it_run(&o, nonblocking, NULL), 0);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* fork after strataGetUniqueId                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The usage NCCL-style launchers have: the parent makes the id (its bootstrap root thread starts),
+ * then forks the ranks. Each child must see its own STRATA_* environment (re-parsed after fork)
+ * and must be able to init while the parent's root serves the rendezvous. */
+static int fork_after(it_ctx_t *c)
+{
+    char  *txt = NULL;
+    size_t len = 0;
+    FILE  *f   = open_memstream(&txt, &len);
+    char   want[64];
+
+    snprintf(want, sizeof(want), "STRATA_HOSTID=node%d\n", c->node);
+    if (!IT_EXPECT(f != NULL, "open_memstream failed")) {
+        return 1;
+    }
+    IT_OK(strataParamsPrint(f));
+    fclose(f);
+    IT_EXPECT(txt != NULL && strstr(txt, want) != NULL, "forked after the parent's first strata "
+              "call, this rank's STRATA_HOSTID was not re-parsed (want \"%.*s\")",
+              (int)strlen(want) - 1, want);
+    free(txt);
+    allreduce_check(c->comm, 100, 1, "fork after strataGetUniqueId");
+    return 0;
+}
+
+static void test_fork_after_unique_id(void **state)
+{
+    it_opts_t o = {.nranks = 4, .layout = "2+2", .fork_after_id = 1, .timeout_s = 30};
+
+    for (int k = 0; k < 10; k++) {
+        assert_int_equal(it_run(&o, fork_after, NULL), 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -596,6 +633,7 @@ int main(void)
         cmocka_unit_test(test_streams_n3),
         cmocka_unit_test(test_streams_n1),
         cmocka_unit_test(test_nonblocking_init_n3),
+        cmocka_unit_test(test_fork_after_unique_id),
     };
 
     it_cmocka_filter();

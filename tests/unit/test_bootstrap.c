@@ -3,6 +3,8 @@
  * parsing, id encoding, and real rendezvous over loopback with rank threads in this process,
  * plus strangers on the root's port (wrong secret, garbage, silence, oversized lengths) that must
  * not disturb the real ranks. Every rendezvous test checks that the root closed all its sockets.
+ * Ranks also run as forked processes, the way launchers start them: the id is made (and its root
+ * started) first, then the ranks are forked and inherit it.
  *
  * The rendezvous runs on lo (STRATA_SOCKET_IFNAME=lo is set before st_param_init): tests never
  * depend on the host's real interfaces. Without an lo that is up, those tests are skipped.
@@ -24,7 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1027,6 +1031,207 @@ static void test_comm_id(void **state)
     assert_int_equal(count_fds(), fds);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* fork                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+#define FORK_ROUNDS 20
+#define FORK_RANKS 8
+#define FORK_WAIT_S 30.0
+
+/* Exit codes of a forked rank (cmocka's asserts cannot report from another process). */
+enum {
+    FORK_OK = 0,
+    FORK_HOLDS_ROOT_SOCKET,
+    FORK_SEES_ROOT,
+    FORK_FDS,
+    FORK_EXCHANGE,
+    FORK_TABLE,
+    FORK_OWN_ID,
+    FORK_OWN_EXCHANGE,
+    FORK_OWN_ROOT_LEFT
+};
+
+static const char *fork_code_str(int code)
+{
+    static const char *const str[] = {
+        "ok",
+        "holds a socket of the parent's root (listener or accepted connection)",
+        "st_bootstrap_root_count() is not 0 in the child",
+        "open fds differ from the parent's before the id was made",
+        "rendezvous through the inherited id failed",
+        "wrong table",
+        "cannot make an id of its own",
+        "rendezvous through its own id failed",
+        "its own root did not go away"};
+
+    return (code >= 0 && code < (int)ST_ARRAY_SIZE(str)) ? str[code] : "unknown exit code";
+}
+
+/* Like count_fds, without cmocka (for forked children); -1 when /proc cannot be read. When port is
+ * not 0, counts only the sockets bound to that port instead. */
+static int child_count_fds(uint16_t port)
+{
+    DIR           *dir = opendir("/proc/self/fd");
+    struct dirent *de;
+    int            n = 0;
+
+    if (dir == NULL) {
+        return -1;
+    }
+    while ((de = readdir(dir)) != NULL) {
+        st_sockaddr_t addr;
+        socklen_t     len = sizeof(addr);
+        int           fd  = atoi(de->d_name);
+
+        if (de->d_name[0] == '.') {
+            continue;
+        }
+        if (port == 0) {
+            n++;
+        } else if (fd != dirfd(dir) && getsockname(fd, &addr.sa, &len) == 0 &&
+                   addr.sa.sa_family == AF_INET && ntohs(addr.sin.sin_port) == port) {
+            n++;
+        }
+    }
+    closedir(dir);
+    return n;
+}
+
+/* A forked rank, doing what a launcher's child does with the id it inherited; then (rank 0 only)
+ * a rendezvous of its own, which needs the bootstrap's lock and root list usable after fork. */
+static int fork_rank_main(const st_unique_id_t *id, int rank, int fds)
+{
+    uint8_t        blob[BLOB_LEN];
+    uint8_t        expect[BLOB_LEN];
+    uint8_t        table[FORK_RANKS * BLOB_LEN];
+    strataUniqueId raw;
+    st_unique_id_t own;
+    double         end;
+
+    if (child_count_fds(ntohs(id->root.sin.sin_port)) != 0) {
+        return FORK_HOLDS_ROOT_SOCKET;
+    }
+    if (st_bootstrap_root_count() != 0) {
+        return FORK_SEES_ROOT;
+    }
+    if (child_count_fds(0) != fds) {
+        return FORK_FDS;
+    }
+    make_blob(rank, blob, BLOB_LEN);
+    if (st_bootstrap_exchange(id, rank, FORK_RANKS, blob, BLOB_LEN, table, 10.0) != ST_OK) {
+        return FORK_EXCHANGE;
+    }
+    for (int q = 0; q < FORK_RANKS; q++) {
+        make_blob(q, expect, BLOB_LEN);
+        if (memcmp(table + (size_t)q * BLOB_LEN, expect, BLOB_LEN) != 0) {
+            return FORK_TABLE;
+        }
+    }
+    if (rank != 0) {
+        return FORK_OK;
+    }
+    if (st_bootstrap_unique_id(&raw) != ST_OK || st_bootstrap_id_decode(&raw, &own) != ST_OK) {
+        return FORK_OWN_ID;
+    }
+    if (st_bootstrap_exchange(&own, 0, 1, blob, BLOB_LEN, table, 5.0) != ST_OK ||
+        memcmp(table, blob, BLOB_LEN) != 0) {
+        return FORK_OWN_EXCHANGE;
+    }
+    end = st_time_now() + ROOT_WAIT_S;
+    while (st_bootstrap_root_count() > 0 && st_time_now() < end) {
+        sleep_s(0.01);
+    }
+    if (st_bootstrap_root_count() != 0 || child_count_fds(0) != fds) {
+        return FORK_OWN_ROOT_LEFT;
+    }
+    return FORK_OK;
+}
+
+/* Waits for the children; a child still running after FORK_WAIT_S is killed and counts as hung
+ * (-1). Returns the first failure as an exit code, or 0. */
+static int fork_wait_all(pid_t *pids, int n, int *failed_rank_p)
+{
+    double end   = st_time_now() + FORK_WAIT_S;
+    int    first = 0;
+    int    left  = n;
+
+    while (left > 0) {
+        int   status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+
+        if (pid == 0 && st_time_now() < end) {
+            sleep_s(0.005);
+            continue;
+        }
+        if (pid == 0) { /* hung: kill the rest and report the first of them */
+            for (int r = 0; r < n; r++) {
+                if (pids[r] > 0) {
+                    kill(pids[r], SIGKILL);
+                    waitpid(pids[r], NULL, 0);
+                    if (first == 0) {
+                        first          = -1;
+                        *failed_rank_p = r;
+                    }
+                    pids[r] = 0;
+                }
+            }
+            break;
+        }
+        assert_true(pid > 0);
+        for (int r = 0; r < n; r++) {
+            if (pids[r] != pid) {
+                continue;
+            }
+            pids[r] = 0;
+            left--;
+            if (first == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == FORK_OK)) {
+                first          = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                *failed_rank_p = r;
+            }
+        }
+    }
+    return first;
+}
+
+/* The launcher pattern: make the id (the root starts in this process), then fork the ranks while
+ * the root runs. Forks come while the root is accepting and reading the earlier ranks, so later
+ * children are forked with accepted connections open. No child may hold any of the root's
+ * sockets, every rendezvous must succeed, and afterwards this process has its fds back. */
+static void test_fork_ranks(void **state)
+{
+    pid_t pids[FORK_RANKS];
+    int   fds;
+
+    (void)state;
+    SKIP_WITHOUT_LO();
+    wait_roots_gone();
+    fds = count_fds();
+    for (int round = 0; round < FORK_ROUNDS; round++) {
+        st_unique_id_t id          = new_id();
+        int            failed_rank = -1;
+        int            code;
+
+        fflush(NULL); /* or the children would flush our buffered output again */
+        for (int r = 0; r < FORK_RANKS; r++) {
+            pids[r] = fork();
+            assert_true(pids[r] >= 0);
+            if (pids[r] == 0) {
+                _exit(fork_rank_main(&id, r, fds));
+            }
+        }
+        code = fork_wait_all(pids, FORK_RANKS, &failed_rank);
+        if (code < 0) {
+            fail_msg("round %d: rank %d hung", round, failed_rank);
+        } else if (code > 0) {
+            fail_msg("round %d: rank %d: exit status %d (%s)", round, failed_rank, code,
+                     code >= 128 ? "killed by a signal" : fork_code_str(code));
+        }
+        wait_roots_gone();
+        assert_int_equal(count_fds(), fds);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1041,7 +1246,7 @@ int main(void)
         cmocka_unit_test(test_bad_hellos),       cmocka_unit_test(test_mismatch),
         cmocka_unit_test(test_rank_rejoins),     cmocka_unit_test(test_rendezvous_ipv6),
         cmocka_unit_test(test_timeout_missing),  cmocka_unit_test(test_unreachable),
-        cmocka_unit_test(test_comm_id),
+        cmocka_unit_test(test_comm_id),          cmocka_unit_test(test_fork_ranks),
     };
     struct ifaddrs *list;
 
