@@ -1,0 +1,197 @@
+/*
+ * mpi_allreduce.c - Open MPI's MPI_Allreduce measured the way collbench measures strataAllReduce,
+ * so that bench/allreduce_vs_mpi.sh can put the two tables side by side.
+ *
+ * Same procedure as collbench (src/tools/collbench/bench.c), step for step:
+ *  - warmup: -w calls at the largest size, then -w calls at the smallest;
+ *  - per size: out of place, then in place (MPI_IN_PLACE); each half is a barrier, -n timed calls,
+ *    then (with -c 1) one more call on fresh inputs whose result is checked;
+ *  - time = the largest over ranks of (elapsed / iterations), in microseconds;
+ *  - algbw = bytes / time, busbw = algbw * 2 (n - 1) / n, in GB/s (1e9), as nccl-tests;
+ *  - float sum; inputs are small integers, so every sum is exact and #wrong counts real errors.
+ * Sizes: -b, -e (k/M/G suffixes), -f factor, all rounded down to whole floats. Only MPI is used.
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    size_t minbytes, maxbytes;
+    int    factor, iters, warmup, check;
+} opts_t;
+
+static size_t parse_size(const char *s)
+{
+    char  *end;
+    double v = strtod(s, &end);
+
+    switch (*end) {
+    case 'k': case 'K': v *= 1024.0; break;
+    case 'm': case 'M': v *= 1024.0 * 1024.0; break;
+    case 'g': case 'G': v *= 1024.0 * 1024.0 * 1024.0; break;
+    default: break;
+    }
+    return (size_t)v;
+}
+
+/* Input of `rank` at element i for check round `seed`: integers in [-8, 8], exact in float. */
+static float input(int rank, size_t i, unsigned seed)
+{
+    uint64_t x = (uint64_t)i * 0x9e3779b97f4a7c15ULL + (uint64_t)rank * 0xbf58476d1ce4e5b9ULL + seed;
+
+    x ^= x >> 31;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 29;
+    return (float)((int)(x % 17) - 8);
+}
+
+static void fill(float *buf, size_t count, int rank, unsigned seed)
+{
+    for (size_t i = 0; i < count; i++) {
+        buf[i] = input(rank, i, seed);
+    }
+}
+
+static unsigned long long count_wrong(const float *buf, size_t count, int nranks, unsigned seed)
+{
+    unsigned long long wrong = 0;
+
+    for (size_t i = 0; i < count; i++) {
+        float expect = 0.0f;
+
+        for (int r = 0; r < nranks; r++) {
+            expect += input(r, i, seed);
+        }
+        wrong += (buf[i] != expect);
+    }
+    return wrong;
+}
+
+static void run(float *send, float *recv, size_t count, int in_place, int iters)
+{
+    for (int i = 0; i < iters; i++) {
+        MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, (int)count, MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
+    }
+}
+
+/* One half of a row; prints time, algbw, busbw, #wrong on rank 0. Returns #wrong. */
+static unsigned long long bench_one(const opts_t *o, float *send, float *recv, size_t count,
+                                    int in_place, int rank, int nranks, unsigned *seed)
+{
+    unsigned long long wrong = 0, wrong_all = 0;
+    double             t0, sec, algbw, busbw;
+    size_t             bytes = count * sizeof(float);
+
+    fill(in_place ? recv : send, count, rank, 0);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    run(send, recv, count, in_place, o->iters);
+    sec = (MPI_Wtime() - t0) / o->iters;
+    MPI_Allreduce(MPI_IN_PLACE, &sec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+
+    if (o->check) {
+        ++*seed;
+        fill(in_place ? recv : send, count, rank, *seed);
+        run(send, recv, count, in_place, 1);
+        wrong = count_wrong(recv, count, nranks, *seed);
+        MPI_Allreduce(&wrong, &wrong_all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    }
+    algbw = (double)bytes / sec / 1e9;
+    busbw = algbw * 2.0 * (nranks - 1) / nranks;
+    if (rank == 0) {
+        double usec = sec * 1e6;
+
+        printf((usec >= 10000.0) ? "  %7.0f" : (usec >= 100.0) ? "  %7.1f" : "  %7.2f", usec);
+        if (o->check) {
+            printf("  %6.2f  %6.2f  %5llu", algbw, busbw, wrong_all);
+        } else {
+            printf("  %6.2f  %6.2f  %5s", algbw, busbw, "N/A");
+        }
+    }
+    return wrong_all;
+}
+
+int main(int argc, char **argv)
+{
+    opts_t             o = {1024, 64 << 20, 2, 20, 5, 1};
+    int                rank, nranks, c;
+    unsigned           seed = 1;
+    unsigned long long wrong = 0;
+    float             *send, *recv;
+    size_t             maxcount, size;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    while ((c = getopt(argc, argv, "b:e:f:n:w:c:")) != -1) {
+        switch (c) {
+        case 'b': o.minbytes = parse_size(optarg); break;
+        case 'e': o.maxbytes = parse_size(optarg); break;
+        case 'f': o.factor = atoi(optarg); break;
+        case 'n': o.iters = atoi(optarg); break;
+        case 'w': o.warmup = atoi(optarg); break;
+        case 'c': o.check = atoi(optarg); break;
+        default:
+            if (rank == 0) {
+                fprintf(stderr, "usage: %s [-b min] [-e max] [-f factor] [-n iters] [-w warmup] "
+                        "[-c 0/1]\n", argv[0]);
+            }
+            MPI_Finalize();
+            return 2;
+        }
+    }
+    if (o.minbytes < sizeof(float) || o.maxbytes < o.minbytes || o.factor < 2 || o.iters < 1) {
+        if (rank == 0) {
+            fprintf(stderr, "%s: need 4 <= min <= max, factor >= 2, iters >= 1\n", argv[0]);
+        }
+        MPI_Finalize();
+        return 2;
+    }
+    maxcount = o.maxbytes / sizeof(float);
+    send = malloc(maxcount * sizeof(float));
+    recv = malloc(maxcount * sizeof(float));
+    if (send == NULL || recv == NULL) {
+        fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes\n", argv[0], rank, o.maxbytes);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    fill(send, maxcount, rank, 0);
+    fill(recv, maxcount, rank, 0);
+
+    if (rank == 0) {
+        printf("# mpi_allreduce: MPI_Allreduce, float sum, %d ranks\n", nranks);
+        printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %d(factor) warmup iters: %d "
+               "iters: %d agg iters: 1 validation: %d graph: 0\n", o.minbytes, o.maxbytes,
+               o.factor, o.warmup, o.iters, o.check);
+        printf("#\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
+               "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+               "algbw", "busbw", "#wrong");
+    }
+    /* Warmup as collbench: at the largest size, then at the smallest. */
+    run(send, recv, maxcount, 0, o.warmup);
+    run(send, recv, o.minbytes / sizeof(float), 0, o.warmup);
+
+    for (size = o.minbytes; size <= o.maxbytes; size *= (size_t)o.factor) {
+        size_t count = size / sizeof(float);
+
+        if (rank == 0) {
+            printf("%12zu  %12zu  %8s  %6s  %6i", count * sizeof(float), count, "float", "sum", -1);
+        }
+        wrong += bench_one(&o, send, recv, count, 0, rank, nranks, &seed);
+        wrong += bench_one(&o, send, recv, count, 1, rank, nranks, &seed);
+        if (rank == 0) {
+            printf("\n");
+            fflush(stdout);
+        }
+    }
+    if (rank == 0) {
+        printf("# Out of bounds values : %llu %s\n", wrong, wrong ? "FAILED" : "OK");
+    }
+    free(send);
+    free(recv);
+    MPI_Finalize();
+    return wrong ? 1 : 0;
+}

@@ -1,0 +1,283 @@
+#!/bin/bash
+# run_collbench.sh: run collbench over K emulated nodes (network namespaces, see emunet.sh) with
+# one process per rank, `collbench --rank R --nranks N`, and check that the inter-node bytes really
+# crossed the veth links (not shared memory, which the namespaces still share).
+#
+#   run_collbench.sh [options] [--] [collbench args]     (default: all_reduce -b 8 -e 4M -f 4 ...)
+#     --nodes K        emulated nodes (2)
+#     --np N           ranks, in contiguous blocks per node, rank 0 on node 0 (4)
+#     --rate R         tc tbf cap per link and direction, tc syntax (1gbit); default unshaped
+#     --collbench P    the binary (default: $COLLBENCH, ./collbench, or the tree's top ./collbench)
+#     --port P         bootstrap port on node 0 (random)
+#     --timeout S      seconds before ranks are killed (600)
+#     --hostid         also set STRATA_HOSTID=node<k> (default: identity from the UTS hostname)
+#     --no-bytes-check skip the byte-counter check
+#     --logdir D       keep every rank's output in D (default: a temporary folder, removed)
+#     --quiet          print rank 0's table only on failure
+# Every rank inherits the environment, so STRATA_* and UCX_* settings pass through. Defaults set
+# here when unset: STRATA_SOCKET_IFNAME=<link>, UCX_NET_DEVICES=<link> (network traffic on the
+# veth only), STRATA_BOOTSTRAP_TIMEOUT=60s.
+# Exit: 0 success, 1 failure (a rank failed, #wrong, or too few bytes on the links), 77 skip
+# (not root, no network namespaces), 99 setup error (automake's hard error).
+set -u
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=emunet.sh
+. "$here/emunet.sh"
+
+nodes=2 np=4 rate="" collbench=${COLLBENCH:-} port="" tmo=600 hostid=0 bytes_check=1
+logdir="" keep_logs=0 quiet=0
+while [ $# -gt 0 ]; do
+    case $1 in
+        --nodes) nodes=$2; shift 2 ;;
+        --np) np=$2; shift 2 ;;
+        --rate) rate=$2; shift 2 ;;
+        --collbench) collbench=$2; shift 2 ;;
+        --port) port=$2; shift 2 ;;
+        --timeout) tmo=$2; shift 2 ;;
+        --hostid) hostid=1; shift ;;
+        --no-bytes-check) bytes_check=0; shift ;;
+        --logdir) logdir=$2; keep_logs=1; shift 2 ;;
+        --quiet) quiet=1; shift ;;
+        -h|--help) sed -n '2,/^set -u/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+        --) shift; break ;;
+        *) break ;;
+    esac
+done
+if [ $# -eq 0 ]; then
+    set -- all_reduce -b 8 -e 4M -f 4 -n 5 -w 2 -c 1
+fi
+
+why=$(emunet_unavailable)
+if [ -n "$why" ]; then
+    echo "SKIP: emulated nodes need network namespaces: $why"
+    exit 77
+fi
+case "$nodes$np" in *[!0-9]*) echo "run_collbench: --nodes and --np are numbers" >&2; exit 99 ;; esac
+if [ "$np" -lt "$nodes" ] || [ "$nodes" -lt 1 ]; then
+    echo "run_collbench: need 1 <= nodes <= ranks (nodes $nodes, ranks $np)" >&2; exit 99
+fi
+
+# collbench: explicit, else the build folder we run from (make check runs in the build tree),
+# else the source tree's top.
+if [ -z "$collbench" ]; then
+    for c in ./collbench "$here/../../collbench"; do
+        [ -x "$c" ] && { collbench=$c; break; }
+    done
+fi
+if [ -z "$collbench" ] || [ ! -x "$collbench" ]; then
+    echo "run_collbench: collbench not found (build it, or set COLLBENCH / --collbench)" >&2
+    exit 99
+fi
+collbench=$(cd "$(dirname "$collbench")" && pwd)/$(basename "$collbench")
+
+emunet_cleanup_stale 2>/dev/null
+export EMUNET_ID="st$$"
+export EMUNET_OWNER=$$
+[ -n "$logdir" ] || logdir=$(mktemp -d "/tmp/strata-emu.$$.XXXXXX")
+mkdir -p "$logdir"
+shmsnap="$logdir/.shm-before"
+rank_pids=()
+killer=""
+
+cleanup()
+{
+    local rc=$?
+    trap - EXIT INT TERM
+    [ -n "$killer" ] && kill "$killer" 2>/dev/null
+    [ ${#rank_pids[@]} -gt 0 ] && kill -TERM "${rank_pids[@]}" 2>/dev/null
+    emunet_down "$EMUNET_ID"
+    emunet_shm_cleanup "$shmsnap"
+    if [ "$keep_logs" = 0 ]; then rm -rf "$logdir"; else rm -f "$shmsnap"; fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'echo "run_collbench: interrupted" >&2; exit 130' INT
+trap 'exit 143' TERM
+
+emunet_shm_snapshot "$shmsnap"
+if ! emunet_up "$nodes" "$rate" >"$logdir/network.txt"; then
+    echo "run_collbench: cannot create the emulated network" >&2; exit 99
+fi
+[ -n "$port" ] || port=$((20000 + RANDOM % 20000))
+
+# A libtool wrapper relinks (or at least resolves) on first use; do that once, not N times at once.
+if head -c 4096 "$collbench" 2>/dev/null | grep -q 'libtool'; then
+    timeout 30 "$collbench" --help >/dev/null 2>&1 </dev/null
+fi
+
+# Rank r runs on node_of[r]: contiguous blocks, the first (np % nodes) nodes one rank more.
+node_of=()
+per=$((np / nodes)) extra=$((np % nodes)) r=0
+for ((k = 0; k < nodes; k++)); do
+    cnt=$((per + (k < extra ? 1 : 0)))
+    for ((i = 0; i < cnt; i++)); do node_of[r]=$k; r=$((r + 1)); done
+done
+
+declare -a rx0 tx0
+for ((k = 0; k < nodes; k++)); do
+    rx0[k]=$(emunet_ifbytes "$k" rx); tx0[k]=$(emunet_ifbytes "$k" tx)
+done
+
+echo "# run_collbench: $np ranks on $nodes emulated nodes${rate:+, links capped at $rate}," \
+     "root ${EMUNET_SUBNET}.1:$port, interface $EMUNET_IF"
+echo "# collbench $*"
+t_start=$(date +%s.%N)
+for ((r = 0; r < np; r++)); do
+    k=${node_of[r]}
+    envs=(STRATA_COMM_ID="${EMUNET_SUBNET}.1:$port"
+          STRATA_SOCKET_IFNAME="${STRATA_SOCKET_IFNAME:-$EMUNET_IF}"
+          STRATA_BOOTSTRAP_TIMEOUT="${STRATA_BOOTSTRAP_TIMEOUT:-60s}"
+          UCX_NET_DEVICES="${UCX_NET_DEVICES:-$EMUNET_IF}")
+    [ "$hostid" = 1 ] && envs+=(STRATA_HOSTID="node$k")
+    emunet_run "$k" env "${envs[@]}" timeout -k 10 "$tmo" \
+        "$collbench" --rank "$r" --nranks "$np" "$@" </dev/null >"$logdir/rank$r.log" 2>&1 &
+    rank_pids[r]=$!
+done
+
+# Wait for all; once one rank fails the others cannot finish, so give them 15 s, then stop them.
+declare -A rank_of
+for ((r = 0; r < np; r++)); do rank_of[${rank_pids[r]}]=$r; done
+declare -a rank_rc
+failed=0
+declare -A running
+for ((r = 0; r < np; r++)); do running[${rank_pids[r]}]=1; done
+while [ ${#running[@]} -gt 0 ]; do
+    for pid in "${!running[@]}"; do
+        kill -0 "$pid" 2>/dev/null && continue
+        wait "$pid"   # bash keeps the status of a reaped child for this
+        rc=$?
+        unset "running[$pid]"
+        r=${rank_of[$pid]}
+        rank_rc[r]=$rc
+        if [ "$rc" != 0 ] && [ "$failed" = 0 ]; then
+            failed=1
+            echo "run_collbench: rank $r (node ${node_of[r]}) exited with $rc" \
+                 "$([ "$rc" = 124 ] && echo "(timeout ${tmo}s)")" >&2
+            (sleep 15; kill -TERM "${rank_pids[@]}" 2>/dev/null) &
+            killer=$!
+        fi
+    done
+    [ ${#running[@]} -gt 0 ] && sleep 0.1
+done
+t_end=$(date +%s.%N)
+
+declare -a rx tx
+for ((k = 0; k < nodes; k++)); do
+    rx[k]=$(( $(emunet_ifbytes "$k" rx) - rx0[k] )); tx[k]=$(( $(emunet_ifbytes "$k" tx) - tx0[k] ))
+done
+
+status=0
+if [ "$quiet" = 0 ] || [ "$failed" = 1 ]; then
+    cat "$logdir/rank0.log"
+fi
+for ((r = 0; r < np; r++)); do
+    if [ "${rank_rc[r]}" != 0 ]; then
+        status=1
+        if [ "$r" != 0 ]; then
+            echo "---- rank $r (node ${node_of[r]}), exit ${rank_rc[r]}, last lines:"
+            tail -n 20 "$logdir/rank$r.log"
+        fi
+    fi
+done
+printf '# ranks done in %s s; exit statuses:' \
+    "$(awk -v a="$t_start" -v b="$t_end" 'BEGIN { printf "%.1f", b - a }')"
+for ((r = 0; r < np; r++)); do printf ' %s' "${rank_rc[r]}"; done
+echo
+
+# ---- bytes on the links -------------------------------------------------------------------------
+# Lower bound, per node, of what must arrive over its link. It holds for any algorithm: a node
+# needs, for every element of its result, information from the other nodes' ranks. S is the
+# table's size column (the largest buffer of the call: the gathered total for all_gather, the
+# scattered total for reduce_scatter); n ranks, n_k of them on node k:
+#   all_reduce      S                      every node needs all S bytes of the sum
+#   all_gather      S * (n - n_k) / n      the other nodes' blocks
+#   reduce_scatter  S * n_k / n            the node's own shards, summed with the others' inputs
+#   broadcast       S on every node but the root's
+#   reduce          S on the root's node
+#   sendrecv        S on every node        rank r receives from r-1: one pair crosses into each node
+# Counted: the timed iterations (-n) of every row only; warmup, check calls and the second
+# (in-place) half of each row come on top, so the bound is conservative. Measured: rx bytes of the
+# node's veth, payload plus headers. The collective of each row comes from collbench's
+# "# Collective test starting: <coll>_perf" lines, so `all` and lists are checked too.
+bytes_check_run()
+{
+    local coll=$1 iters="" a prev="" k layout="" bad=0 report
+    for a in "$@"; do
+        case $prev in -n|--iters) iters=$a ;; -t|--coll) coll=$a ;; esac
+        case $a in -n[0-9]*) iters=${a#-n} ;; --iters=*) iters=${a#--iters=} ;; esac
+        prev=$a
+    done
+    # The header line ("... warmup iters: 5 iters: 20 agg iters: 1 ...") is the truth.
+    a=$(awk '{ for (i = 2; i < NF; i++)
+                   if ($i == "iters:" && $(i-1) != "warmup" && $(i-1) != "agg") { print $(i+1); exit } }' \
+            "$logdir/rank0.log")
+    [ -n "$a" ] && iters=$a
+    case $iters in ''|*[!0-9]*) iters=1 ;; esac
+    for ((k = 0; k < nodes; k++)); do layout="$layout ${rx[k]}:${tx[k]}"; done
+    report=$(awk -v coll="$coll" -v iters="$iters" -v np="$np" -v nodes="$nodes" \
+                 -v nodeof="${node_of[*]}" -v links="$layout" '
+        function norm(c) { c = tolower(c); gsub(/[-_]/, "", c); sub(/perf$/, "", c); return c }
+        BEGIN {
+            split(nodeof, no, " "); for (r = 0; r < np; r++) { nodeof_r[r] = no[r + 1]; nk[no[r + 1]]++ }
+            split(links, l, " "); for (k = 0; k < nodes; k++) { split(l[k + 1], x, ":"); rx[k] = x[1]; tx[k] = x[2] }
+            cur = norm(coll); rows = 0; unknown = ""
+        }
+        /Collective test starting:/ { cur = norm($NF); next }
+        /^#/ { next }
+        $1 ~ /^[0-9]+$/ && NF >= 6 {
+            s = $1; root = $5 + 0; rows++; rk = (root >= 0 && root < np) ? nodeof_r[root] : 0
+            for (k = 0; k < nodes; k++) {
+                f = -1
+                if (cur == "allreduce") f = 1
+                else if (cur == "allgather") f = (np - nk[k]) / np
+                else if (cur == "reducescatter") f = nk[k] / np
+                else if (cur == "broadcast" || cur == "bcast") f = (k == rk) ? 0 : 1
+                else if (cur == "reduce") f = (k == rk) ? 1 : 0
+                else if (cur == "sendrecv") f = 1
+                if (f < 0) { unknown = cur; f = 0 }
+                need[k] += f * s * iters
+            }
+        }
+        END {
+            if (rows == 0) { print "# bytes: no table rows in rank 0 output, nothing to check"; exit 1 }
+            printf "# bytes over the links: %d rows, %d timed iterations each%s\n", rows, iters,
+                   unknown != "" ? " (no bound known for " unknown ")" : ""
+            printf "#   %-6s %16s %16s %16s %7s\n", "node", "rx bytes", "tx bytes", "lower bound", "rx/bound"
+            bad = 0
+            for (k = 0; k < nodes; k++) {
+                printf "#   node%-2d %16.0f %16.0f %16.0f %7s\n", k, rx[k], tx[k], need[k],
+                       (need[k] > 0) ? sprintf("%.2f", rx[k] / need[k]) : "-"
+                trx += rx[k]; tneed += need[k]; if (rx[k] < need[k]) bad = 1
+            }
+            printf "#   %-6s %16.0f %16s %16.0f %7s\n", "total", trx, "", tneed,
+                   (tneed > 0) ? sprintf("%.2f", trx / tneed) : "-"
+            if (bad) { print "# FAIL: a node received fewer bytes over its link than the collective" \
+                             " needs: inter-node data did not cross the network"; exit 1 }
+            print "# bytes: ok, every node received at least its lower bound over its link"
+        }' "$logdir/rank0.log")
+    bad=$?
+    echo "$report"
+    return "$bad"
+}
+
+# collbench's own view of the layout: as many nodes as we emulate, or the identity is broken.
+seen_nodes=$(awk '/^# nRanks [0-9]+ nNodes [0-9]+/ { print $5; exit }' "$logdir/rank0.log")
+if [ "$status" = 0 ] && [ -n "$seen_nodes" ] && [ "$seen_nodes" != "$nodes" ]; then
+    echo "# FAIL: collbench saw $seen_nodes node(s), $nodes emulated"
+    status=1
+fi
+
+if [ "$bytes_check" = 1 ] && [ "$status" = 0 ]; then
+    if [ "$nodes" -lt 2 ]; then
+        echo "# bytes: one node, nothing must cross a link"
+    else
+        bytes_check_run "$@" || status=1
+    fi
+fi
+if [ "$quiet" = 1 ] && [ "$status" != 0 ] && [ "$failed" = 0 ]; then
+    echo "---- rank 0"
+    cat "$logdir/rank0.log"
+fi
+[ "$keep_logs" = 1 ] && echo "# logs in $logdir"
+exit "$status"

@@ -1,0 +1,134 @@
+#!/bin/bash
+# test_emunet.sh: checks the node emulation itself (emunet.sh), no strata needed:
+#   UTS hostnames per node, connectivity over the bridge, tc tbf caps measured with a TCP stream,
+#   the link byte counters, `down` leaving nothing behind, and `cleanup-stale` removing what an
+#   owner killed with SIGKILL left (namespaces, processes inside them).
+# Exit 0 pass, 1 fail, 77 skip (not root, no network namespaces).
+set -u
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=emunet.sh
+. "$here/emunet.sh"
+
+why=$(emunet_unavailable)
+if [ -n "$why" ]; then echo "SKIP: emulated nodes need network namespaces: $why"; exit 77; fi
+if ! command -v python3 >/dev/null 2>&1; then echo "SKIP: python3 (for netblast.py) missing"; exit 77; fi
+
+RATE=${TEST_EMUNET_RATE:-200mbit}
+SECONDS_PER_RUN=${TEST_EMUNET_SECONDS:-2}
+export EMUNET_ID="st$$"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-emu.$$.XXXXXX")
+victim=""
+cleanup()
+{
+    local rc=$?
+    trap - EXIT INT TERM
+    [ -n "$victim" ] && kill -KILL "$victim" 2>/dev/null
+    emunet_down "$EMUNET_ID"
+    emunet_down "st${victim:-none}"
+    rm -rf "$tmp"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+fails=0
+ok()   { echo "ok: $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+emunet_cleanup_stale 2>/dev/null
+
+# One TCP stream node0 -> node1 for SECONDS_PER_RUN; prints the receiver's mbit/s.
+blast()
+{
+    local port=$((5000 + RANDOM % 1000)) out
+    emunet_run 1 python3 "$here/netblast.py" recv "$port" >"$tmp/recv.out" 2>&1 &
+    local rpid=$!
+    emunet_run 0 python3 "$here/netblast.py" send "$(emunet_ip 1)" "$port" "$SECONDS_PER_RUN" \
+        >"$tmp/send.out" 2>&1
+    wait "$rpid"
+    out=$(awk '/^bytes/ { print $6 }' "$tmp/recv.out")
+    echo "${out:-0}"
+}
+
+# ---- unshaped --------------------------------------------------------------------------------
+if ! emunet_up 2 >"$tmp/up.out"; then fail "emunet_up 2"; exit 1; fi
+cat "$tmp/up.out"
+[ "$(wc -l <"$tmp/up.out")" = 3 ] && ok "up prints one line per node and the switch" ||
+    fail "up output: $(cat "$tmp/up.out")"
+
+h0=$(emunet_run 0 hostname) h1=$(emunet_run node1 hostname)
+if [ "$h0" = node0 ] && [ "$h1" = node1 ] && [ "$(hostname)" != node0 ]; then
+    ok "UTS hostnames node0, node1 (host keeps $(hostname))"
+else
+    fail "hostnames: '$h0' '$h1' (host '$(hostname)')"
+fi
+
+if emunet_run 0 python3 -c "import socket,sys; s=socket.socket(); s.settimeout(3)
+try: s.connect(('$(emunet_ip 1)', 9))
+except ConnectionRefusedError: sys.exit(0)
+sys.exit(1)"; then
+    ok "node0 reaches node1 over the bridge (connection refused by node1's stack)"
+else
+    fail "node0 cannot reach $(emunet_ip 1)"
+fi
+
+rx_before=$(emunet_ifbytes 1 rx) tx_before=$(emunet_ifbytes 0 tx)
+mbit=$(blast)
+rx_after=$(emunet_ifbytes 1 rx) tx_after=$(emunet_ifbytes 0 tx)
+got=$(awk '/^bytes/ { print $2 }' "$tmp/recv.out")
+echo "unshaped: ${mbit} Mbit/s; node1 rx +$((rx_after - rx_before)) B, node0 tx" \
+     "+$((tx_after - tx_before)) B, payload ${got:-0} B"
+if [ -n "$got" ] && [ $((rx_after - rx_before)) -ge "$got" ] &&
+   [ $((tx_after - tx_before)) -ge "$got" ]; then
+    ok "byte counters account for the payload"
+else
+    fail "byte counters below the payload"
+fi
+emunet_down "$EMUNET_ID"
+if ip netns list | grep -q "^$EMUNET_ID"; then fail "down left namespaces"; else ok "down"; fi
+
+# ---- tbf cap ----------------------------------------------------------------------------------
+emunet_up 2 "$RATE" >/dev/null || { fail "emunet_up 2 $RATE"; exit 1; }
+cap=$(( $(emunet_rate_bps "$RATE") / 1000000 ))
+mbit=$(blast)
+echo "tbf $RATE: ${mbit} Mbit/s measured"
+if awk -v m="$mbit" -v c="$cap" 'BEGIN { exit !(m >= 0.80 * c && m <= 1.05 * c) }'; then
+    ok "tbf caps the link: $mbit of $cap Mbit/s"
+else
+    fail "tbf: $mbit Mbit/s measured, cap $cap"
+fi
+emunet_down "$EMUNET_ID"
+
+# ---- an owner killed with SIGKILL --------------------------------------------------------------
+bash -c '. "$1/emunet.sh"; export EMUNET_ID=st$$; emunet_up 2 >/dev/null || exit 1
+         emunet_run 1 sleep 300 & emunet_run 0 sleep 300 & echo up >"$2"; wait' \
+    victim "$here" "$tmp/victim.up" &
+victim=$!
+for _ in $(seq 50); do [ -f "$tmp/victim.up" ] && break; sleep 0.1; done
+sleep 0.3
+kill -KILL "$victim"
+wait "$victim" 2>/dev/null
+left=$(ip netns list | grep -c "^st${victim}")
+inside=$(for k in 0 1; do ip netns pids "st${victim}n$k" 2>/dev/null; done)
+echo "after SIGKILL of owner $victim: $left namespaces, processes inside:" $inside
+if "$here/emunet.sh" list | grep -qx "st$victim stale"; then ok "list reports st$victim stale"
+else fail "list does not report st$victim stale"; fi
+"$here/emunet.sh" cleanup-stale
+alive=""
+for p in $inside; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
+if ip netns list | grep -q "^st${victim}"; then
+    fail "cleanup-stale left $(ip netns list | grep "^st${victim}" | tr '\n' ' ')"
+elif [ -z "$inside" ]; then
+    fail "no processes were running in the victim's nodes (test setup)"
+elif [ -n "$alive" ]; then
+    fail "cleanup-stale left processes$alive"
+else
+    ok "cleanup-stale removed the dead owner's network and processes"
+fi
+[ -f "$EMUNET_STATE_DIR/st$victim" ] && fail "state file st$victim left"
+victim=""
+
+if [ "$fails" = 0 ]; then echo "PASS"; exit 0; fi
+echo "$fails check(s) failed"
+exit 1
