@@ -345,6 +345,42 @@ STRATA_API strataResult_t strataStreamDestroy(strataStream_t stream);
  * NULL stream, strataInvalidArgument when a STRATA_* variable holds a malformed value (logged). */
 STRATA_API strataResult_t strataParamsPrint(FILE *stream);
 
+/* Writes to stream the topology strata built for comm from every rank's record at init: per node
+ * a picture of its ranks grouped by NUMA domain, with each rank's GPU (PCI bus id, from
+ * STRATA_GPU_BUSID), nearest fabric NIC and rail; then the rails (rail l = local rank l of every
+ * node, with its NICs), the ring order the algorithms use (node-contiguous; inside a node by NUMA
+ * domain, then PCI position) and one line per rank: rank, node, local rank / local size, bound
+ * CPUs and core count, NUMA domain, GPU, NIC, rail and ring position. Nodes are numbered by their
+ * lowest rank; local ranks follow rank order within a node. json != 0 writes one JSON object
+ * instead (keys nranks, nnodes, nrails, nodes, rails, ring, ranks). Not collective: any rank may
+ * call it, every rank prints the same. Returns strataInvalidArgument for a NULL comm or stream;
+ * strataInvalidUsage for a destroyed comm or one still initializing. */
+STRATA_API strataResult_t strataCommTopoPrint(strataComm_t comm, FILE *stream, int json);
+
+/* Where the calling rank sits in comm's hierarchy (built at init from every rank's node identity,
+ * see strataCommTopoPrint): *node is the index of its node (0 .. *nnodes - 1; nodes are numbered
+ * by their lowest rank), *localRank its index among the ranks of its node (in rank order) and
+ * *localSize that node's number of ranks. Any output pointer may be NULL. With them a user makes
+ * the node communicators, strataCommSplit(comm, node, localRank, &nodeComm, NULL), and the rails,
+ * strataCommSplit(comm, localRank, node, &railComm, NULL) (local rank l of every node; with
+ * uneven nodes the higher rails have fewer ranks). Not collective. Returns strataInvalidArgument
+ * for a NULL comm; strataInvalidUsage for a destroyed comm or one still initializing. */
+STRATA_API strataResult_t strataCommTopoRank(strataComm_t comm, int *node, int *nnodes,
+                                             int *localRank, int *localSize);
+
+/* The topology test of a machine one does not have: loads the hwloc XML at xmlPath (as written
+ * by `lstopo --of xml`, hwloc 1.x or 2.x format, or by STRATA_TOPO_DUMP_FILE), places one rank
+ * per GPU of it (one per NUMA domain when it has no GPU) on one node, and writes to stream the
+ * machine (package, NUMA, core and PU counts; GPUs; fabric NICs; for each GPU its NIC, NUMA domain
+ * and all equally near NICs with their deepest common ancestor, ties spread over the GPUs) and
+ * then the hierarchy of those ranks as strataCommTopoPrint does. json != 0: one JSON object with
+ * the machine's keys and "hierarchy". Needs no communicator and no other process. xmlPath NULL
+ * means the machine a communicator init would use: STRATA_TOPO_FILE, else this machine.
+ * Returns strataInvalidArgument for a NULL stream, and for a file that is missing, unreadable or
+ * not a topology hwloc can load (strataGetLastError names the file and the cause);
+ * strataSystemError when out of memory or when hwloc cannot discover this machine. */
+STRATA_API strataResult_t strataTopoFilePrint(const char *xmlPath, FILE *stream, int json);
+
 #ifdef __cplusplus
 }
 #endif

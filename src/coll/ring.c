@@ -1,10 +1,11 @@
 /*
  * ring.c - the flat ring: reduce-scatter, all-gather, and all-reduce as the two in sequence.
  *
- * The ring is the ranks in ring order (rank order for now; the topology will give a
- * node-contiguous one); pos is this rank's place in it, left and right its neighbours. The data is
- * cut into nranks blocks, block b belonging to rank b. With blk(x) = the block of the rank at ring
- * position x mod n:
+ * The ring is the ranks in the hierarchy's ring order (topo/topo.h: node-contiguous, and inside a
+ * node by NUMA domain and PCI position), so that only one edge per node crosses the network in
+ * each direction whatever the rank numbering; pos is this rank's place in it, left and right its
+ * neighbours. The data is cut into nranks blocks, block b belonging to rank b. With blk(x) = the
+ * block of the rank at ring position x mod n:
  *   reduce-scatter step s = 0..n-2: send blk(pos-s-1), receive blk(pos-s-2) and reduce it with the
  *     local contribution; after the last step this rank holds blk(pos), its own block, reduced.
  *   all-gather step t = 0..n-2: send blk(pos-t), receive blk(pos-t-1) in place.
@@ -24,13 +25,15 @@
 
 #include "coll/coll.h"
 #include "core/log.h"
+#include "topo/topo.h"
 
 typedef struct st_ring {
-    st_pipe_t pipe;         /* first: the op is the pipe is the ring */
-    int       rs_steps;     /* reduce-scatter steps (n-1 or 0) */
-    int       ag_steps;     /* all-gather steps (n-1 or 0) */
-    size_t    base;         /* all-reduce block layout: base elements, the first rem get one more */
-    size_t    rem;
+    st_pipe_t        pipe;     /* first: the op is the pipe is the ring */
+    const st_topo_t *topo;     /* ring order: the comm's hierarchy, which outlives the op */
+    int              rs_steps; /* reduce-scatter steps (n-1 or 0) */
+    int              ag_steps; /* all-gather steps (n-1 or 0) */
+    size_t           base;     /* all-reduce blocks: base elements, the first rem get one more */
+    size_t           rem;
 } st_ring_t;
 
 static inline int st_ring_mod(int x, int n)
@@ -38,10 +41,10 @@ static inline int st_ring_mod(int x, int n)
     return ((x % n) + n) % n;
 }
 
-/* Block of the rank at ring position x (rank order for now). */
+/* Block of the rank at ring position x: that rank's number. */
 static inline int st_ring_blk(const st_ring_t *ring, int x)
 {
-    return st_ring_mod(x, ring->pipe.n);
+    return st_topo_ring_rank(ring->topo, st_ring_mod(x, ring->pipe.n));
 }
 
 static size_t st_ring_block_count(const st_ring_t *ring, int b)
@@ -198,10 +201,11 @@ st_status_t st_ring_create(const st_coll_args_t *args, st_op_t **op_p)
     if (ring == NULL) {
         return ST_ERR_NO_MEMORY;
     }
+    ring->topo       = comm->topo;
     ring->pipe.n     = n;
-    ring->pipe.pos   = comm->rank;
-    ring->pipe.left  = st_ring_mod(comm->rank - 1, n);
-    ring->pipe.right = st_ring_mod(comm->rank + 1, n);
+    ring->pipe.pos   = st_topo_ring_pos(comm->topo, comm->rank);
+    ring->pipe.left  = st_topo_ring_rank(comm->topo, st_ring_mod(ring->pipe.pos - 1, n));
+    ring->pipe.right = st_topo_ring_rank(comm->topo, st_ring_mod(ring->pipe.pos + 1, n));
     ring->pipe.src   = args->sendbuff;
     ring->pipe.dst   = args->recvbuff;
     switch (args->type) {

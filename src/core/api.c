@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/param.h"
 #include "core/socket.h"
+#include "topo/topo.h"
 
 #define ST_API_INIT()                                                                            \
     do {                                                                                         \
@@ -105,6 +106,65 @@ static strataResult_t st_api_check_comm(const st_comm_t *comm, const char *fn)
                  comm->name, strataGetErrorString(comm->async_error));
         return strataInvalidUsage;
     }
+}
+
+STRATA_API strataResult_t strataCommTopoPrint(strataComm_t comm, FILE *stream, int json)
+{
+    strataResult_t result;
+
+    ST_API_INIT();
+    if (stream == NULL) {
+        st_error(ST_SUB_TOPO, "strataCommTopoPrint: stream is NULL");
+        return strataInvalidArgument;
+    }
+    /* a comm that failed or was finalized still has its hierarchy, worth printing */
+    if (comm == NULL || !st_comm_is_live(comm) || comm->state == ST_COMM_INITIALIZING ||
+        comm->state == ST_COMM_ABORTED || comm->topo == NULL) {
+        result = st_api_check_comm(comm, "strataCommTopoPrint");
+        return (result != strataSuccess) ? result : strataInternalError;
+    }
+    st_topo_print(comm->topo, stream, json);
+    return strataSuccess;
+}
+
+STRATA_API strataResult_t strataCommTopoRank(strataComm_t comm, int *node, int *nnodes,
+                                             int *localRank, int *localSize)
+{
+    strataResult_t result;
+
+    ST_API_INIT();
+    if (comm == NULL || !st_comm_is_live(comm) || comm->state == ST_COMM_INITIALIZING ||
+        comm->state == ST_COMM_ABORTED || comm->topo == NULL) {
+        result = st_api_check_comm(comm, "strataCommTopoRank");
+        return (result != strataSuccess) ? result : strataInternalError;
+    }
+    if (node != NULL) {
+        *node = comm->node;
+    }
+    if (nnodes != NULL) {
+        *nnodes = comm->nnodes;
+    }
+    if (localRank != NULL) {
+        *localRank = st_topo_local_rank(comm->topo, comm->rank);
+    }
+    if (localSize != NULL) {
+        *localSize = st_topo_local_size(comm->topo, comm->node);
+    }
+    return strataSuccess;
+}
+
+STRATA_API strataResult_t strataTopoFilePrint(const char *xmlPath, FILE *stream, int json)
+{
+    ST_API_INIT();
+    if (stream == NULL) {
+        st_error(ST_SUB_TOPO, "strataTopoFilePrint: stream is NULL");
+        return strataInvalidArgument;
+    }
+    /* NULL: the machine an init would use */
+    if (xmlPath == NULL && st_core_config.topo_file != NULL && st_core_config.topo_file[0]) {
+        xmlPath = st_core_config.topo_file;
+    }
+    return st_status_to_result(st_topo_file_print(xmlPath, stream, json));
 }
 
 STRATA_API strataResult_t strataGetUniqueId(strataUniqueId *uniqueId)

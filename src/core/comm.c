@@ -2,10 +2,12 @@
  * comm.c - communicator lifecycle: create (bootstrap, transport, endpoints), split, free, and the
  * registry of live communicators.
  *
- * Each rank publishes a record (node identity, pid, two transport addresses) and receives every
- * rank's. A peer on another node is connected with the network-only address, so its bytes cross
- * the network even when the "nodes" are namespaces of one host; a peer on the same node gets the
- * full address (shared memory where the transport has it).
+ * Each rank publishes a record (its topology: node identity, CPUs and NUMA, GPU, nearest NIC; its
+ * pid; two transport addresses) and receives every rank's, from which every rank builds the same
+ * hierarchy (topo/topo.h: nodes, local ranks, rails, ring order), on every communicator, split
+ * ones included. A peer on another node is connected with the network-only address, so its bytes
+ * cross the network even when the "nodes" are namespaces of one host; a peer on the same node gets
+ * the full address (shared memory where the transport has it).
  */
 #include "config.h"
 #include "core/comm.h"
@@ -20,20 +22,20 @@
 #include "core/log.h"
 #include "core/param.h"
 #include "core/socket.h"
-#include "topo/node.h"
+#include "topo/topo.h"
 
 #define ST_ADDR_MAX 2048 /* bytes per published transport address */
 
 /* The record every rank publishes (fixed size: the bootstrap and the split's all-gather move
  * equal-sized blobs). */
 typedef struct st_rank_record {
-    char     node_id[ST_NODE_ID_LEN];
-    uint32_t pid;
-    int32_t  color;       /* split only */
-    int32_t  key;         /* split only */
-    int32_t  rank;        /* rank in the parent (split) or the id */
-    uint32_t addr_len[2]; /* ST_NET_ADDR_ALL, ST_NET_ADDR_NET_ONLY */
-    uint8_t  addr[2][ST_ADDR_MAX];
+    st_topo_rec_t topo;        /* node identity, CPUs, NUMA, GPU, NIC (topo/topo.h) */
+    uint32_t      pid;
+    int32_t       color;       /* split only */
+    int32_t       key;         /* split only */
+    int32_t       rank;        /* rank in the parent (split) or the id */
+    uint32_t      addr_len[2]; /* ST_NET_ADDR_ALL, ST_NET_ADDR_NET_ONLY */
+    uint8_t       addr[2][ST_ADDR_MAX];
 } st_rank_record_t;
 
 static pthread_mutex_t st_comm_registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -124,7 +126,8 @@ st_comm_t *st_comm_alloc(int rank, int nranks, double op_timeout, const char *na
     return comm;
 }
 
-/* Opens the net transport (STRATA_NET) for comm and writes this rank's record. */
+/* Detects this rank's topology, opens the net transport (STRATA_NET) for comm and writes this
+ * rank's record. */
 static st_status_t st_comm_open_net(st_comm_t *comm, st_rank_record_t *rec)
 {
     st_net_config_t cfg;
@@ -132,6 +135,9 @@ static st_status_t st_comm_open_net(st_comm_t *comm, st_rank_record_t *rec)
     st_status_t     status = ST_ERR_NO_DEVICE;
     size_t          len;
 
+    memset(rec, 0, sizeof(*rec));
+    /* first: a bad STRATA_TOPO_FILE or STRATA_GPU_BUSID fails before any transport is opened */
+    ST_CHECK(st_topo_detect(&rec->topo));
     memset(&cfg, 0, sizeof(cfg));
     cfg.rank   = comm->rank;
     cfg.nranks = comm->nranks;
@@ -155,8 +161,6 @@ static st_status_t st_comm_open_net(st_comm_t *comm, st_rank_record_t *rec)
         st_error(ST_SUB_INIT, "no usable net transport (STRATA_NET '%s')", want ? want : "");
         return (status < 0) ? status : ST_ERR_NO_DEVICE;
     }
-    memset(rec, 0, sizeof(*rec));
-    st_node_id(rec->node_id, sizeof(rec->node_id));
     rec->pid = (uint32_t)getpid();
     for (int scope = 0; scope < 2; scope++) {
         len = ST_ADDR_MAX;
@@ -172,33 +176,81 @@ static st_status_t st_comm_open_net(st_comm_t *comm, st_rank_record_t *rec)
     return ST_OK;
 }
 
+/* Builds comm's hierarchy from the records; recs[r] is rank r's. */
+static st_status_t st_comm_build_topo(st_comm_t *comm, const st_rank_record_t *const *recs)
+{
+    const st_topo_rec_t **topos = malloc((size_t)comm->nranks * sizeof(*topos));
+    const st_topo_rec_t  *me;
+    st_status_t           status;
+
+    if (topos == NULL) {
+        return ST_ERR_NO_MEMORY;
+    }
+    for (int r = 0; r < comm->nranks; r++) {
+        topos[r] = &recs[r]->topo;
+    }
+    status = st_topo_create(topos, comm->nranks, &comm->topo);
+    free(topos);
+    if (status != ST_OK) {
+        return status;
+    }
+    comm->node   = st_topo_node(comm->topo, comm->rank);
+    comm->nnodes = st_topo_nnodes(comm->topo);
+    me           = st_topo_rec(comm->topo, comm->rank);
+    st_info(ST_SUB_TOPO, "%s: rank %d node %d local %d/%d cpus %s numa %s gpu %s nic %s rail %d "
+            "ring %d", comm->name, comm->rank, comm->node,
+            st_topo_local_rank(comm->topo, comm->rank), st_topo_local_size(comm->topo, comm->node),
+            me->cpus, me->numas, me->gpu[0] ? me->gpu : "-", me->nic[0] ? me->nic : "-",
+            st_topo_local_rank(comm->topo, comm->rank), st_topo_ring_pos(comm->topo, comm->rank));
+    st_topo_dump(comm->topo, comm->rank);
+    return ST_OK;
+}
+
+/* Returns when every rank of comm has returned from st_comm_connect: a 1-byte all-reduce. UCX
+ * attaches a same-node peer's shared memory when it connects, so a rank that destroyed a brand-new
+ * communicator before its node peers connected would make their connect fail. */
+static st_status_t st_comm_barrier(st_comm_t *comm)
+{
+    uint8_t        one = 1, sum = 0;
+    st_coll_args_t args;
+
+    if (comm->nranks == 1) {
+        return ST_OK;
+    }
+    memset(&args, 0, sizeof(args));
+    args.type     = ST_COLL_ALLREDUCE;
+    args.comm     = comm;
+    args.sendbuff = &one;
+    args.recvbuff = &sum;
+    args.count    = 1;
+    args.dtype    = strataUint8;
+    ST_CHECK(st_redop_init(&args.redop, strataSum, strataUint8, comm->nranks));
+    pthread_mutex_lock(&comm->lock);
+    args.seq = comm->coll_seq++;
+    pthread_mutex_unlock(&comm->lock);
+    return st_coll_run(&args, 1);
+}
+
 /* Connects comm to every rank; recs[r] is rank r's record. */
 static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *const *recs)
 {
-    const st_rank_record_t *me = recs[comm->rank];
-    st_status_t             status;
+    st_status_t status;
 
-    comm->nnodes = 0;
+    ST_CHECK(st_comm_build_topo(comm, recs));
     for (int r = 0; r < comm->nranks; r++) {
-        int first = 1;
-
-        memcpy(comm->peers[r].node_id, recs[r]->node_id, ST_NODE_ID_LEN);
-        comm->peers[r].node_id[ST_NODE_ID_LEN - 1] = '\0';
+        /* the hierarchy holds terminated copies of the records' strings */
+        memcpy(comm->peers[r].node_id, st_topo_rec(comm->topo, r)->node_id, ST_NODE_ID_LEN);
         comm->peers[r].pid = recs[r]->pid;
-        for (int q = 0; q < r && first; q++) {
-            first = strcmp(comm->peers[q].node_id, comm->peers[r].node_id) != 0;
-        }
-        comm->nnodes += first;
     }
     for (int r = 0; r < comm->nranks; r++) {
-        int remote = strcmp(recs[r]->node_id, me->node_id) != 0;
+        int remote = st_topo_node(comm->topo, r) != comm->node;
         int scope  = remote ? ST_NET_ADDR_NET_ONLY : ST_NET_ADDR_ALL;
 
         if (recs[r]->addr_len[scope] == 0) {
             st_error(ST_SUB_INIT, "%s: rank %d (node %s) has no %s address for rank %d (node %s):"
                      " does UCX_TLS leave out every network transport?", comm->name, r,
-                     recs[r]->node_id, scope ? "network" : "transport", comm->rank,
-                     me->node_id);
+                     comm->peers[r].node_id, scope ? "network" : "transport", comm->rank,
+                     comm->peers[comm->rank].node_id);
             return ST_ERR_USAGE;
         }
         if (recs[r]->addr_len[scope] > ST_ADDR_MAX) {
@@ -213,8 +265,9 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
             return status;
         }
         st_info(ST_SUB_INIT, "%s: rank %d -> rank %d via %s%s (node %s)", comm->name, comm->rank,
-                r, comm->net->name, remote ? " net only" : "", recs[r]->node_id);
+                r, comm->net->name, remote ? " net only" : "", comm->peers[r].node_id);
     }
+    ST_CHECK(st_comm_barrier(comm));
     comm->state = ST_COMM_READY;
     return ST_OK;
 }
@@ -248,7 +301,7 @@ st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeo
     }
     ST_CHECK_GOTO(st_comm_connect(comm, recs), status, out);
     st_info(ST_SUB_INIT, "%s: rank %d of %d ready on node %s (%d nodes)", comm->name, rank,
-            nranks, rec.node_id, comm->nnodes);
+            nranks, rec.topo.node_id, comm->nnodes);
 out:
     free(recs);
     free(table);
@@ -373,6 +426,7 @@ void st_comm_free(st_comm_t *comm, int force)
         comm->net->close(comm->net_ctx);
     }
     pthread_mutex_destroy(&comm->lock);
+    st_topo_destroy(comm->topo);
     free(comm->eps);
     free(comm->peers);
     free(comm->p2p_send_seq);

@@ -11,10 +11,11 @@
 #include "core/status.h"
 #include "reduce/reduce.h"
 #include "strata.h"
+#include "topo/node.h"
+#include "topo/topo.h"
 #include "transports/transport.h"
 
 #define ST_COMM_MAX_PREMUL 64
-#define ST_NODE_ID_LEN     64
 
 typedef enum {
     ST_COMM_INITIALIZING = 0,
@@ -52,7 +53,8 @@ struct st_comm {
     st_net_ctx_t        *net_ctx;
     st_net_ep_t        **eps;          /* [nranks], connected at init */
     st_peer_info_t      *peers;        /* [nranks] */
-    int                  node;         /* index of this rank's node among distinct node ids */
+    st_topo_t           *topo;         /* the hierarchy (nodes, rails, ring order) */
+    int                  node;         /* st_topo_node(topo, rank) */
     int                  nnodes;
 
     pthread_mutex_t      lock;         /* serialises progress of net_ctx and op state */

@@ -34,6 +34,13 @@ static const st_config_field_t st_core_config_fields[] = {
      "the same value to every rank)", offsetof(st_core_config_t, comm_secret), ST_CFG_STRING},
     {"HOSTID", "", "node identity (default: hostname and boot id); ranks with equal ids are one "
      "node", offsetof(st_core_config_t, hostid), ST_CFG_STRING},
+    {"TOPO_FILE", "", "hwloc XML topology to use instead of detecting this machine (as "
+     "NCCL_TOPO_FILE)", offsetof(st_core_config_t, topo_file), ST_CFG_STRING},
+    {"TOPO_DUMP_FILE", "", "write the detected hwloc XML with strata's view of it here (%h host, "
+     "%p pid), once per process, by local rank 0", offsetof(st_core_config_t, topo_dump_file),
+     ST_CFG_STRING},
+    {"GPU_BUSID", "", "PCI bus id of this rank's GPU (0000:5f:00.0); it picks the nearest NIC "
+     "and the ring order", offsetof(st_core_config_t, gpu_busid), ST_CFG_STRING},
     {"BOOTSTRAP_TIMEOUT", "120s", "deadline for all ranks to join a communicator",
      offsetof(st_core_config_t, bootstrap_timeout), ST_CFG_TIME},
     {"TIMEOUT", "600s", "deadline of every blocking wait in a collective or send/recv",

@@ -57,6 +57,9 @@ typedef struct st_core_config {
     char  *comm_id;           /* host:port of the bootstrap root, instead of a unique id's own */
     char  *comm_secret;       /* mixed into the secret of an id made from comm_id */
     char  *hostid;            /* node identity override */
+    char  *topo_file;         /* hwloc XML to use instead of the live machine */
+    char  *topo_dump_file;    /* where to write the detected topology and strata's view */
+    char  *gpu_busid;         /* PCI bus id of this rank's GPU (until CUDA names it) */
     double bootstrap_timeout; /* seconds */
     double timeout;           /* seconds, every blocking wait of a collective */
     double spin_time;         /* seconds of spinning before a waiter blocks */

@@ -8,6 +8,8 @@
 
 #include "core/status.h"
 
+#define ST_NODE_ID_LEN 64 /* bytes of a node identity, NUL included */
+
 /* Writes this process's node identity into buf: STRATA_HOSTID when set, else the hostname and the
  * kernel's boot id ("host:bootid"), so two hosts with one name still differ. Never fails: on a
  * missing boot id the hostname alone is used. */
