@@ -534,6 +534,9 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
     strataResult_t res;
     int            coll;
 
+    if (opts->topo) {
+        return cb_topo_rank_main(opts, rank, nranks, id);
+    }
     memset(&b, 0, sizeof(b));
     b.opts   = opts;
     b.rank   = rank;

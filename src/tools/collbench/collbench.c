@@ -30,7 +30,9 @@ enum {
     CB_OPT_RANK,
     CB_OPT_NRANKS,
     CB_OPT_NTHREADS,
-    CB_OPT_PRINT_CONFIG
+    CB_OPT_PRINT_CONFIG,
+    CB_OPT_TOPO_FILE,
+    CB_OPT_JSON
 };
 
 static const char cb_short_opts[] = "t:g:b:e:i:f:n:w:c:d:o:r:z:T:h";
@@ -58,6 +60,9 @@ static const struct option cb_long_opts[] = {
     {"nranks",       required_argument, NULL, CB_OPT_NRANKS},
     {"print-config", no_argument,       NULL, CB_OPT_PRINT_CONFIG},
     {"print_config", no_argument,       NULL, CB_OPT_PRINT_CONFIG},
+    {"topo-file",    required_argument, NULL, CB_OPT_TOPO_FILE},
+    {"topo_file",    required_argument, NULL, CB_OPT_TOPO_FILE},
+    {"json",         no_argument,       NULL, CB_OPT_JSON},
     {"help",         no_argument,       NULL, 'h'},
     {NULL,           0,                 NULL, 0}
 };
@@ -99,8 +104,15 @@ static void cb_usage(FILE *out, const char *prog)
 {
     fprintf(out,
 "Usage: %s [COLL] [options]\n"
+"       %s topo [--topo-file F] [--json] [launch options]\n"
 "  COLL: all_reduce reduce_scatter all_gather broadcast reduce sendrecv all (default all_reduce;\n"
 "        also all-reduce, all_reduce_perf ...; several with commas)\n"
+"  topo: print the topology instead: per node its ranks by NUMA domain with GPU, NIC and rail,\n"
+"        the rails, the ring order and one line per rank, of the communicator of the launched\n"
+"        ranks; with --topo-file F (an hwloc XML) no ranks are started: one rank per GPU of F\n"
+"        (per NUMA domain without GPU) and its GPU -> NIC -> NUMA mapping; with neither, the\n"
+"        same for this machine\n"
+"      --json                  machine-readable output (topo)\n"
 "\n"
 "nccl-tests options:\n"
 "  -t,--coll <COLL>            collective, as the COLL argument (-t 1: nccl-tests' thread count)\n"
@@ -124,7 +136,9 @@ static void cb_usage(FILE *out, const char *prog)
 "  -np,--np <N>                fork N ranks on this machine\n"
 "      --nodes <K>             ... as K emulated nodes of contiguous ranks\n"
 "                              (STRATA_HOSTID=node<k>)\n"
-"      --layout <n0,n1,...>    ... with these ranks per node (implies -np and --nodes)\n"
+"      --layout <n0,n1,...>    ... with these ranks per node (implies -np and --nodes; also\n"
+"                              written n0+n1+...)\n"
+"      --layout rr[K]          ... rank r on node r %% K (round-robin; K from --nodes)\n"
 "  mpirun / srun               rank from OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID; the id\n"
 "                              from STRATA_COMM_ID=host:port%s\n"
 "  --rank <R> --nranks <N>     one rank, with STRATA_COMM_ID=host:port\n"
@@ -132,7 +146,7 @@ static void cb_usage(FILE *out, const char *prog)
 "  --print-config              print every STRATA_* parameter and exit\n"
 "\n"
 "Exit status: 0 when every result is right, 1 when some #wrong is not 0, 2 when a call fails.\n",
-            prog,
+            prog, prog,
 #ifdef HAVE_MPI
             " or, when unset, MPI_Bcast"
 #else
@@ -291,14 +305,29 @@ static int cb_parse_int(const char *arg, long min, long max, int *value_p)
     return 0;
 }
 
-/* "3,1" into opts->layout. */
+/* "3,1" into opts->layout; "rr" or "rrK" for round-robin numbering. */
 static int cb_parse_layout(const char *arg, cb_opts_t *opts)
 {
     const char *p = arg;
     char       *end;
     long        v;
 
-    opts->nlayout = 0;
+    opts->nlayout   = 0;
+    opts->layout_rr = 0;
+    if (strncmp(arg, "rr", 2) == 0) {
+        opts->layout_rr = 1;
+        opts->rr_nodes  = 0;
+        if (arg[2] == '\0') {
+            return 0;
+        }
+        errno = 0;
+        v     = strtol(arg + 2, &end, 10);
+        if (*end != '\0' || errno != 0 || v < 1 || v > CB_MAX_NODES) {
+            return -1;
+        }
+        opts->rr_nodes = (int)v;
+        return 0;
+    }
     while (*p != '\0') {
         errno = 0;
         v     = strtol(p, &end, 10);
@@ -307,7 +336,7 @@ static int cb_parse_layout(const char *arg, cb_opts_t *opts)
         }
         opts->layout[opts->nlayout++] = (int)v;
         p = end;
-        if (*p == ',') {
+        if (*p == ',' || *p == '+') { /* "3,1" or "3+1" */
             p++;
             if (*p == '\0') {
                 return -1;
@@ -359,6 +388,10 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
     while ((c = getopt_long(argc, argv, cb_short_opts, cb_long_opts, NULL)) != -1) {
         switch (c) {
         case 't':
+            if (strcmp(optarg, "topo") == 0) {
+                opts->topo = 1;
+                break;
+            }
             if (isdigit((unsigned char)optarg[0])) {
                 /* nccl-tests' -t: threads per process; host ranks are processes */
                 if (cb_parse_int(optarg, 1, 1, &v) != 0) {
@@ -458,7 +491,7 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
             break;
         case CB_OPT_LAYOUT:
             if (cb_parse_layout(optarg, opts) != 0) {
-                return cb_bad(opts, "--layout (ranks per node, e.g. 3,1)", optarg);
+                return cb_bad(opts, "--layout (ranks per node, e.g. 3,1; or rr)", optarg);
             }
             break;
         case CB_OPT_RANK:
@@ -474,6 +507,13 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
         case CB_OPT_PRINT_CONFIG:
             *print_config_p = 1;
             break;
+        case CB_OPT_TOPO_FILE:
+            opts->topo_file = optarg;
+            opts->topo      = 1;
+            break;
+        case CB_OPT_JSON:
+            opts->json = 1;
+            break;
         case 'h':
             cb_usage(stdout, opts->prog);
             return 1;
@@ -485,6 +525,10 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
 
     /* positional collectives, nccl-tests' binary names included */
     for (; optind < argc; optind++) {
+        if (strcmp(argv[optind], "topo") == 0) {
+            opts->topo = 1;
+            continue;
+        }
         if ((bits = cb_parse_colls(argv[optind])) == 0) {
             return cb_bad(opts, "collective", argv[optind]);
         }
@@ -546,6 +590,9 @@ int main(int argc, char **argv)
             return 2;
         }
         return 0;
+    }
+    if (opts.topo && opts.topo_file != NULL) {
+        return cb_topo_file(&opts);
     }
     return cb_launch(&opts);
 }

@@ -1,11 +1,12 @@
 /*
  * collbench.h - shared declarations of collbench, the nccl-tests of strata.
  *
- * collbench is split in four: collbench.c parses the command line; launch.c decides how the ranks
+ * collbench is split in five: collbench.c parses the command line; launch.c decides how the ranks
  * come to exist (forked here as emulated nodes, under mpirun/srun, or started one by one with
  * --rank) and hands each of them the unique id; bench.c runs the benchmark of one rank (sizes,
  * timing, checks, the nccl-tests table); data.c builds inputs whose exact results are known for
- * every datatype and op, and counts the wrong elements. The tool uses only the public API
+ * every datatype and op, and counts the wrong elements; topo.c is the `topo` subcommand, which
+ * prints the topology of a communicator or of an hwloc XML file. The tool uses only the public API
  * (strata.h) plus the header-only fp16/bf16 conversions of reduce/half.h, so it is also an
  * example of a port from nccl-tests.
  */
@@ -57,11 +58,17 @@ typedef struct cb_opts {
     unsigned    dtypes;      /* bit (1 << strataDataType_t) per datatype */
     unsigned    ops;         /* bit (1 << cb_op_t) per op */
     int         root;        /* -1: every root */
+    /* topo subcommand */
+    int         topo;        /* 1: print the topology instead of benchmarking */
+    const char *topo_file;   /* --topo-file: an hwloc XML, no ranks */
+    int         json;        /* --json */
     /* launch */
     int         np;          /* > 0: fork np ranks here */
     int         nnodes;      /* emulated nodes of -np (0: one) */
     int         layout[CB_MAX_NODES]; /* ranks per emulated node when given by --layout */
     int         nlayout;
+    int         layout_rr;   /* --layout rr[K]: rank r on node r % K */
+    int         rr_nodes;    /* the K of rrK, 0 when not given */
     int         rank;        /* --rank, -1 when not given */
     int         nranks;      /* --nranks, 0 when not given */
     double      timeout;     /* seconds for the whole run; <= 0: none */
@@ -73,6 +80,15 @@ typedef struct cb_opts {
 /* Runs the benchmark as rank `rank` of `nranks` over the communicator of `id`; returns the exit
  * status of the rank: 0 all good, 1 some #wrong != 0, 2 a strata call failed. */
 int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUniqueId *id);
+
+/* ---- topo.c ---------------------------------------------------------------------------------- */
+
+/* `collbench topo` as one rank: init the communicator, rank 0 prints its topology (--json). Returns
+ * the rank's exit status (0, or 2 when a strata call failed). */
+int cb_topo_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUniqueId *id);
+/* `collbench topo --topo-file F` (or without launch options: this machine), no ranks. Returns 0,
+ * or 2 with a one-line reason on stderr. */
+int cb_topo_file(const cb_opts_t *opts);
 
 /* Seconds of CLOCK_MONOTONIC. */
 double cb_now(void);

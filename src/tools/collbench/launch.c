@@ -2,12 +2,13 @@
  * launch.c - how collbench's ranks come to exist, and how each of them gets the unique id.
  *
  * Three modes, tried in this order:
- *  1. -np N [--nodes K | --layout n0,n1,..]: this process forks N ranks as K emulated nodes
- *     (contiguous blocks of ranks, as even as possible unless --layout says otherwise), each child
- *     with STRATA_HOSTID=node<k>, and supervises them: the first rank that fails (a signal, or
- *     exit status 2: a strata call failed) or the --timeout ends the others (SIGTERM, then
- *     SIGKILL), since they would otherwise wait for it until their own timeouts. Status 1 (some
- *     #wrong != 0) is a completed run. The exit status is the first failing rank's.
+ *  1. -np N [--nodes K | --layout n0,n1,.. | --layout rr]: this process forks N ranks as K
+ *     emulated nodes (contiguous blocks of ranks, as even as possible unless --layout says
+ *     otherwise; with --layout rr rank r on node r % K, numbering that does not follow nodes),
+ *     each child with STRATA_HOSTID=node<k>, and supervises them: the first rank that fails (a
+ *     signal, or exit status 2: a strata call failed) or the --timeout ends the others (SIGTERM,
+ *     then SIGKILL), since they would otherwise wait for it until their own timeouts. Status 1
+ *     (some #wrong != 0) is a completed run. The exit status is the first failing rank's.
  *     The children are forked BEFORE this process makes any strata call, and the id reaches them
  *     afterwards through a shared page (a pipe closing says it is there): strata reads its
  *     STRATA_* parameters once per process, at its first call, so a child forked after the parent
@@ -84,6 +85,24 @@ static int cb_layout(const cb_opts_t *opts, int *np_p, int *counts)
 {
     int np = opts->np, nodes, sum = 0, k;
 
+    if (opts->layout_rr) {
+        if (opts->rr_nodes > 0 && opts->nnodes > 0 && opts->rr_nodes != opts->nnodes) {
+            fprintf(stderr, "%s: --layout rr%d but --nodes %d\n", opts->prog, opts->rr_nodes,
+                    opts->nnodes);
+            return -1;
+        }
+        nodes = opts->rr_nodes > 0 ? opts->rr_nodes : opts->nnodes;
+        if (np == 0 || nodes == 0 || nodes > np) {
+            fprintf(stderr, "%s: --layout rr needs -np N and --nodes K (or rrK) with K <= N\n",
+                    opts->prog);
+            return -1;
+        }
+        for (k = 0; k < nodes; k++) {
+            counts[k] = np / nodes + (k < np % nodes);
+        }
+        *np_p = np;
+        return nodes;
+    }
     if (opts->nlayout > 0) {
         for (k = 0; k < opts->nlayout; k++) {
             counts[k] = opts->layout[k];
@@ -272,7 +291,8 @@ static int cb_launch_local(const cb_opts_t *opts)
         if (pids[r] == 0) {
             close(pipefd[1]);
             /* exit(), not _exit(): rank 0's table is in stdio buffers */
-            exit(cb_child(opts, r, np, node, pipefd[0], shared, parent));
+            exit(cb_child(opts, r, np, opts->layout_rr ? r % nodes : node, pipefd[0], shared,
+                          parent));
         }
         if (pids[r] < 0) {
             fprintf(stderr, "%s: fork of rank %d failed: %s\n", opts->prog, r, strerror(errno));
@@ -391,7 +411,7 @@ int cb_launch(const cb_opts_t *opts)
     const char *comm_id = getenv("STRATA_COMM_ID");
     int         rank, nranks, valid;
 
-    if (opts->np > 0 || opts->nlayout > 0) {
+    if (opts->np > 0 || opts->nlayout > 0 || opts->layout_rr) {
         if (opts->rank >= 0 || opts->nranks > 0) {
             fprintf(stderr, "%s: -np and --rank/--nranks exclude each other\n", opts->prog);
             return 2;
@@ -435,6 +455,9 @@ int cb_launch(const cb_opts_t *opts)
 #endif
     }
 
+    if (opts->topo) {
+        return cb_topo_file(opts); /* `collbench topo` alone: this machine, no ranks */
+    }
     fprintf(stderr, "%s: no way to start ranks: use -np N [--nodes K] to fork them here, run "
             "under mpirun/srun with STRATA_COMM_ID=host:port%s, or pass --rank R --nranks N with "
             "STRATA_COMM_ID (see --help)\n", opts->prog,
