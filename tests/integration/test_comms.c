@@ -2,7 +2,9 @@
  * test_comms.c - communicators beyond one blocking init: two communicators used in interleaved
  * calls (and in one group), strataCommSplit (by parity, keys reversing the order, a NOCOLOR rank),
  * strataCommInitAll driven from one thread in groups, host streams (queued collectives,
- * strataStreamQuery, strataStreamSynchronize) and nonblocking init (config.blocking = 0).
+ * strataStreamQuery, strataStreamSynchronize) and nonblocking init (config.blocking = 0); the
+ * hierarchy every communicator builds at init (strataCommTopoPrint: nodes, rails, a node-contiguous
+ * ring on 2x2, 3+1, 1+3 and round-robin numbering, and on split communicators).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -622,6 +624,138 @@ static void test_fork_after_unique_id(void **state)
     }
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* the hierarchy built at init, through strataCommTopoPrint                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct topo_case {
+    const char *summary; /* first line of the text form */
+    const char *ring;    /* the ring line: node-contiguous whatever the numbering */
+    const char *rail0;   /* the first rail's line */
+} topo_case_t;
+
+/* Every rank built the same hierarchy (nodes from STRATA_HOSTID, rails, node-contiguous ring),
+ * which the JSON form carries too; a split communicator has its own. */
+static int topo_print(it_ctx_t *c)
+{
+    const topo_case_t *tc = c->arg;
+    char              *txt = NULL, *js = NULL;
+    size_t             len = 0, jlen = 0;
+    FILE              *f = open_memstream(&txt, &len);
+    strataComm_t       sub = NULL;
+
+    if (!IT_EXPECT(f != NULL, "open_memstream failed")) {
+        return 1;
+    }
+    IT_OK(strataCommTopoPrint(c->comm, f, 0));
+    fclose(f);
+    IT_EXPECT(strncmp(txt, tc->summary, strlen(tc->summary)) == 0, "topology starts \"%.60s\", "
+              "expected \"%s\"", txt, tc->summary);
+    IT_EXPECT(strstr(txt, tc->ring) != NULL, "no \"%s\" in the topology:\n%s", tc->ring, txt);
+    IT_EXPECT(strstr(txt, tc->rail0) != NULL, "no \"%s\" in the topology:\n%s", tc->rail0, txt);
+    it_same_on_all(c->comm, txt, len, "strataCommTopoPrint");
+    free(txt);
+
+    f = open_memstream(&js, &jlen);
+    IT_OK(strataCommTopoPrint(c->comm, f, 1));
+    fclose(f);
+    IT_EXPECT(js != NULL && js[0] == '{' && strstr(js, "\"ring\": [") != NULL,
+              "JSON topology: %.80s", js ? js : "(none)");
+    free(js);
+
+    IT_RES(strataCommTopoPrint(NULL, stdout, 0), strataInvalidArgument);
+    IT_RES(strataCommTopoPrint(c->comm, NULL, 0), strataInvalidArgument);
+
+    /* even ranks and odd ranks: each split communicator has its own hierarchy */
+    if (IT_OK(strataCommSplit(c->comm, c->rank % 2, c->rank, &sub, NULL)) && sub != NULL) {
+        int n = 0;
+
+        txt = NULL;
+        f   = open_memstream(&txt, &len);
+        IT_OK(strataCommTopoPrint(sub, f, 0));
+        fclose(f);
+        IT_OK(strataCommCount(sub, &n));
+        IT_EXPECT(txt != NULL && atoi(txt + 2) == n, "split topology of %d ranks: %.40s", n, txt);
+        allreduce_check(sub, 1000, 1, "split after the topology");
+        free(txt);
+        IT_OK(strataCommDestroy(sub));
+    }
+    /* node and rail communicators from strataCommTopoRank and strataCommSplit */
+    {
+        int          node = -1, nnodes = 0, local = -1, lsize = 0, n = 0, r = -1;
+        int32_t      mine[2], lo[2] = {0, 0}, hi[2] = {0, 0};
+        strataComm_t nodec = NULL, railc = NULL;
+
+        IT_OK(strataCommTopoRank(c->comm, &node, &nnodes, &local, &lsize));
+        IT_EXPECT(node == c->node && nnodes == c->nnodes, "strataCommTopoRank: node %d of %d, "
+                  "the launcher says %d of %d", node, nnodes, c->node, c->nnodes);
+        IT_OK(strataCommTopoRank(c->comm, NULL, NULL, NULL, NULL));
+        IT_RES(strataCommTopoRank(NULL, &node, NULL, NULL, NULL), strataInvalidArgument);
+        if (IT_OK(strataCommSplit(c->comm, node, local, &nodec, NULL)) && nodec != NULL) {
+            IT_OK(strataCommCount(nodec, &n));
+            IT_OK(strataCommUserRank(nodec, &r));
+            IT_EXPECT(n == lsize && r == local, "node communicator: rank %d of %d, expected %d "
+                      "of %d", r, n, local, lsize);
+            /* a collective before destroy: a rank that destroys a new communicator before its
+             * peers connected to it makes their ucp_ep_create fail (a known race of split) */
+            allreduce_check(nodec, 10, 1, "node communicator");
+            IT_OK(strataCommDestroy(nodec));
+        }
+        if (IT_OK(strataCommSplit(c->comm, local, node, &railc, NULL)) && railc != NULL) {
+            IT_OK(strataCommCount(railc, &n));
+            mine[0] = local;
+            mine[1] = -local;
+            IT_OK(strataAllReduce(mine, lo, 2, strataInt32, strataMin, railc, NULL));
+            IT_OK(strataAllReduce(mine, hi, 2, strataInt32, strataMax, railc, NULL));
+            IT_EXPECT(n >= 1 && n <= nnodes && lo[0] == local && hi[0] == local,
+                      "rail communicator of local rank %d: %d ranks, local ranks %d..%d", local,
+                      n, lo[0], hi[0]);
+            IT_OK(strataCommDestroy(railc));
+        }
+    }
+    allreduce_check(c->comm, 100000, 1, "ring in topology order");
+    return 0;
+}
+
+#define TOPO_QUIET "STRATA_DEBUG=NONE" /* the NULL-argument calls would warn */
+
+static const topo_case_t topo_2x2 = {"# 4 ranks on 2 nodes, 2 rails", "ring: 0 1 | 2 3",
+                                     "rail 0: 0 (node 0, nic -) 2 (node 1, nic -)"};
+static const topo_case_t topo_3p1 = {"# 4 ranks on 2 nodes, 3 rails", "ring: 0 1 2 | 3",
+                                     "rail 0: 0 (node 0, nic -) 3 (node 1, nic -)"};
+static const topo_case_t topo_1p3 = {"# 4 ranks on 2 nodes, 3 rails", "ring: 0 | 1 2 3",
+                                     "rail 0: 0 (node 0, nic -) 1 (node 1, nic -)"};
+static const topo_case_t topo_rr2 = {"# 5 ranks on 2 nodes, 3 rails", "ring: 0 2 4 | 1 3",
+                                     "rail 0: 0 (node 0, nic -) 1 (node 1, nic -)"};
+static const topo_case_t topo_rr3 = {"# 7 ranks on 3 nodes, 3 rails", "ring: 0 3 6 | 1 4 | 2 5",
+                                     "rail 0: 0 (node 0, nic -) 1 (node 1, nic -) 2 (node 2, "
+                                     "nic -)"};
+
+static void test_topo_2x2(void **state)
+{
+    assert_int_equal(it_run_simple(4, "2x2", TOPO_QUIET, topo_print, (void *)&topo_2x2), 0);
+}
+
+static void test_topo_3p1(void **state)
+{
+    assert_int_equal(it_run_simple(4, "3+1", TOPO_QUIET, topo_print, (void *)&topo_3p1), 0);
+}
+
+static void test_topo_1p3(void **state)
+{
+    assert_int_equal(it_run_simple(4, "1+3", TOPO_QUIET, topo_print, (void *)&topo_1p3), 0);
+}
+
+static void test_topo_rr2(void **state)
+{
+    assert_int_equal(it_run_simple(5, "rr2", TOPO_QUIET, topo_print, (void *)&topo_rr2), 0);
+}
+
+static void test_topo_rr3(void **state)
+{
+    assert_int_equal(it_run_simple(7, "rr3", TOPO_QUIET, topo_print, (void *)&topo_rr3), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -634,6 +768,11 @@ int main(void)
         cmocka_unit_test(test_streams_n1),
         cmocka_unit_test(test_nonblocking_init_n3),
         cmocka_unit_test(test_fork_after_unique_id),
+        cmocka_unit_test(test_topo_2x2),
+        cmocka_unit_test(test_topo_3p1),
+        cmocka_unit_test(test_topo_1p3),
+        cmocka_unit_test(test_topo_rr2),
+        cmocka_unit_test(test_topo_rr3),
     };
 
     it_cmocka_filter();

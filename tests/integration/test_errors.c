@@ -2,7 +2,8 @@
  * test_errors.c - errors through the public API: each bad call must return the result that
  * include/strata.h documents, with a non-empty strataGetLastError, without crashing or hanging,
  * and must leave a good communicator usable. Also the bootstrap failures: a corrupted secret in
- * the unique id, and a rank that never joins (STRATA_BOOTSTRAP_TIMEOUT=3s).
+ * the unique id, and a rank that never joins (STRATA_BOOTSTRAP_TIMEOUT=3s); a missing or corrupt
+ * STRATA_TOPO_FILE.
  *
  * Only calls that fail on every rank alike are made on multi-rank communicators (a call that
  * fails on one rank only would leave the others waiting in the collective); root-only argument
@@ -356,6 +357,53 @@ static void test_bad_init_args(void **state)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* a bad STRATA_TOPO_FILE                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Every rank has the same bad file: init fails at once (before the bootstrap) with
+ * strataInvalidArgument naming the variable, the file and the cause, and sets no comm. */
+static int bad_topo_file(it_ctx_t *c)
+{
+    const char  *why = c->arg;
+    const char  *file = getenv("STRATA_TOPO_FILE");
+    strataComm_t comm = NULL;
+    double       t0 = it_now();
+
+    IT_RES(strataCommInitRank(&comm, c->nranks, c->id, c->rank), BAD_ARG);
+    IT_EXPECT(comm == NULL, "a failed init set *comm");
+    IT_EXPECT(file != NULL && strstr(strataGetLastError(NULL), file) != NULL &&
+              strstr(strataGetLastError(NULL), "STRATA_TOPO_FILE") != NULL &&
+              strstr(strataGetLastError(NULL), why) != NULL,
+              "the error \"%s\" does not name STRATA_TOPO_FILE, the file and \"%s\"",
+              strataGetLastError(NULL), why);
+    IT_EXPECT(it_now() - t0 < 5.0, "a bad topology file took %.1f s to fail init",
+              it_now() - t0);
+    return 0;
+}
+
+static void test_bad_topo_file(void **state)
+{
+    char        path[128], env[512];
+    const char *tmp = getenv("TMPDIR");
+    FILE       *f;
+    it_opts_t   o = {.nranks = 2, .layout = "1+1", .no_init = 1, .env = env, .timeout_s = 60};
+
+    snprintf(env, sizeof(env), "STRATA_TOPO_FILE=/nonexistent/strata/topo.xml "
+             "STRATA_BOOTSTRAP_TIMEOUT=5s " QUIET);
+    assert_int_equal(it_run(&o, bad_topo_file, (void *)"No such file or directory"), 0);
+
+    snprintf(path, sizeof(path), "%s/strata-test-corrupt-%d.xml", tmp ? tmp : "/tmp",
+             (int)getpid());
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("<?xml version=\"1.0\"?>\n<topology version=\"2.0\">\n  <object type=\"Machine\"", f);
+    fclose(f);
+    snprintf(env, sizeof(env), "STRATA_TOPO_FILE=%s STRATA_BOOTSTRAP_TIMEOUT=5s " QUIET, path);
+    assert_int_equal(it_run(&o, bad_topo_file, (void *)"truncated"), 0);
+    unlink(path);
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* finalized and destroyed communicators                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -485,6 +533,7 @@ int main(void)
         cmocka_unit_test(test_bad_root_args_n1),
         cmocka_unit_test(test_last_error_persists),
         cmocka_unit_test(test_bad_init_args),
+        cmocka_unit_test(test_bad_topo_file),
         cmocka_unit_test(test_finalize_destroy_n2),
         cmocka_unit_test(test_wrong_secret),
         cmocka_unit_test(test_missing_rank),
