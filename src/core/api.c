@@ -738,15 +738,15 @@ STRATA_API strataResult_t strataAllReduce(const void *sendbuff, void *recvbuff, 
     ST_API_ARGS(ST_COLL_ALLREDUCE, comm, sendbuff, recvbuff, count, datatype);
     result = st_api_coll_check(&args, "strataAllReduce", 1, 0, op, stream);
     if (result != strataSuccess) {
-        return result;
+        return st_group_note(result);
     }
     if (count > 0 && sendbuff == NULL) {
-        return st_api_null_buffer(&args, "strataAllReduce", "sendbuff");
+        return st_group_note(st_api_null_buffer(&args, "strataAllReduce", "sendbuff"));
     }
     if (count > 0 && recvbuff == NULL) {
-        return st_api_null_buffer(&args, "strataAllReduce", "recvbuff");
+        return st_group_note(st_api_null_buffer(&args, "strataAllReduce", "recvbuff"));
     }
-    return st_api_launch(&args, stream);
+    return st_group_note(st_api_launch(&args, stream));
 }
 
 STRATA_API strataResult_t strataBroadcast(const void *sendbuff, void *recvbuff, size_t count,
@@ -757,15 +757,15 @@ STRATA_API strataResult_t strataBroadcast(const void *sendbuff, void *recvbuff, 
     args.root = root;
     result = st_api_coll_check(&args, "strataBroadcast", 0, 1, strataSum, stream);
     if (result != strataSuccess) {
-        return result;
+        return st_group_note(result);
     }
     if (count > 0 && comm->rank == root && sendbuff == NULL) {
-        return st_api_null_buffer(&args, "strataBroadcast", "sendbuff (on root)");
+        return st_group_note(st_api_null_buffer(&args, "strataBroadcast", "sendbuff (on root)"));
     }
     if (count > 0 && recvbuff == NULL) {
-        return st_api_null_buffer(&args, "strataBroadcast", "recvbuff");
+        return st_group_note(st_api_null_buffer(&args, "strataBroadcast", "recvbuff"));
     }
-    return st_api_launch(&args, stream);
+    return st_group_note(st_api_launch(&args, stream));
 }
 
 STRATA_API strataResult_t strataReduce(const void *sendbuff, void *recvbuff, size_t count,
@@ -776,15 +776,15 @@ STRATA_API strataResult_t strataReduce(const void *sendbuff, void *recvbuff, siz
     args.root = root;
     result = st_api_coll_check(&args, "strataReduce", 1, 1, op, stream);
     if (result != strataSuccess) {
-        return result;
+        return st_group_note(result);
     }
     if (count > 0 && sendbuff == NULL) {
-        return st_api_null_buffer(&args, "strataReduce", "sendbuff");
+        return st_group_note(st_api_null_buffer(&args, "strataReduce", "sendbuff"));
     }
     if (count > 0 && comm->rank == root && recvbuff == NULL) {
-        return st_api_null_buffer(&args, "strataReduce", "recvbuff (on root)");
+        return st_group_note(st_api_null_buffer(&args, "strataReduce", "recvbuff (on root)"));
     }
-    return st_api_launch(&args, stream);
+    return st_group_note(st_api_launch(&args, stream));
 }
 
 STRATA_API strataResult_t strataAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
@@ -794,15 +794,15 @@ STRATA_API strataResult_t strataAllGather(const void *sendbuff, void *recvbuff, 
     ST_API_ARGS(ST_COLL_ALLGATHER, comm, sendbuff, recvbuff, sendcount, datatype);
     result = st_api_coll_check(&args, "strataAllGather", 0, 0, strataSum, stream);
     if (result != strataSuccess) {
-        return result;
+        return st_group_note(result);
     }
     if (sendcount > 0 && sendbuff == NULL) {
-        return st_api_null_buffer(&args, "strataAllGather", "sendbuff");
+        return st_group_note(st_api_null_buffer(&args, "strataAllGather", "sendbuff"));
     }
     if (sendcount > 0 && recvbuff == NULL) {
-        return st_api_null_buffer(&args, "strataAllGather", "recvbuff");
+        return st_group_note(st_api_null_buffer(&args, "strataAllGather", "recvbuff"));
     }
-    return st_api_launch(&args, stream);
+    return st_group_note(st_api_launch(&args, stream));
 }
 
 STRATA_API strataResult_t strataReduceScatter(const void *sendbuff, void *recvbuff,
@@ -813,15 +813,15 @@ STRATA_API strataResult_t strataReduceScatter(const void *sendbuff, void *recvbu
     ST_API_ARGS(ST_COLL_REDUCESCATTER, comm, sendbuff, recvbuff, recvcount, datatype);
     result = st_api_coll_check(&args, "strataReduceScatter", 1, 0, op, stream);
     if (result != strataSuccess) {
-        return result;
+        return st_group_note(result);
     }
     if (recvcount > 0 && sendbuff == NULL) {
-        return st_api_null_buffer(&args, "strataReduceScatter", "sendbuff");
+        return st_group_note(st_api_null_buffer(&args, "strataReduceScatter", "sendbuff"));
     }
     if (recvcount > 0 && recvbuff == NULL) {
-        return st_api_null_buffer(&args, "strataReduceScatter", "recvbuff");
+        return st_group_note(st_api_null_buffer(&args, "strataReduceScatter", "recvbuff"));
     }
-    return st_api_launch(&args, stream);
+    return st_group_note(st_api_launch(&args, stream));
 }
 
 static strataResult_t st_api_p2p(st_coll_args_t *args, const char *fn, int peer,
@@ -830,7 +830,7 @@ static strataResult_t st_api_p2p(st_coll_args_t *args, const char *fn, int peer,
     strataResult_t result = st_api_coll_check(args, fn, 0, 0, strataSum, stream);
 
     if (result != strataSuccess) {
-        return result;
+        return st_group_note(result);
     }
     if (peer < 0 || peer >= args->comm->nranks) {
         st_error(ST_SUB_P2P, "%s (rank %d): peer %d is outside [0, %d)", fn, args->comm->rank,
@@ -840,8 +840,8 @@ static strataResult_t st_api_p2p(st_coll_args_t *args, const char *fn, int peer,
     args->peer = peer;
     if (args->count > 0 && (args->type == ST_COLL_SEND ? args->sendbuff == NULL
                                                        : args->recvbuff == NULL)) {
-        return st_api_null_buffer(args, fn, args->type == ST_COLL_SEND ? "sendbuff"
-                                                                        : "recvbuff");
+        return st_group_note(st_api_null_buffer(args, fn, args->type == ST_COLL_SEND ? "sendbuff"
+                                                                        : "recvbuff"));
     }
     return st_api_launch(args, stream);
 }
@@ -852,7 +852,7 @@ STRATA_API strataResult_t strataSend(const void *sendbuff, size_t count,
 {
     ST_API_ARGS(ST_COLL_SEND, comm, sendbuff, NULL, count, datatype);
     (void)result;
-    return st_api_p2p(&args, "strataSend", peer, stream);
+    return st_group_note(st_api_p2p(&args, "strataSend", peer, stream));
 }
 
 STRATA_API strataResult_t strataRecv(void *recvbuff, size_t count, strataDataType_t datatype,
@@ -860,5 +860,5 @@ STRATA_API strataResult_t strataRecv(void *recvbuff, size_t count, strataDataTyp
 {
     ST_API_ARGS(ST_COLL_RECV, comm, NULL, recvbuff, count, datatype);
     (void)result;
-    return st_api_p2p(&args, "strataRecv", peer, stream);
+    return st_group_note(st_api_p2p(&args, "strataRecv", peer, stream));
 }

@@ -15,6 +15,8 @@ st_status_t st_enqueue(const st_coll_args_t *args, strataStream_t stream);
 /* group.c: the calling thread's group nesting depth (0: no group open). */
 int         st_group_depth(void);
 st_status_t st_group_add(const st_coll_args_t *args, strataStream_t stream);
+/* Records a call's failure in the open group (strataGroupEnd then returns it); returns result. */
+strataResult_t st_group_note(strataResult_t result);
 
 /* stream.c */
 int         st_stream_is_live(strataStream_t stream);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/comm.h"
 #include "core/enqueue.h"
 #include "core/log.h"
 
@@ -25,6 +26,15 @@ static __thread st_status_t      st_group_error;
 int st_group_depth(void)
 {
     return st_group_level;
+}
+
+strataResult_t st_group_note(strataResult_t result)
+{
+    if (result != strataSuccess && result != strataInProgress && st_group_level > 0 &&
+        st_group_error == ST_OK) {
+        st_group_error = (result == strataInvalidArgument) ? ST_ERR_INVALID : ST_ERR_USAGE;
+    }
+    return result;
 }
 
 st_status_t st_group_add(const st_coll_args_t *args, strataStream_t stream)
@@ -69,8 +79,24 @@ static st_status_t st_group_launch(void)
     }
     for (int i = 0; i < st_group_len; i++) {
         strataStream_t stream = st_group_items[i].stream;
+        st_comm_t     *comm = st_group_items[i].args.comm;
         int            taken = 0;
 
+        /* the communicator or stream may have been destroyed since the call was queued */
+        if (!st_comm_is_live(comm) || comm->state != ST_COMM_READY) {
+            st_error(ST_SUB_COLL, "strataGroupEnd: call %d (%s) names communicator %p, destroyed or "
+                     "failed since it was queued; skipped", i + 1,
+                     st_coll_name(st_group_items[i].args.type), (void *)comm);
+            status = (status == ST_OK) ? ST_ERR_USAGE : status;
+            continue;
+        }
+        if (stream != NULL && !st_stream_is_live(stream)) {
+            st_error(ST_SUB_COLL, "strataGroupEnd: call %d (%s) names stream %p, destroyed since "
+                     "it was queued; skipped", i + 1, st_coll_name(st_group_items[i].args.type),
+                     (void *)stream);
+            status = (status == ST_OK) ? ST_ERR_INVALID : status;
+            continue;
+        }
         if (stream == NULL) {
             now[nnow++] = st_group_items[i].args;
             continue;
@@ -88,7 +114,9 @@ static st_status_t st_group_launch(void)
                 continue;
             }
             for (int j = i; j < st_group_len; j++) {
-                if (st_group_items[j].stream == stream) {
+                if (st_group_items[j].stream == stream &&
+                    st_comm_is_live(st_group_items[j].args.comm) &&
+                    st_group_items[j].args.comm->state == ST_COMM_READY) {
                     unit[nunit++] = st_group_items[j].args;
                 }
             }

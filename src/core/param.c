@@ -272,6 +272,7 @@ static void st_param_log_table(const st_config_table_t *table, void *unused ST_U
 
 static pthread_once_t st_param_once = PTHREAD_ONCE_INIT;
 static st_status_t    st_param_status;
+static char           st_param_errmsg[512]; /* why parsing failed, repeated at every call */
 
 /* A forked child is a new process whose environment may differ (collbench and the tests give each
  * child rank its own STRATA_HOSTID): parse again at its first call. */
@@ -293,6 +294,8 @@ static void st_param_init_once(void)
     st_param_for_each(st_param_parse_table, &st_param_status);
     if (st_param_status == ST_OK) {
         st_param_for_each(st_param_log_table, NULL);
+    } else {
+        snprintf(st_param_errmsg, sizeof(st_param_errmsg), "%s", st_log_last_error());
     }
 }
 
@@ -300,7 +303,7 @@ st_status_t st_param_init(void)
 {
     pthread_once(&st_param_once, st_param_init_once);
     if (st_param_status != ST_OK) {
-        st_error(ST_SUB_ENV, "a STRATA_* variable has an invalid value (logged at first use)");
+        st_log_error(ST_SUB_ENV, __FILE__, __LINE__, "%s", st_param_errmsg);
     }
     return st_param_status;
 }

@@ -304,6 +304,34 @@ static void test_bad_root_args_n1(void **state)
     assert_int_equal(it_run_simple(1, "1", QUIET, bad_root_args, NULL), 0);
 }
 
+/* Errors inside a group: a call rejected at queue time fails strataGroupEnd too, and a stream
+ * destroyed while a call waits in the open group fails it instead of dropping the call silently. */
+static int group_errors(it_ctx_t *c)
+{
+    float          s[4] = {1, 2, 3, 4}, r[4] = {0};
+    strataStream_t stream;
+
+    IT_OK(strataGroupStart());
+    IT_OK(strataAllReduce(s, r, 4, strataFloat32, strataSum, c->comm, NULL));
+    IT_RES(strataAllReduce(s, NULL, 4, strataFloat32, strataSum, c->comm, NULL), BAD_ARG);
+    IT_RES(strataGroupEnd(), BAD_ARG);
+    IT_EXPECT(r[3] == 4.0f, "the valid call of the group did not run (r[3] = %g)", r[3]);
+
+    IT_OK(strataStreamCreate(&stream));
+    IT_OK(strataGroupStart());
+    IT_OK(strataAllReduce(s, r, 4, strataFloat32, strataSum, c->comm, stream));
+    IT_OK(strataStreamDestroy(stream));
+    IT_RES(strataGroupEnd(), BAD_ARG);
+    IT_RES(strataGroupEnd(), BAD_USE); /* no group open any more */
+    still_works(c->comm, "the group errors");
+    return 0;
+}
+
+static void test_group_errors_n1(void **state)
+{
+    assert_int_equal(it_run_simple(1, "1", QUIET, group_errors, NULL), 0);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* init arguments (with a second id, so a call wrongly accepted cannot disturb the first)       */
 /* ------------------------------------------------------------------------------------------ */
@@ -531,6 +559,7 @@ int main(void)
         cmocka_unit_test(test_bad_args_n2),
         cmocka_unit_test(test_bad_args_n3),
         cmocka_unit_test(test_bad_root_args_n1),
+        cmocka_unit_test(test_group_errors_n1),
         cmocka_unit_test(test_last_error_persists),
         cmocka_unit_test(test_bad_init_args),
         cmocka_unit_test(test_bad_topo_file),
