@@ -166,8 +166,10 @@ STRATA_API const char *strataGetLastError(strataComm_t comm);
  * chosen by STRATA_SOCKET_IFNAME (see README) and waits for the ranks of ONE communicator, then
  * exits (or gives up after STRATA_BOOTSTRAP_TIMEOUT). With STRATA_COMM_ID=host:port set, no root is
  * started here: the id names that address and rank 0 of strataCommInitRank starts the root.
- * Returns strataInvalidArgument for NULL; strataSystemError when no usable interface exists or the
- * listening socket or thread cannot be made (the log names the interface variable). */
+ * Returns strataInvalidArgument for NULL or a malformed STRATA_SOCKET_IFNAME (",,");
+ * strataInvalidUsage when no interface is up that STRATA_SOCKET_IFNAME allows (the message names
+ * the variable and its value); strataSystemError when the listening socket or thread cannot be
+ * made. */
 STRATA_API strataResult_t strataGetUniqueId(strataUniqueId *uniqueId);
 
 /* Creates the communicator of rank `rank` among `nranks` ranks that share commId. Collective over
@@ -252,8 +254,8 @@ STRATA_API strataResult_t strataRedOpDestroy(strataRedOp_t op, strataComm_t comm
 /* ---------------------------------------------------------------------------------------- */
 /* Common results of every collective below:
  *   strataInvalidArgument: NULL comm; NULL buffer with count > 0 (where the buffer is read or
- *     written on this rank); unknown datatype or op; op made for another datatype; root out of
- *     [0, nranks); a stream that was destroyed.
+ *     written on this rank); a count whose buffer would exceed 2^48 bytes; unknown datatype or
+ *     op; op made for another datatype; root out of [0, nranks); a stream that was destroyed.
  *   strataInvalidUsage: comm destroyed, finalized, aborted or failed by an earlier error.
  *   strataTimeout: a peer did not answer within the deadline (STRATA_TIMEOUT or config->timeoutMs);
  *     strataGetLastError names the collective, its sequence number, the phase and the peer.

@@ -193,7 +193,7 @@ st_status_t st_pipe_init(st_pipe_t *pipe, const st_coll_args_t *args, const st_p
     pipe->ncols        = ncols;
     pipe->nsteps       = nsteps;
     pipe->need_tmp     = need_tmp;
-    pipe->depth        = (int)ST_MIN(ST_MAX(st_core_config.pipeline_depth, 1u), ST_PIPE_MAX_DEPTH);
+    pipe->depth        = (int)st_core_config.pipeline_depth; /* 1..16, checked at init */
     if ((size_t)pipe->depth > ncols) {
         pipe->depth = (int)ST_MAX(ncols, 1);
     }
@@ -226,13 +226,25 @@ st_status_t st_coll_config_check(void)
     static const char *const algos[] = {"auto", "ring"};
     const char              *algo = st_core_config.algo;
 
+    int                      known = 0;
+
     for (size_t i = 0; i < ST_ARRAY_SIZE(algos); i++) {
-        if (strcmp(algo, algos[i]) == 0) {
-            return ST_OK;
-        }
+        known |= (strcmp(algo, algos[i]) == 0);
     }
-    st_error(ST_SUB_COLL, "STRATA_ALGO '%s' is unknown (auto, ring)", algo);
-    return ST_ERR_INVALID;
+    if (!known) {
+        st_error(ST_SUB_COLL, "STRATA_ALGO '%s' is unknown (auto, ring)", algo);
+        return ST_ERR_INVALID;
+    }
+    if (st_core_config.chunk_size == 0) {
+        st_error(ST_SUB_COLL, "STRATA_CHUNK_SIZE 0 is not a chunk size (bytes, e.g. 512k)");
+        return ST_ERR_INVALID;
+    }
+    if (st_core_config.pipeline_depth < 1 || st_core_config.pipeline_depth > ST_PIPE_MAX_DEPTH) {
+        st_error(ST_SUB_COLL, "STRATA_PIPELINE_DEPTH %u is outside [1, %d]",
+                 st_core_config.pipeline_depth, ST_PIPE_MAX_DEPTH);
+        return ST_ERR_INVALID;
+    }
+    return ST_OK;
 }
 
 st_status_t st_coll_op_create(const st_coll_args_t *args, st_op_t **op_p)

@@ -120,7 +120,7 @@ static void st_log_init_once(void)
         } else if (strcasecmp(level, "TRACE") == 0) {
             st_log_level = ST_LOG_TRACE;
         } else {
-            fprintf(stderr, "strata: STRATA_DEBUG '%s' unknown (WARN, INFO, DEBUG, TRACE); "
+            fprintf(stderr, "strata: STRATA_DEBUG '%s' unknown (NONE, WARN, INFO, DEBUG, TRACE); "
                             "using WARN\n", level);
         }
     }

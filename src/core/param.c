@@ -218,7 +218,17 @@ static void st_config_value_str(const st_config_field_t *f, const void *opts, ch
     case ST_CFG_UINT:   snprintf(buf, len, "%u", *(const unsigned *)src); break;
     case ST_CFG_SIZE:   snprintf(buf, len, "%zu", *(const size_t *)src); break;
     case ST_CFG_BOOL:   snprintf(buf, len, "%s", *(const int *)src ? "y" : "n"); break;
-    case ST_CFG_TIME:   snprintf(buf, len, "%gs", *(const double *)src); break;
+    case ST_CFG_TIME: {
+        double t = *(const double *)src;
+        if (t > 0 && t < 1e-3) {
+            snprintf(buf, len, "%gus", t * 1e6);
+        } else if (t > 0 && t < 1) {
+            snprintf(buf, len, "%gms", t * 1e3);
+        } else {
+            snprintf(buf, len, "%gs", t);
+        }
+        break;
+    }
     }
 }
 
