@@ -84,8 +84,8 @@ static st_status_t st_group_launch(void)
 
         /* the communicator or stream may have been destroyed since the call was queued */
         if (!st_comm_is_live(comm) || comm->state != ST_COMM_READY) {
-            st_error(ST_SUB_COLL, "strataGroupEnd: call %d (%s) names communicator %p, destroyed or "
-                     "failed since it was queued; skipped", i + 1,
+            st_error(ST_SUB_COLL, "strataGroupEnd: call %d (%s) names communicator %p, destroyed "
+                     "or failed since it was queued; skipped", i + 1,
                      st_coll_name(st_group_items[i].args.type), (void *)comm);
             status = (status == ST_OK) ? ST_ERR_USAGE : status;
             continue;

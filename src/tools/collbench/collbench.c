@@ -77,10 +77,13 @@ static const struct {
     {"reduce", CB_REDUCE},        {"sendrecv", CB_SENDRECV},   {"all", CB_NUM_COLLS},
 };
 
-static const struct {
-    const char      *name;
-    strataDataType_t dtype;
-} cb_dtype_aliases[] = {
+/* A name and the bit it selects, for the comma lists of -d and -o. */
+typedef struct {
+    const char *name;
+    int         value;
+} cb_alias_t;
+
+static const cb_alias_t cb_dtype_aliases[] = {
     {"int8", strataInt8},       {"char", strataInt8},        {"uint8", strataUint8},
     {"int32", strataInt32},     {"int", strataInt32},        {"uint32", strataUint32},
     {"int64", strataInt64},     {"uint64", strataUint64},    {"half", strataFloat16},
@@ -90,10 +93,7 @@ static const struct {
     {"bf16", strataBfloat16},
 };
 
-static const struct {
-    const char *name;
-    int         op;
-} cb_op_aliases[] = {
+static const cb_alias_t cb_op_aliases[] = {
     {"sum", CB_OP_SUM}, {"prod", CB_OP_PROD}, {"max", CB_OP_MAX}, {"min", CB_OP_MIN},
     {"avg", CB_OP_AVG}, {"premulsum", CB_OP_PREMULSUM}, {"mulsum", CB_OP_PREMULSUM},
 };
@@ -206,48 +206,20 @@ static unsigned cb_parse_colls(const char *arg)
     return bits;
 }
 
-static unsigned cb_parse_dtypes(const char *arg)
+/* A comma list of names from aliases[0..n) (or "all": the nall lowest bits) as a bit set of their
+ * values; 0 when a name is unknown. */
+static unsigned cb_parse_names(const char *arg, const cb_alias_t *aliases, size_t n, int nall)
 {
     char     buf[256], low[32], *tok, *save = NULL;
     unsigned bits = 0, found;
-    size_t   i;
 
     snprintf(buf, sizeof(buf), "%s", arg);
     for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
         cb_lower(low, sizeof(low), tok);
-        found = 0;
-        if (strcmp(low, "all") == 0) {
-            found = (1u << strataNumTypes) - 1;
-        }
-        for (i = 0; i < CB_ARRAY_LEN(cb_dtype_aliases); i++) {
-            if (strcmp(low, cb_dtype_aliases[i].name) == 0) {
-                found = 1u << cb_dtype_aliases[i].dtype;
-            }
-        }
-        if (found == 0) {
-            return 0;
-        }
-        bits |= found;
-    }
-    return bits;
-}
-
-static unsigned cb_parse_ops(const char *arg)
-{
-    char     buf[256], low[32], *tok, *save = NULL;
-    unsigned bits = 0, found;
-    size_t   i;
-
-    snprintf(buf, sizeof(buf), "%s", arg);
-    for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-        cb_lower(low, sizeof(low), tok);
-        found = 0;
-        if (strcmp(low, "all") == 0) {
-            found = (1u << CB_NUM_OPS) - 1;
-        }
-        for (i = 0; i < CB_ARRAY_LEN(cb_op_aliases); i++) {
-            if (strcmp(low, cb_op_aliases[i].name) == 0) {
-                found = 1u << cb_op_aliases[i].op;
+        found = (strcmp(low, "all") == 0) ? (1u << nall) - 1 : 0;
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(low, aliases[i].name) == 0) {
+                found = 1u << aliases[i].value;
             }
         }
         if (found == 0) {
@@ -448,12 +420,15 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
             }
             break;
         case 'd':
-            if ((opts->dtypes = cb_parse_dtypes(optarg)) == 0) {
+            opts->dtypes = cb_parse_names(optarg, cb_dtype_aliases,
+                                          CB_ARRAY_LEN(cb_dtype_aliases), strataNumTypes);
+            if (opts->dtypes == 0) {
                 return cb_bad(opts, "datatype", optarg);
             }
             break;
         case 'o':
-            if ((opts->ops = cb_parse_ops(optarg)) == 0) {
+            if ((opts->ops = cb_parse_names(optarg, cb_op_aliases, CB_ARRAY_LEN(cb_op_aliases),
+                                            CB_NUM_OPS)) == 0) {
                 return cb_bad(opts, "op", optarg);
             }
             break;
