@@ -239,8 +239,8 @@ ST_SHORT_FLOAT_SCALE_OPS(bf16, st_bf16_to_float, st_float_to_bf16)
 
 /* Each kernel is also compiled for x86-64-v3 (AVX2, F16C) and picked at load time by an ifunc
  * (GCC's target_clones), so a generic x86-64 build still runs 4-8 elements per instruction on the
- * machines that can: fp16 sum goes from about 1 to 4.5 GB/s on one core. fp-contract stays off
- * in the clones (the pragma above), so FMA cannot change a result. */
+ * machines that can: fp16 sum about 1.0 -> 1.9 GB/s on one core here (bench/reduce_kernels.sh).
+ * fp-contract stays off in the clones (the pragma above), so FMA cannot change a result. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 &&       \
     defined(__ELF__)
 #define ST_KERNEL_TARGETS __attribute__((target_clones("arch=x86-64-v3", "default")))

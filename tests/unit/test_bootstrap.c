@@ -203,6 +203,17 @@ static void free_world(rank_arg_t *args, int nranks)
     }
 }
 
+/* A 3-rank rendezvous on id that must succeed, then every resource back: no root thread left and
+ * as many open fds as before the test (fds). */
+static void run_world_checked(rank_arg_t *args, const st_unique_id_t *id, int fds)
+{
+    run_world(args, id, 3, 0, 10.0);
+    check_world(args, 3);
+    free_world(args, 3);
+    wait_roots_gone();
+    assert_int_equal(count_fds(), fds);
+}
+
 static int raw_connect(const st_unique_id_t *id)
 {
     int fd = -1;
@@ -760,11 +771,7 @@ static void test_bad_hellos(void **state)
                      ST_BOOTSTRAP_REPLY_REJECT);
     assert_non_null(strstr(msg, "version 99"));
 
-    run_world(args, &id, 3, 0, 10.0);
-    check_world(args, 3);
-    free_world(args, 3);
-    wait_roots_gone();
-    assert_int_equal(count_fds(), fds);
+    run_world_checked(args, &id, fds);
 }
 
 /* nranks, blob size or rank disagreeing with the ranks already there: rejected with a reason, and
@@ -956,11 +963,7 @@ static void test_rendezvous_ipv6(void **state)
     assert_int_equal(st_bootstrap_id_decode(&raw, &back), ST_OK);
     assert_memory_equal(&back.root, &id.root, sizeof(id.root));
     assert_int_equal(st_bootstrap_root_start(&back, 3, 10.0), ST_OK);
-    run_world(args, &back, 3, 0, 10.0);
-    check_world(args, 3);
-    free_world(args, 3);
-    wait_roots_gone();
-    assert_int_equal(count_fds(), fds);
+    run_world_checked(args, &back, fds);
 }
 
 /* STRATA_COMM_ID: the id names that address, nothing starts until rank 0 calls root_start, every
