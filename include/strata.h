@@ -347,16 +347,18 @@ STRATA_API strataResult_t strataStreamDestroy(strataStream_t stream);
  * NULL stream, strataInvalidArgument when a STRATA_* variable holds a malformed value (logged). */
 STRATA_API strataResult_t strataParamsPrint(FILE *stream);
 
-/* Writes to stream the topology strata built for comm from every rank's record at init: per node
- * a picture of its ranks grouped by NUMA domain, with each rank's GPU (PCI bus id, from
- * STRATA_GPU_BUSID), nearest fabric NIC and rail; then the rails (rail l = local rank l of every
- * node, with its NICs), the ring order the algorithms use (node-contiguous; inside a node by NUMA
- * domain, then PCI position) and one line per rank: rank, node, local rank / local size, bound
- * CPUs and core count, NUMA domain, GPU, NIC, rail and ring position. Nodes are numbered by their
- * lowest rank; local ranks follow rank order within a node. json != 0 writes one JSON object
- * instead (keys nranks, nnodes, nrails, nodes, rails, ring, ranks). Not collective: any rank may
- * call it, every rank prints the same. Returns strataInvalidArgument for a NULL comm or stream;
- * strataInvalidUsage for a destroyed comm or one still initializing. */
+/* Writes to stream the topology strata built for comm from every rank's record at init: per node a
+ * picture of its ranks grouped by NUMA domain, with each rank's GPU (PCI bus id: the one
+ * STRATA_GPU_BUSID names; unset, in a CUDA build, the current CUDA device of the thread that ran
+ * the rank's init, the caller's for a blocking one; else none), nearest fabric NIC and rail; then
+ * the rails (rail l = local rank l of every node, with its NICs), the ring order the algorithms use
+ * (node-contiguous; inside a node by NUMA domain, then PCI position) and one line per rank: rank,
+ * node, local rank / local size, bound CPUs and core count, NUMA domain, GPU, NIC, rail and ring
+ * position. Nodes are numbered by their lowest rank; local ranks follow rank order within a node.
+ * json != 0 writes one JSON object instead (keys nranks, nnodes, nrails, nodes, rails, ring,
+ * ranks). Not collective: any rank may call it, every rank prints the same. Returns
+ * strataInvalidArgument for a NULL comm or stream; strataInvalidUsage for a destroyed comm or one
+ * still initializing. */
 STRATA_API strataResult_t strataCommTopoPrint(strataComm_t comm, FILE *stream, int json);
 
 /* Where the calling rank sits in comm's hierarchy (built at init from every rank's node identity,
@@ -382,6 +384,52 @@ STRATA_API strataResult_t strataCommTopoRank(strataComm_t comm, int *node, int *
  * not a topology hwloc can load (strataGetLastError names the file and the cause);
  * strataSystemError when out of memory or when hwloc cannot discover this machine. */
 STRATA_API strataResult_t strataTopoFilePrint(const char *xmlPath, FILE *stream, int json);
+
+/* Memory every rank of a node can map: strataMemAlloc returns *ptr to size bytes (rounded up to
+ * whole pages, zero-filled) of shared memory (a memfd the node's other processes map through
+ * /proc/<pid>/fd; it counts against memory, not against /dev/shm), as ncclMemAlloc returns memory
+ * NCCL can register. An out-of-place all-reduce whose send and receive buffers lie in such memory
+ * on every rank of a node runs zero-copy inside the node: node peers read each other's send
+ * buffers and write results straight into the receive buffers, skipping the copies through the
+ * communicator's windows (README "Zero-copy" gives what it buys). Each call decides anew, and
+ * the same on every local rank; any other case takes the copying path. Use it as ordinary memory
+ * otherwise. Returns strataInvalidArgument for a NULL ptr or size 0; strataSystemError when the
+ * memory cannot be had (logged). */
+STRATA_API strataResult_t strataMemAlloc(void **ptr, size_t size);
+
+/* Frees memory from strataMemAlloc. NULL is a no-op. Returns strataInvalidArgument for a pointer
+ * strataMemAlloc did not return (logged; nothing is freed). No collective may be using it; node
+ * peers that mapped it keep their mapping (and the pages) until they map a newer allocation of
+ * this process in its place or destroy their last communicator, so freeing never faults a peer. */
+STRATA_API strataResult_t strataMemFree(void *ptr);
+
+/* Where the time of the calling rank's last completed collective on comm went, phase by phase
+ * (what `collbench --phases` prints). "Last" is the collective that completed last on this rank;
+ * in a group of several, the one the engine finished last; a failed call leaves the previous
+ * record. For the hierarchical algorithm (algorithm "hier"; all five collectives run as the same
+ * three-phase pipeline, see README "Algorithms"): phase 0 is the copy into the node's windows and
+ * the intra-node reduce-scatter, phase 1 the inter-node all-reduce of this rank's shards over its
+ * rail, phase 2 the intra-node all-gather. seconds[0] and seconds[2]: the time this rank spent
+ * copying and reducing in those phases, waits for local peers excluded; seconds[1]: the time
+ * during which at least one of this rank's inter-node transfers was in flight (so it includes the
+ * wait for the network, which is what it measures). The phases of different chunks overlap, so
+ * their sum may exceed totalSeconds. bytes[0] = bytes[2] = the collective's size as nccl-tests
+ * counts it (all-reduce, broadcast, reduce: count elements; reduce-scatter: the send buffer;
+ * all-gather: the receive buffer); bytes[1]: bytes of the shards this rank all-reduced over the
+ * network (0 on one node; on uneven nodes it differs between ranks). Other algorithms ("ring",
+ * "small", "chain", "p2p") set seconds[1] = totalSeconds and bytes[1] = the size, the rest 0.
+ * totalSeconds runs from the moment the engine started the call (for a call queued on a host
+ * stream: when the stream reached it) to its completion on this rank. Not collective; safe to
+ * call while other threads run collectives on comm (the record is copied under comm's lock).
+ * Returns strataInvalidArgument for a NULL comm or times; strataInvalidUsage for a destroyed
+ * comm or one without a completed collective. */
+typedef struct strataPhaseTimes {
+    char   algorithm[16]; /* "hier", "ring", "small", "chain", "p2p" */
+    double totalSeconds;  /* from the call's start to its completion on this rank */
+    double seconds[3];
+    size_t bytes[3];
+} strataPhaseTimes_t;
+STRATA_API strataResult_t strataCommGetPhaseTimes(strataComm_t comm, strataPhaseTimes_t *times);
 
 #ifdef __cplusplus
 }

@@ -7,8 +7,12 @@ AC_DEFUN([ST_CHECK_CUDA], [
   AS_IF([test "x$with_cuda" != xno], [
     AS_IF([test "x$with_cuda" = xcheck || test "x$with_cuda" = xyes], [st_cuda_dir=/usr/local/cuda],
           [st_cuda_dir=$with_cuda])
+    AS_IF([test -d "$st_cuda_dir/lib64"], [st_cuda_libdir=$st_cuda_dir/lib64],
+          [st_cuda_libdir=$st_cuda_dir/lib])
     CUDA_CPPFLAGS="-I$st_cuda_dir/include"
-    CUDA_LDFLAGS="-L$st_cuda_dir/lib64"
+    # The run-time path too: libstrata.so (and the tests) find libcudart without
+    # LD_LIBRARY_PATH, as CUDA's directory is rarely one the dynamic loader searches.
+    CUDA_LDFLAGS="-L$st_cuda_libdir -Wl,-rpath,$st_cuda_libdir"
     st_save_CPPFLAGS=$CPPFLAGS; CPPFLAGS="$CPPFLAGS $CUDA_CPPFLAGS"
     st_save_LDFLAGS=$LDFLAGS;   LDFLAGS="$LDFLAGS $CUDA_LDFLAGS"
     AC_CHECK_HEADER([cuda_runtime_api.h],

@@ -20,6 +20,13 @@ const st_net_ops_t *const st_net_transports[] = {
     NULL
 };
 
+extern const st_win_ops_t st_shm_win;
+
+const st_win_ops_t *const st_win_transports[] = {
+    &st_shm_win,
+    NULL
+};
+
 const st_net_ops_t *st_net_find(const st_net_ops_t *const *table, const char *name)
 {
     for (; *table != NULL; table++) {

@@ -3,7 +3,9 @@
  *
  *  net    (inter-node messages): endpoints to peers, nonblocking tagged send/recv of chunks,
  *         memory registration, progress. Implemented by transports/ucx (and verbs).
- *  window (intra-node load/store): comes with the hierarchical path (transports/shm, cuda_ipc).
+ *  window (intra-node load/store): every local rank exposes a region its node peers map and read
+ *         or write directly, with sequence-number flags inside it for ordering.
+ *         Implemented by transports/shm (host memory; cuda_ipc for device memory later).
  *
  * Each interface is a struct of function pointers; every slot has a contract below. An unsupported
  * slot points at a function returning ST_ERR_UNSUPPORTED, never NULL. The builtin transports are
@@ -44,6 +46,8 @@ typedef struct st_net_config {
     int    rank;    /* the caller's rank in the communicator */
     int    nranks;
     char   name[64]; /* communicator label for logs */
+    const char *devices; /* network devices to limit the context to (a rail's NIC, in the
+                            transport's syntax: interface names for UCX's TCP); NULL: default */
 } st_net_config_t;
 
 /* A nonblocking operation. The caller owns it and must keep it alive until done != 0.
@@ -97,7 +101,8 @@ typedef struct st_net_ops {
      * request with ST_ERR_INVALID (truncation). */
     st_status_t (*irecv)(st_net_ep_t *ep, void *buf, size_t len, uint64_t tag, st_memh_t *memh,
                          st_request_t *req);
-    /* Cancels an in-flight request; it completes (done = 1) with ST_ERR_CANCELED at a later
+    /* Cancels an in-flight request (of any context of the caller's: the request knows its own);
+     * it completes (done = 1) with ST_ERR_CANCELED at a later
      * progress call, or at once. Harmless on a completed request. */
     void        (*cancel)(st_net_ctx_t *ctx, st_request_t *req);
     /* Moves everything it can; returns at once. ST_OK when something happened, ST_INPROGRESS when
@@ -109,6 +114,78 @@ typedef struct st_net_ops {
      * when events are pending (progress again instead of sleeping). */
     st_status_t (*arm)(st_net_ctx_t *ctx);
 } st_net_ops_t;
+
+/* ---- window transports ---------------------------------------------------------------------- */
+
+typedef struct st_win_ctx st_win_ctx_t; /* one per communicator and node: own window + peers' */
+
+typedef struct st_win_config {
+    /* Unique per communicator and node; the transport derives its segment names from it (the
+     * caller puts the communicator's secret-derived id and the node identity in it, because
+     * emulated nodes share one /dev/shm). [A-Za-z0-9_-] only. */
+    char   name[96];
+    int    local_rank;  /* the caller's index among the ranks of its node */
+    int    local_size;  /* ranks on the node (1 .. ) */
+    size_t size;        /* bytes of each local rank's window (every local rank passes the same) */
+    int    numa;        /* hwloc logical NUMA index to place the caller's window on; -1: leave it
+                           to first touch by the caller */
+} st_win_config_t;
+
+typedef struct st_win_ops {
+    const char *name; /* "shm", "cuda_ipc" */
+    /* Creates the caller's window: cfg->size bytes, zero-filled, mappable by the node's other
+     * ranks under cfg->name and cfg->local_rank. ST_ERR_INVALID (bad name or size 0),
+     * ST_ERR_NO_MEMORY (the segment cannot be sized: /dev/shm full), ST_ERR_IO (other system
+     * errors, logged with the segment name and errno). */
+    st_status_t (*create)(const st_win_config_t *cfg, st_win_ctx_t **ctx_p);
+    /* Maps every local peer's window. Call only after every local rank's create returned (the
+     * caller puts a barrier between). ST_ERR_IO (logged, naming the peer and segment) when a
+     * peer's window is missing or has the wrong size. */
+    st_status_t (*attach)(st_win_ctx_t *ctx);
+    /* Removes the caller's segment name; the mappings stay valid. Call once every local rank has
+     * attached (a second barrier); harmless twice. After it, nothing is left in /dev/shm even if
+     * the process is killed. */
+    void        (*unlink)(st_win_ctx_t *ctx);
+    /* Start of local rank lr's window as mapped in this process (lr = own local rank: the own
+     * window). NULL for a bad lr or before attach. */
+    void       *(*base)(st_win_ctx_t *ctx, int lr);
+    /* Sleeps while *word == val, at most timeout_us microseconds (a futex on the shared word;
+     * spurious wake-ups are allowed). word must lie in a window of ctx. */
+    void        (*wait)(st_win_ctx_t *ctx, uint32_t *word, uint32_t val, long timeout_us);
+    /* Wakes every rank sleeping in wait() on word. */
+    void        (*wake)(st_win_ctx_t *ctx, uint32_t *word);
+    /* Unmaps every window and unlinks the own segment if still linked. */
+    void        (*destroy)(st_win_ctx_t *ctx);
+} st_win_ops_t;
+
+/* Builtin window transports for host memory, NULL-terminated (transport.c). */
+extern const st_win_ops_t *const st_win_transports[];
+
+/* ---- shareable host memory (transports/shm/shm_mem.c; strataMemAlloc) ------------------------ */
+
+#define ST_MEM_NAME_LEN 64
+
+/* Allocates size bytes (rounded up to pages, zero-filled) of POSIX shared memory that processes
+ * of the same node can map by name, and records it. ST_ERR_INVALID for size 0, ST_ERR_NO_MEMORY
+ * (logged) when it cannot be had. The segment's name is unlinked at once; peers map it through
+ * /proc/<pid>/fd/<fd> of the owner (the owner keeps the fd open until st_mem_free). */
+st_status_t st_mem_alloc(size_t size, void **ptr_p);
+/* Frees what st_mem_alloc returned; ST_ERR_INVALID (logged) for any other pointer. */
+st_status_t st_mem_free(void *ptr);
+/* When [ptr, ptr+len) lies inside one allocation of st_mem_alloc: 1, with *handle_p set to a
+ * fixed-size description a node peer can map (pid, fd, size) and *offset_p to ptr's offset in it.
+ * 0 otherwise. Thread-safe. */
+typedef struct st_mem_handle {
+    uint32_t pid;
+    int32_t  fd;
+    uint64_t size;
+    uint64_t id;   /* unique per allocation in the owner process (reuse of an fd number) */
+} st_mem_handle_t;
+int st_mem_lookup(const void *ptr, size_t len, st_mem_handle_t *handle_p, size_t *offset_p);
+/* Maps a peer's allocation described by handle (cached: one mapping per handle id and pid, kept
+ * until st_mem_unmap_all). NULL (logged once) when it cannot be mapped. */
+void *st_mem_map(const st_mem_handle_t *handle);
+void  st_mem_unmap_all(void);
 
 /* Builtin net transports in priority order, NULL-terminated (transport.c). */
 extern const st_net_ops_t *const st_net_transports[];

@@ -221,52 +221,6 @@ st_status_t st_pipe_init(st_pipe_t *pipe, const st_coll_args_t *args, const st_p
     return ST_OK;
 }
 
-st_status_t st_coll_config_check(void)
-{
-    static const char *const algos[] = {"auto", "ring"};
-    const char              *algo = st_core_config.algo;
-
-    int                      known = 0;
-
-    for (size_t i = 0; i < ST_ARRAY_SIZE(algos); i++) {
-        known |= (strcmp(algo, algos[i]) == 0);
-    }
-    if (!known) {
-        st_error(ST_SUB_COLL, "STRATA_ALGO '%s' is unknown (auto, ring)", algo);
-        return ST_ERR_INVALID;
-    }
-    if (st_core_config.chunk_size == 0) {
-        st_error(ST_SUB_COLL, "STRATA_CHUNK_SIZE 0 is not a chunk size (bytes, e.g. 512k)");
-        return ST_ERR_INVALID;
-    }
-    if (st_core_config.pipeline_depth < 1 || st_core_config.pipeline_depth > ST_PIPE_MAX_DEPTH) {
-        st_error(ST_SUB_COLL, "STRATA_PIPELINE_DEPTH %u is outside [1, %d]",
-                 st_core_config.pipeline_depth, ST_PIPE_MAX_DEPTH);
-        return ST_ERR_INVALID;
-    }
-    return ST_OK;
-}
-
-st_status_t st_coll_op_create(const st_coll_args_t *args, st_op_t **op_p)
-{
-    switch (args->type) {
-    case ST_COLL_ALLREDUCE:
-    case ST_COLL_ALLGATHER:
-    case ST_COLL_REDUCESCATTER:
-        return st_ring_create(args, op_p);
-    case ST_COLL_BROADCAST:
-    case ST_COLL_REDUCE:
-        return st_chain_create(args, op_p);
-    case ST_COLL_SEND:
-    case ST_COLL_RECV:
-        return st_p2p_create(args, op_p);
-    default:
-        break;
-    }
-    st_error(ST_SUB_COLL, "no algorithm for collective %d", (int)args->type);
-    return ST_ERR_INTERNAL;
-}
-
 st_status_t st_coll_run(const st_coll_args_t *args, int nargs)
 {
     st_op_t   *stack_ops[8];

@@ -32,6 +32,15 @@ typedef enum {
     ST_COLL_LAST
 } st_coll_type_t;
 
+/* Algorithms (STRATA_ALGO). */
+typedef enum {
+    ST_ALGO_AUTO = 0,
+    ST_ALGO_RING,   /* flat ring (AR, RS, AG); chain (broadcast, reduce) */
+    ST_ALGO_HIER,   /* intra-node windows + inter-node ring per rail (hier.c) */
+    ST_ALGO_SMALL,  /* latency: one round through the windows (small.c) */
+    ST_ALGO_LAST
+} st_algo_t;
+
 /* One call, as the user made it (counts in elements; see strata.h for their meaning). */
 typedef struct st_coll_args {
     st_coll_type_t   type;
@@ -44,6 +53,7 @@ typedef struct st_coll_args {
     int              root;   /* broadcast, reduce */
     int              peer;   /* send, recv */
     uint64_t         seq;    /* collective or per-peer p2p sequence number */
+    st_algo_t        algo;   /* forced algorithm (internal calls); ST_ALGO_AUTO: select */
 } st_coll_args_t;
 
 const char *st_coll_name(st_coll_type_t type);
@@ -130,6 +140,13 @@ size_t st_coll_chunk_elems(strataDataType_t dtype);
 st_status_t st_ring_create(const st_coll_args_t *args, st_op_t **op_p);   /* AR, RS, AG */
 st_status_t st_chain_create(const st_coll_args_t *args, st_op_t **op_p);  /* bcast, reduce */
 st_status_t st_p2p_create(const st_coll_args_t *args, st_op_t **op_p);    /* send, recv */
+st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p);   /* all five */
+st_status_t st_small_create(const st_coll_args_t *args, st_op_t **op_p);  /* all-reduce */
+/* 1 when the small algorithm can take args (all-reduce, bytes within the windows' small area). */
+int st_small_fits(const st_coll_args_t *args);
+/* The algorithm STRATA_ALGO names, or ST_ALGO_LAST for an unknown name. */
+st_algo_t   st_algo_parse(const char *name);
+const char *st_algo_name(st_algo_t algo);
 /* Among ops run together, makes receives whose buffer overlaps a send's land in staging until
  * those sends completed (in-place exchanges). */
 st_status_t st_p2p_link_overlaps(st_op_t **ops, int nops);

@@ -153,6 +153,32 @@ STRATA_API strataResult_t strataCommTopoRank(strataComm_t comm, int *node, int *
     return strataSuccess;
 }
 
+STRATA_API strataResult_t strataCommGetPhaseTimes(strataComm_t comm, strataPhaseTimes_t *times)
+{
+    strataResult_t result;
+
+    ST_API_INIT();
+    if (times == NULL) {
+        st_error(ST_SUB_COLL, "strataCommGetPhaseTimes: times is NULL");
+        return strataInvalidArgument;
+    }
+    if (comm == NULL || !st_comm_is_live(comm) || comm->state == ST_COMM_INITIALIZING ||
+        comm->state == ST_COMM_ABORTED) {
+        result = st_api_check_comm(comm, "strataCommGetPhaseTimes");
+        return (result != strataSuccess) ? result : strataInternalError;
+    }
+    pthread_mutex_lock(&comm->lock);
+    if (!comm->have_times) {
+        pthread_mutex_unlock(&comm->lock);
+        st_error(ST_SUB_COLL, "strataCommGetPhaseTimes: %s has completed no collective yet",
+                 comm->name);
+        return strataInvalidUsage;
+    }
+    *times = comm->times;
+    pthread_mutex_unlock(&comm->lock);
+    return strataSuccess;
+}
+
 STRATA_API strataResult_t strataTopoFilePrint(const char *xmlPath, FILE *stream, int json)
 {
     ST_API_INIT();

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "coll/intra.h"
 #include "core/bootstrap.h"
 #include "core/exec.h"
 #include "core/log.h"
@@ -70,6 +71,7 @@ void st_comm_unregister(st_comm_t *comm)
         }
     }
     if (st_comm_registry_len == 0) {
+        st_mem_unmap_all(); /* node peers' strataMemAlloc buffers mapped for zero-copy */
         free(st_comm_registry);
         st_comm_registry     = NULL;
         st_comm_registry_cap = 0;
@@ -206,12 +208,11 @@ static st_status_t st_comm_build_topo(st_comm_t *comm, const st_rank_record_t *c
     return ST_OK;
 }
 
-/* Returns when every rank of comm has returned from st_comm_connect: a 1-byte all-reduce. UCX
- * attaches a same-node peer's shared memory when it connects, so a rank that destroyed a brand-new
- * communicator before its node peers connected would make their connect fail. */
-static st_status_t st_comm_barrier(st_comm_t *comm)
+/* An all-reduce of one int32 with op over comm's net (the flat ring: the windows may not exist
+ * yet). */
+static st_status_t st_comm_allreduce_i32(st_comm_t *comm, int32_t *value, strataRedOp_t op)
 {
-    uint8_t        one = 1, sum = 0;
+    int32_t        in = *value;
     st_coll_args_t args;
 
     if (comm->nranks == 1) {
@@ -220,15 +221,169 @@ static st_status_t st_comm_barrier(st_comm_t *comm)
     memset(&args, 0, sizeof(args));
     args.type     = ST_COLL_ALLREDUCE;
     args.comm     = comm;
-    args.sendbuff = &one;
-    args.recvbuff = &sum;
+    args.sendbuff = &in;
+    args.recvbuff = value;
     args.count    = 1;
-    args.dtype    = strataUint8;
-    ST_CHECK(st_redop_init(&args.redop, strataSum, strataUint8, comm->nranks));
+    args.dtype    = strataInt32;
+    args.algo     = ST_ALGO_RING;
+    ST_CHECK(st_redop_init(&args.redop, op, strataInt32, comm->nranks));
     pthread_mutex_lock(&comm->lock);
     args.seq = comm->coll_seq++;
     pthread_mutex_unlock(&comm->lock);
     return st_coll_run(&args, 1);
+}
+
+/* Returns when every rank of comm has returned from st_comm_connect. UCX attaches a same-node
+ * peer's shared memory when it connects, so a rank that destroyed a brand-new communicator before
+ * its node peers connected would make their connect fail. */
+static st_status_t st_comm_barrier(st_comm_t *comm)
+{
+    int32_t one = 1;
+
+    return st_comm_allreduce_i32(comm, &one, strataSum);
+}
+
+st_status_t st_comm_agree(st_comm_t *comm, st_status_t status)
+{
+    int32_t     value = (int32_t)status;
+    st_status_t ret;
+
+    ret = st_comm_allreduce_i32(comm, &value, strataMin);
+    if (ret != ST_OK) {
+        return ret;
+    }
+    if (value < 0 && status == ST_OK) {
+        st_error(ST_SUB_INIT, "%s rank %d: another rank failed: %s", comm->name, comm->rank,
+                 st_status_str((st_status_t)value));
+    }
+    return (value < 0) ? (st_status_t)value : ST_OK;
+}
+
+st_status_t st_comm_progress(st_comm_t *comm)
+{
+    st_status_t status = comm->net->progress(comm->net_ctx);
+
+    if (comm->rail_ctx != NULL && comm->net->progress(comm->rail_ctx) == ST_OK) {
+        status = ST_OK;
+    }
+    return status;
+}
+
+int st_comm_net_ctxs(const st_comm_t *comm, st_net_ctx_t **ctxs)
+{
+    int n = 0;
+
+    ctxs[n++] = comm->net_ctx;
+    if (comm->rail_ctx != NULL) {
+        ctxs[n++] = comm->rail_ctx;
+    }
+    return n;
+}
+
+/* The interface of rail `rail` from STRATA_RAIL_IFNAMES (the rail-th of the list, modulo its
+ * length) into buf; 0 when the list is empty. */
+static int st_comm_rail_ifname(int rail, char *buf, size_t len)
+{
+    const char *list = st_core_config.rail_ifnames;
+    int         n = 0, pick;
+    const char *p;
+
+    if (list == NULL || list[0] == '\0') {
+        return 0;
+    }
+    for (p = list; *p != '\0'; p++) {
+        n += (*p == ',');
+    }
+    n++;
+    pick = rail % n;
+    for (p = list; pick > 0; p++) {
+        pick -= (*p == ',');
+    }
+    snprintf(buf, len, "%.*s", (int)strcspn(p, ","), p);
+    return buf[0] != '\0';
+}
+
+typedef struct st_rail_addr {
+    uint32_t len;
+    uint8_t  addr[ST_ADDR_MAX];
+} st_rail_addr_t;
+
+/* Rails: with STRATA_RAIL_IFNAMES set and several nodes, this rank opens a second net context
+ * limited to its rail's interface (rail = local rank), publishes its network-only address
+ * (an all-gather over the default endpoints) and reaches every peer on another node through it,
+ * so local rank l of every node sends through interface l. Collective over comm. */
+static st_status_t st_comm_open_rails(st_comm_t *comm)
+{
+    st_net_config_t cfg;
+    st_rail_addr_t *table = NULL, mine;
+    st_coll_args_t  args;
+    st_status_t     status;
+    char            ifname[64];
+    int             rail = st_topo_local_rank(comm->topo, comm->rank);
+
+    if (comm->nnodes == 1 || !st_comm_rail_ifname(rail, ifname, sizeof(ifname))) {
+        return ST_OK;
+    }
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.rank    = comm->rank;
+    cfg.nranks  = comm->nranks;
+    cfg.devices = ifname;
+    snprintf(cfg.name, sizeof(cfg.name), "%s", comm->name);
+    memset(&mine, 0, sizeof(mine));
+    status = comm->net->open(&cfg, &comm->rail_ctx);
+    if (status == ST_OK) {
+        size_t len = sizeof(mine.addr);
+
+        status = comm->net->address(comm->rail_ctx, ST_NET_ADDR_NET_ONLY, mine.addr, &len);
+        mine.len = (uint32_t)len;
+        if (status == ST_OK && len == 0) {
+            st_error(ST_SUB_INIT, "%s rank %d: rail %d's interface '%s' (STRATA_RAIL_IFNAMES) "
+                     "gives %s no network transport", comm->name, comm->rank, rail, ifname,
+                     comm->net->name);
+            status = ST_ERR_INVALID;
+        }
+    }
+    ST_CHECK_GOTO(st_comm_agree(comm, status), status, out);
+    table = malloc((size_t)comm->nranks * sizeof(*table));
+    comm->spare_eps = calloc((size_t)comm->nranks, sizeof(*comm->spare_eps));
+    status = (table == NULL || comm->spare_eps == NULL) ? ST_ERR_NO_MEMORY : ST_OK;
+    ST_CHECK_GOTO(st_comm_agree(comm, status), status, out);
+    memset(&args, 0, sizeof(args));
+    args.type     = ST_COLL_ALLGATHER;
+    args.comm     = comm;
+    args.sendbuff = &mine;
+    args.recvbuff = table;
+    args.count    = sizeof(mine);
+    args.dtype    = strataUint8;
+    args.algo     = ST_ALGO_RING;
+    pthread_mutex_lock(&comm->lock);
+    args.seq = comm->coll_seq++;
+    pthread_mutex_unlock(&comm->lock);
+    ST_CHECK_GOTO(st_coll_run(&args, 1), status, out);
+    for (int r = 0; r < comm->nranks && status == ST_OK; r++) {
+        st_net_ep_t *ep;
+
+        if (st_topo_node(comm->topo, r) == comm->node) {
+            continue;
+        }
+        if (table[r].len == 0 || table[r].len > ST_ADDR_MAX) {
+            st_error(ST_SUB_INIT, "rank %d published a bad rail address (%u B)", r, table[r].len);
+            status = ST_ERR_USAGE;
+            break;
+        }
+        status = comm->net->connect(comm->rail_ctx, r, table[r].addr, table[r].len,
+                                    ST_NET_CONNECT_REMOTE, &ep);
+        if (status == ST_OK) {
+            comm->spare_eps[r] = comm->eps[r];
+            comm->eps[r]       = ep;
+        }
+    }
+    st_info(ST_SUB_INIT, "%s: rank %d sends to other nodes through rail %d's interface %s",
+            comm->name, comm->rank, rail, ifname);
+    status = st_comm_agree(comm, status);
+out:
+    free(table);
+    return status;
 }
 
 /* Connects comm to every rank; recs[r] is rank r's record. */
@@ -268,6 +423,8 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
                 r, comm->net->name, remote ? " net only" : "", comm->peers[r].node_id);
     }
     ST_CHECK(st_comm_barrier(comm));
+    ST_CHECK(st_comm_open_rails(comm));
+    ST_CHECK(st_intra_create(comm, &comm->intra));
     comm->state = ST_COMM_READY;
     return ST_OK;
 }
@@ -283,6 +440,7 @@ st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeo
 
     ST_CHECK(st_coll_config_check());
     ST_CHECK(st_bootstrap_id_decode(id, &uid));
+    comm->uid = st_comm_hash(UINT64_C(0xcbf29ce484222325), uid.secret, sizeof(uid.secret));
     ST_CHECK(st_comm_open_net(comm, &rec));
     rec.rank = rank;
     if (uid.from_env && rank == 0) {
@@ -306,6 +464,16 @@ out:
     free(recs);
     free(table);
     return status;
+}
+
+uint64_t st_comm_hash(uint64_t h, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+
+    for (size_t i = 0; i < len; i++) {
+        h = (h ^ p[i]) * UINT64_C(0x100000001b3);
+    }
+    return h;
 }
 
 static int st_split_cmp(const void *a, const void *b)
@@ -360,6 +528,8 @@ st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeo
     pthread_mutex_lock(&parent->lock);
     args.seq = parent->coll_seq++;
     pthread_mutex_unlock(&parent->lock);
+    args.algo = ST_ALGO_RING;
+    parent->split_seq++; /* every rank of parent, members or not */
     ST_CHECK_GOTO(st_coll_run(&args, 1), status, out);
     if (color < 0) {
         status = ST_OK;
@@ -392,6 +562,10 @@ st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeo
         sized->net     = comm->net;
         sized->net_ctx = comm->net_ctx;
         sized->net->set_rank(sized->net_ctx, myrank);
+        {
+            uint32_t salt[2] = {parent->split_seq, (uint32_t)color};
+            sized->uid = st_comm_hash(parent->uid, salt, sizeof(salt));
+        }
         comm->net_ctx  = NULL;
         comm->net      = NULL;
         st_comm_free(comm, 1);
@@ -415,6 +589,7 @@ out:
 
 void st_comm_free(st_comm_t *comm, int force)
 {
+    st_intra_destroy(comm->intra);
     if (comm->eps != NULL && comm->net != NULL) {
         for (int r = 0; r < comm->nranks; r++) {
             if (comm->eps[r] != NULL) {
@@ -422,12 +597,23 @@ void st_comm_free(st_comm_t *comm, int force)
             }
         }
     }
+    if (comm->spare_eps != NULL) {
+        for (int r = 0; r < comm->nranks; r++) {
+            if (comm->spare_eps[r] != NULL) {
+                comm->net->disconnect(comm->spare_eps[r], force, 2.0);
+            }
+        }
+    }
+    if (comm->rail_ctx != NULL) {
+        comm->net->close(comm->rail_ctx);
+    }
     if (comm->net_ctx != NULL) {
         comm->net->close(comm->net_ctx);
     }
     pthread_mutex_destroy(&comm->lock);
     st_topo_destroy(comm->topo);
     free(comm->eps);
+    free(comm->spare_eps);
     free(comm->peers);
     free(comm->p2p_send_seq);
     free(comm->p2p_recv_seq);

@@ -31,6 +31,8 @@ typedef struct st_peer_info {
     uint32_t pid;
 } st_peer_info_t;
 
+struct st_intra;
+
 typedef struct st_premul_slot {
     int        used;
     st_redop_t redop;
@@ -51,7 +53,10 @@ struct st_comm {
 
     const st_net_ops_t  *net;
     st_net_ctx_t        *net_ctx;
-    st_net_ep_t        **eps;          /* [nranks], connected at init */
+    st_net_ep_t        **eps;          /* [nranks], connected at init: what traffic to rank r uses */
+    st_net_ctx_t        *rail_ctx;     /* this rank's rail (STRATA_RAIL_IFNAMES), or NULL: its
+                                          endpoints replace those of remote peers in eps */
+    st_net_ep_t        **spare_eps;    /* [nranks] endpoints replaced by rail ones (closed at free) */
     st_peer_info_t      *peers;        /* [nranks] */
     st_topo_t           *topo;         /* the hierarchy (nodes, rails, ring order) */
     int                  node;         /* st_topo_node(topo, rank) */
@@ -62,6 +67,11 @@ struct st_comm {
     uint64_t            *p2p_send_seq; /* [nranks] sends issued to each peer */
     uint64_t            *p2p_recv_seq; /* [nranks] receives issued from each peer */
     uint32_t             split_seq;    /* splits issued (each split's new comm gets its own id) */
+    uint64_t             uid;          /* equal on all ranks, differs between communicators:
+                                          names of the node's shared memory */
+    struct st_intra     *intra;        /* the node's windows (coll/intra.h) */
+    strataPhaseTimes_t   times;        /* of the last completed collective (strataCommGetPhaseTimes) */
+    int                  have_times;
 
     st_premul_slot_t     premul[ST_COMM_MAX_PREMUL];
 };
@@ -78,6 +88,17 @@ st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeo
  * color < 0. */
 st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeout,
                           const char *name, st_comm_t **comm_p);
+/* Progresses every net context of comm (the default one and the rail's): ST_OK when anything
+ * happened, ST_INPROGRESS otherwise. Caller holds comm->lock. */
+st_status_t st_comm_progress(st_comm_t *comm);
+/* Net contexts of comm (1 or 2) into ctxs; returns how many. */
+int st_comm_net_ctxs(const st_comm_t *comm, st_net_ctx_t **ctxs);
+
+/* Agreement at init: every rank passes its status; returns ST_OK when all passed ST_OK, else
+ * the lowest (first in st_status_t order) error, on every rank. An all-reduce over comm's net. */
+st_status_t st_comm_agree(st_comm_t *comm, st_status_t status);
+/* FNV-1a of data continuing h (communicator ids). */
+uint64_t st_comm_hash(uint64_t h, const void *data, size_t len);
 /* Frees everything; force = 1 drops in-flight traffic (abort). */
 void st_comm_free(st_comm_t *comm, int force);
 

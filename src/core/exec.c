@@ -10,7 +10,9 @@
 
 #include <poll.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/log.h"
 #include "core/param.h"
@@ -25,42 +27,86 @@ static int st_exec_comm_aborted(const st_comm_t *comm)
 }
 
 /* Arms the transports of the unfinished ops and sleeps until one has an event or timeout_ms.
- * Returns without sleeping when a transport has pending events. */
+ * Returns without sleeping when a transport has pending events. When every unfinished op waits
+ * only on window counters, sleeps on the first one's doorbell instead (a futex: woken by the
+ * peer's publish); when some wait on windows and others on the network, polls the network with a
+ * short timeout so that window progress is not held up long. */
 static void st_exec_block(st_op_t **ops, int nops, int timeout_ms)
 {
     struct pollfd fds[ST_EXEC_MAX_FDS];
-    int           nfds = 0;
+    int           nfds = 0, nwin = 0, nnet = 0;
+    st_op_t      *win_op = NULL;
 
+    for (int i = 0; i < nops; i++) {
+        if (ops[i]->finished) {
+            continue;
+        }
+        if (ops[i]->sleepable && ops[i]->sleep != NULL) {
+            nwin++;
+            win_op = (win_op == NULL) ? ops[i] : win_op;
+        } else {
+            nnet++;
+            nwin += ops[i]->win_wait; /* a local peer's publish wakes no fd: poll briefly */
+        }
+    }
+    if (nnet == 0 && win_op != NULL) {
+        /* several window ops (of different communicators) may wait on different doorbells */
+        win_op->sleep(win_op, (nwin == 1) ? (long)timeout_ms * 1000 : 1000);
+        return;
+    }
+    if (nwin > 0) {
+        timeout_ms = 1;
+    }
     for (int i = 0; i < nops && nfds < ST_EXEC_MAX_FDS; i++) {
-        st_comm_t  *comm = ops[i]->comm;
-        st_status_t status;
-        int         fd, dup = 0;
+        st_comm_t    *comm = ops[i]->comm;
+        st_net_ctx_t *ctxs[2];
+        int           nctx;
 
         if (ops[i]->finished) {
             continue;
         }
-        fd = comm->net->event_fd(comm->net_ctx);
-        for (int j = 0; j < nfds; j++) {
-            dup |= (fds[j].fd == fd);
-        }
-        if (fd < 0 || dup) {
-            if (fd < 0) {
-                timeout_ms = 1; /* no fd: poll the transport instead of sleeping */
+        nctx = st_comm_net_ctxs(comm, ctxs);
+        for (int c = 0; c < nctx && nfds < ST_EXEC_MAX_FDS; c++) {
+            st_status_t status;
+            int         fd = comm->net->event_fd(ctxs[c]), dup = 0;
+
+            for (int j = 0; j < nfds; j++) {
+                dup |= (fds[j].fd == fd);
             }
-            continue;
+            if (fd < 0 || dup) {
+                if (fd < 0) {
+                    timeout_ms = 1; /* no fd: poll the transport instead of sleeping */
+                }
+                continue;
+            }
+            pthread_mutex_lock(&comm->lock);
+            status = comm->net->arm(ctxs[c]);
+            pthread_mutex_unlock(&comm->lock);
+            if (status != ST_OK) {
+                return; /* events pending (or arm failed): progress again */
+            }
+            fds[nfds].fd      = fd;
+            fds[nfds].events  = POLLIN;
+            fds[nfds].revents = 0;
+            nfds++;
         }
-        pthread_mutex_lock(&comm->lock);
-        status = comm->net->arm(comm->net_ctx);
-        pthread_mutex_unlock(&comm->lock);
-        if (status != ST_OK) {
-            return; /* events pending (or arm failed): progress again */
-        }
-        fds[nfds].fd      = fd;
-        fds[nfds].events  = POLLIN;
-        fds[nfds].revents = 0;
-        nfds++;
     }
     poll(fds, (nfds_t)nfds, timeout_ms);
+}
+
+/* An op that does not time its phases: the whole of it as phase 1. */
+static void st_exec_record_times(st_op_t *op, double now)
+{
+    strataPhaseTimes_t *t = &op->comm->times;
+
+    pthread_mutex_lock(&op->comm->lock);
+    memset(t, 0, sizeof(*t));
+    snprintf(t->algorithm, sizeof(t->algorithm), "%s", op->algo ? op->algo : "?");
+    t->totalSeconds = now - op->t_start;
+    t->seconds[1]   = t->totalSeconds;
+    t->bytes[1]     = op->bytes;
+    op->comm->have_times = 1;
+    pthread_mutex_unlock(&op->comm->lock);
 }
 
 static st_status_t st_exec_timeout(st_op_t *op, double idle)
@@ -90,6 +136,7 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
 
     for (int i = 0; i < nops; i++) {
         ops[i]->last_progress = now;
+        ops[i]->t_start       = now;
         ops[i]->finished      = 0;
         __atomic_add_fetch(&ops[i]->comm->active, 1, __ATOMIC_SEQ_CST);
     }
@@ -111,7 +158,7 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
                 status = ST_ERR_REMOTE;
             } else {
                 pthread_mutex_lock(&comm->lock);
-                if (comm->net->progress(comm->net_ctx) == ST_OK) {
+                if (st_comm_progress(comm) == ST_OK) {
                     any = 1;
                 }
                 op->progressed = 0;
@@ -129,6 +176,9 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
             }
             op->finished = 1;
             remaining--;
+            if (status == ST_OK && !op->times_set) {
+                st_exec_record_times(op, now);
+            }
             if (status < 0) {
                 st_comm_set_error(comm, status);
                 if (first == ST_OK) {
@@ -174,6 +224,6 @@ int st_exec_drain(st_comm_t *comm, st_request_t *const *reqs, int n, double time
         if (st_time_now() > deadline) {
             return 0;
         }
-        comm->net->progress(comm->net_ctx);
+        st_comm_progress(comm);
     }
 }

@@ -32,6 +32,20 @@ struct st_op {
     int          progressed;  /* set by progress() when anything advanced */
     double       last_progress;
     int          finished;
+    /* Set by progress() when it found nothing to do and waits only on peers' window counters
+     * (no network transfer in flight): the engine may then block in sleep() (which returns when
+     * a window counter of the node changed since progress() read sleep_seen, or after
+     * timeout_us) instead of polling the network. sleep may be NULL for ops without windows. */
+    int          sleepable;
+    int          win_wait;    /* waits on a window counter (also while network transfers run) */
+    uint32_t     sleep_seen;
+    void        (*sleep)(st_op_t *op, long timeout_us);
+    /* Set by progress() when it filled comm->times itself; else the engine records the whole
+     * operation there as one phase. */
+    int          times_set;
+    const char  *algo;        /* "hier", "ring", ... for strataCommGetPhaseTimes */
+    size_t       bytes;       /* the operation's size as nccl-tests counts it (S) */
+    double       t_start;
     /* ST_INPROGRESS while running, ST_OK when complete, an error (logged) when failed. Called
      * with comm->lock held, after the communicator's net progress. */
     st_status_t (*progress)(st_op_t *op);

@@ -51,8 +51,19 @@ static const st_config_field_t st_core_config_fields[] = {
      offsetof(st_core_config_t, chunk_size), ST_CFG_SIZE},
     {"PIPELINE_DEPTH", "4", "chunks in flight per ring",
      offsetof(st_core_config_t, pipeline_depth), ST_CFG_UINT},
-    {"ALGO", "auto", "algorithm: auto, ring (flat ring)",
+    {"ALGO", "auto", "algorithm: auto (by size and layout), ring (flat ring; chain for "
+     "broadcast and reduce), hier (intra-node windows + one inter-node ring per rail), small "
+     "(latency: one round through the windows, node leaders exchange directly)",
      offsetof(st_core_config_t, algo), ST_CFG_STRING},
+    {"HIER_CHUNK_SIZE", "512k", "bytes of the buffer per chunk of the hierarchical pipeline; "
+     "each local rank's window holds PIPELINE_DEPTH chunks twice",
+     offsetof(st_core_config_t, hier_chunk_size), ST_CFG_SIZE},
+    {"SMALL_THRESHOLD", "32k", "all-reduces up to this many bytes take the small-message "
+     "algorithm under STRATA_ALGO=auto (at most 64k: the windows' small area)",
+     offsetof(st_core_config_t, small_threshold), ST_CFG_SIZE},
+    {"RAIL_IFNAMES", "", "network interfaces of the rails, comma-separated (rail l uses the "
+     "l-th, modulo their number); empty: every rail uses the transport's default devices",
+     offsetof(st_core_config_t, rail_ifnames), ST_CFG_STRING},
     {"NET", "auto", "net transport: auto or a name (ucx)",
      offsetof(st_core_config_t, net), ST_CFG_STRING},
     {NULL, NULL, NULL, 0, 0}

@@ -59,13 +59,16 @@ typedef struct st_core_config {
     char  *hostid;            /* node identity override */
     char  *topo_file;         /* hwloc XML to use instead of the live machine */
     char  *topo_dump_file;    /* where to write the detected topology and strata's view */
-    char  *gpu_busid;         /* PCI bus id of this rank's GPU (until CUDA names it) */
+    char  *gpu_busid;         /* PCI bus id of this rank's GPU (overrides the CUDA device) */
     double bootstrap_timeout; /* seconds */
     double timeout;           /* seconds, every blocking wait of a collective */
     double spin_time;         /* seconds of spinning before a waiter blocks */
     size_t chunk_size;        /* bytes per pipeline chunk */
     unsigned pipeline_depth;  /* chunks in flight per ring */
     char  *algo;              /* algorithm choice */
+    size_t hier_chunk_size;   /* bytes of the buffer per hierarchical pipeline chunk */
+    size_t small_threshold;   /* all-reduce bytes up to which auto takes the small algorithm */
+    char  *rail_ifnames;      /* comma-separated interfaces, one per rail */
     char  *net;               /* net transport choice */
 } st_core_config_t;
 

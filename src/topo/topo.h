@@ -54,12 +54,16 @@ typedef struct st_topo_rec {
 /* ---- detection (topo_detect.c) --------------------------------------------------------------- */
 
 /* Fills *rec_p (on success only) for the calling process: node identity (STRATA_HOSTID or host
- * and boot id), the calling thread's CPU binding and its NUMA domains, the GPU named by
- * STRATA_GPU_BUSID, and the nearest fabric NIC. The hwloc topology (STRATA_TOPO_FILE, else the
- * live machine with its I/O devices) is loaded once per process and kept; later calls only query
- * the binding. ST_ERR_INVALID (logged, naming the file or bus id and the reason) when
- * STRATA_TOPO_FILE cannot be loaded or STRATA_GPU_BUSID names no PCI device of the topology;
- * ST_ERR_IO when hwloc cannot discover the live machine; ST_ERR_NO_MEMORY. */
+ * and boot id), the calling thread's CPU binding and its NUMA domains, the GPU, and the nearest
+ * fabric NIC. The GPU is the PCI device STRATA_GPU_BUSID names; when it is unset, the calling
+ * thread's current CUDA device (topo_gpu.h), and none in a build without CUDA, without a CUDA
+ * device or driver (said once at INFO), or when the device is no PCI device of the topology (a
+ * warning once). The hwloc topology (STRATA_TOPO_FILE, else the live machine with its I/O
+ * devices) is loaded once per process and kept; later calls only query the binding and the CUDA
+ * device. ST_ERR_INVALID (logged, naming the file or bus id and the reason) when STRATA_TOPO_FILE
+ * cannot be loaded or STRATA_GPU_BUSID names no PCI device of the topology; ST_ERR_IO when hwloc
+ * cannot discover the live machine, or a CUDA device exists but the runtime cannot name it;
+ * ST_ERR_NO_MEMORY. */
 st_status_t st_topo_detect(st_topo_rec_t *rec_p);
 
 /* Writes STRATA_TOPO_DUMP_FILE (%h host, %p pid) when rank is local rank 0 of its node in topo,

@@ -7,6 +7,9 @@
  * machine (st_topo_machine_get): hwloc's discovery of the live machine with its PCI devices takes
  * tens of milliseconds, too much to repeat at every communicator init or split.
  *
+ * A rank's GPU is the PCI device STRATA_GPU_BUSID names or, when it is unset, the current CUDA
+ * device (topo_gpu.h; absent in builds without CUDA and on machines without a GPU or driver).
+ *
  * "Nearest" compares the deepest common ancestor of two objects in hops from the root, not
  * hwloc's depth: I/O objects (bridges, PCI devices) have negative virtual depths, which is also
  * why hwloc_get_common_ancestor_obj cannot be used here (it requires objects with CPU sets).
@@ -14,6 +17,7 @@
 #include "config.h"
 #include "topo/topo_machine.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -24,6 +28,7 @@
 
 #include "core/log.h"
 #include "core/param.h"
+#include "topo/topo_gpu.h"
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Small helpers                                                                                  */
@@ -33,6 +38,78 @@ static void st_topo_busid(hwloc_obj_t pci, char *buf, size_t len)
 {
     snprintf(buf, len, "%04x:%02x:%02x.%x", pci->attr->pcidev.domain, pci->attr->pcidev.bus,
              pci->attr->pcidev.dev, pci->attr->pcidev.func);
+}
+
+/* One field of a bus id at *p: 1 to 8 hex digits; *p moves past it. 0 on success. */
+static int st_topo_hex_field(const char **p, unsigned *value_p)
+{
+    unsigned value = 0;
+    int      n;
+
+    for (n = 0; isxdigit((unsigned char)(*p)[n]); n++) {
+        char c = (char)tolower((unsigned char)(*p)[n]);
+
+        if (n == 8) {
+            return -1;
+        }
+        value = value * 16 + (unsigned)(c <= '9' ? c - '0' : c - 'a' + 10);
+    }
+    *p += n;
+    *value_p = value;
+    return n > 0 ? 0 : -1;
+}
+
+/* Reads "domain:bus:device.function" or "bus:device.function" (hex, either case, nothing else
+ * around it) within PCI's ranges; 0 on success. */
+static int st_topo_busid_scan(const char *text, unsigned *domain, unsigned *bus, unsigned *dev,
+                              unsigned *func)
+{
+    const char *p = text;
+    unsigned    f[4];
+
+    if (st_topo_hex_field(&p, &f[0]) != 0 || *p++ != ':' || st_topo_hex_field(&p, &f[1]) != 0) {
+        return -1;
+    }
+    if (*p == '.') {
+        p++;
+        if (st_topo_hex_field(&p, &f[2]) != 0 || *p != '\0') {
+            return -1;
+        }
+        *domain = 0;
+        *bus    = f[0];
+        *dev    = f[1];
+        *func   = f[2];
+    } else if (*p == ':') {
+        p++;
+        if (st_topo_hex_field(&p, &f[2]) != 0 || *p++ != '.' ||
+            st_topo_hex_field(&p, &f[3]) != 0 || *p != '\0') {
+            return -1;
+        }
+        *domain = f[0];
+        *bus    = f[1];
+        *dev    = f[2];
+        *func   = f[3];
+    } else {
+        return -1;
+    }
+    return (*bus > 0xff || *dev > 0x1f || *func > 7) ? -1 : 0;
+}
+
+st_status_t st_topo_busid_parse(const char *text, char *busid, size_t len)
+{
+    unsigned domain, bus, dev, func;
+    char     out[32];
+    int      n;
+
+    if (st_topo_busid_scan(text, &domain, &bus, &dev, &func) != 0) {
+        return ST_ERR_INVALID;
+    }
+    n = snprintf(out, sizeof(out), "%04x:%02x:%02x.%x", domain, bus, dev, func);
+    if (n < 0 || (size_t)n >= len) {
+        return ST_ERR_INVALID;
+    }
+    memcpy(busid, out, (size_t)n + 1);
+    return ST_OK;
 }
 
 /* hwloc's list syntax of set into buf; a '+' at the end says the list did not fit. */
@@ -521,6 +598,7 @@ static pthread_mutex_t    st_topo_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t     st_topo_once = PTHREAD_ONCE_INIT;
 static st_topo_machine_t *st_topo_cached;
 static int                st_topo_dumped; /* STRATA_TOPO_DUMP_FILE written by this process */
+static int                st_topo_gpu_logged; /* why ranks have no GPU: said, by this process */
 
 static void st_topo_atfork_prepare(void)
 {
@@ -535,7 +613,8 @@ static void st_topo_atfork_parent(void)
 /* The child keeps the machine (same hardware) but is a new process for the dump. */
 static void st_topo_atfork_child(void)
 {
-    st_topo_dumped = 0;
+    st_topo_dumped     = 0;
+    st_topo_gpu_logged = 0;
     pthread_mutex_unlock(&st_topo_lock);
 }
 
@@ -552,9 +631,9 @@ static double st_topo_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The cached machine, (re)loaded when STRATA_TOPO_FILE differs from what it was made of. Called
- * with st_topo_lock held. */
-static st_status_t st_topo_machine_get_locked(st_topo_machine_t **machine_p)
+/* The cached machine, (re)loaded when STRATA_TOPO_FILE differs from what it was made of. want_gpu:
+ * a GPU is to be found in it. Called with st_topo_lock held. */
+static st_status_t st_topo_machine_get_locked(int want_gpu, st_topo_machine_t **machine_p)
 {
     const char        *file = st_core_config.topo_file;
     st_topo_machine_t *m;
@@ -572,7 +651,8 @@ static st_status_t st_topo_machine_get_locked(st_topo_machine_t **machine_p)
         return ST_OK;
     }
     /* a GPU to find or a dump to write need the PCI devices even where sysfs shows none */
-    lazy = (st_core_config.gpu_busid == NULL || st_core_config.gpu_busid[0] == '\0') &&
+    lazy = !want_gpu &&
+           (st_core_config.gpu_busid == NULL || st_core_config.gpu_busid[0] == '\0') &&
            (st_core_config.topo_dump_file == NULL || st_core_config.topo_dump_file[0] == '\0');
     ST_CHECK(st_topo_hwloc_load(file, "STRATA_TOPO_FILE", lazy ? ST_TOPO_LOAD_LAZY_IO : 0, &topo));
     ST_CHECK(st_topo_machine_create(topo, file, &m));
@@ -591,7 +671,7 @@ st_status_t st_topo_machine_get(st_topo_machine_t **machine_p)
 
     pthread_once(&st_topo_once, st_topo_init_once);
     pthread_mutex_lock(&st_topo_lock);
-    status = st_topo_machine_get_locked(machine_p);
+    status = st_topo_machine_get_locked(0, machine_p);
     pthread_mutex_unlock(&st_topo_lock);
     return status;
 }
@@ -600,21 +680,15 @@ st_status_t st_topo_machine_get(st_topo_machine_t **machine_p)
 static st_status_t st_topo_find_busid(const st_topo_machine_t *m, const char *busid,
                                       hwloc_obj_t *obj_p)
 {
-    unsigned    domain = 0, bus, dev, func;
-    int         used = -1;
+    unsigned    domain, bus, dev, func;
     hwloc_obj_t obj;
     char        gpus[256] = "";
     size_t      o = 0;
 
-    if (sscanf(busid, "%x:%x:%x.%x%n", &domain, &bus, &dev, &func, &used) != 4 ||
-        busid[used] != '\0') {
-        used = -1;
-        domain = 0;
-        if (sscanf(busid, "%x:%x.%x%n", &bus, &dev, &func, &used) != 3 || busid[used] != '\0') {
-            st_error(ST_SUB_TOPO, "STRATA_GPU_BUSID '%s' is not a PCI bus id "
-                     "(domain:bus:device.function in hex, as 0000:5f:00.0)", busid);
-            return ST_ERR_INVALID;
-        }
+    if (st_topo_busid_scan(busid, &domain, &bus, &dev, &func) != 0) {
+        st_error(ST_SUB_TOPO, "STRATA_GPU_BUSID '%s' is not a PCI bus id "
+                 "(domain:bus:device.function in hex, as 0000:5f:00.0)", busid);
+        return ST_ERR_INVALID;
     }
     obj = hwloc_get_pcidev_by_busid(m->topo, domain, bus, dev, func);
     if (obj == NULL) {
@@ -639,9 +713,44 @@ static st_status_t st_topo_find_busid(const st_topo_machine_t *m, const char *bu
     return ST_OK;
 }
 
+/* Says once per process, at INFO, why a rank has no GPU when STRATA_GPU_BUSID is unset. */
+static void st_topo_no_gpu_info(st_status_t why)
+{
+    if (__atomic_exchange_n(&st_topo_gpu_logged, 1, __ATOMIC_RELAXED)) {
+        return;
+    }
+    if (why == ST_ERR_UNSUPPORTED) {
+        st_info(ST_SUB_TOPO, "no GPU: STRATA_GPU_BUSID is unset and strata is built without CUDA");
+    } else {
+        st_info(ST_SUB_TOPO, "no GPU: STRATA_GPU_BUSID is unset and CUDA sees no device (no GPU "
+                "or no driver; STRATA_DEBUG=DEBUG says which)");
+    }
+}
+
+/* The PCI device of the CUDA device's bus id in m; NULL (a warning once per process) when m has
+ * none: an XML of another machine, or hwloc without sight of the PCI bus (a container). A GPU
+ * found this way never fails an init: without it the rank is placed as one without GPU. */
+static hwloc_obj_t st_topo_find_cuda_gpu(const st_topo_machine_t *m, const char *busid)
+{
+    unsigned    domain, bus, dev, func;
+    hwloc_obj_t obj = NULL;
+
+    if (st_topo_busid_scan(busid, &domain, &bus, &dev, &func) == 0) {
+        obj = hwloc_get_pcidev_by_busid(m->topo, domain, bus, dev, func);
+    }
+    if (obj == NULL && !__atomic_exchange_n(&st_topo_gpu_logged, 1, __ATOMIC_RELAXED)) {
+        st_warn(ST_SUB_TOPO, "the CUDA device %s is no PCI device of %s (%d PCI devices): the "
+                "rank is placed as one without GPU; STRATA_GPU_BUSID or STRATA_TOPO_FILE can "
+                "name it", busid, m->source != NULL ? m->source : "this machine",
+                hwloc_get_nbobjs_by_type(m->topo, HWLOC_OBJ_PCI_DEVICE));
+    }
+    return obj;
+}
+
 st_status_t st_topo_detect(st_topo_rec_t *rec_p)
 {
     const char        *busid = st_core_config.gpu_busid;
+    char               cuda_busid[ST_TOPO_BUSID_LEN] = "";
     st_topo_machine_t *m;
     hwloc_bitmap_t     bound = NULL;
     hwloc_obj_t        gpu = NULL;
@@ -650,10 +759,21 @@ st_status_t st_topo_detect(st_topo_rec_t *rec_p)
 
     st_node_id(node_id, sizeof(node_id));
     pthread_once(&st_topo_once, st_topo_init_once);
+    if (busid == NULL || busid[0] == '\0') {
+        /* outside the lock: the first CUDA call loads the driver, which takes a while */
+        status = st_topo_cuda_busid(cuda_busid, sizeof(cuda_busid));
+        if (status == ST_ERR_NO_DEVICE || status == ST_ERR_UNSUPPORTED) {
+            st_topo_no_gpu_info(status);
+        } else if (status != ST_OK) {
+            return status;
+        }
+    }
     pthread_mutex_lock(&st_topo_lock);
-    ST_CHECK_GOTO(st_topo_machine_get_locked(&m), status, out);
+    ST_CHECK_GOTO(st_topo_machine_get_locked(cuda_busid[0] != '\0', &m), status, out);
     if (busid != NULL && busid[0] != '\0') {
         ST_CHECK_GOTO(st_topo_find_busid(m, busid, &gpu), status, out);
+    } else if (cuda_busid[0] != '\0') {
+        gpu = st_topo_find_cuda_gpu(m, cuda_busid);
     }
     bound = hwloc_bitmap_alloc();
     if (bound == NULL) {

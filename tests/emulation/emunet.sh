@@ -5,9 +5,13 @@
 #   <id>n0 .. <id>n<K-1>   one namespace per node; interface $EMUNET_IF (default emu0) with
 #                          10.77.0.<k+1>/24, plus lo; commands run there get UTS hostname node<k>
 #   <id>sw                 the switch: a bridge br0 and one port p<k> per node
+# With L links per node (`up K --links L`), link l of node k is interface emu<l> with
+# 10.77.<l>.<k+1>/24, cabled to its own switch namespace <id>sw<l> (link 0 keeps <id>sw): one
+# bridge, one subnet and one rate per link, so the links are independent "rails" (traffic for
+# 10.77.<l>.x can only take link l). One link (the default) is exactly the layout above.
 # Every veth end lives inside a namespace of ours, so deleting the namespaces removes every link;
 # nothing is ever added to the root namespace. With a rate, tc tbf shapes both directions of each
-# link (node egress on $EMUNET_IF, switch egress on p<k>). /dev/shm and the PID namespace stay
+# link (node egress on emu<l>, switch egress on p<k>). /dev/shm and the PID namespace stay
 # shared, as they are on this machine; node identity comes from the UTS hostname.
 #
 # Ownership: <id> names its owner process; a state file records the owner's pid and start time,
@@ -15,9 +19,13 @@
 #
 # CLI (the default owner is the calling shell, so up/run/down from one shell agree; EMUNET_ID
 # overrides):
-#   emunet.sh up K [--rate 1gbit] [--owner PID]   create, print the names
+#   emunet.sh up K [--links L] [--rate R | --rate R0,R1,..] [--owner PID]
+#                                                 create, print the names; one rate for every
+#                                                 link or one per link (none: unshaped)
 #   emunet.sh run <node> cmd...                   <node>: k, node<k> or <id>n<k>
-#   emunet.sh bytes <node> [rx|tx]                byte counter of the node's link
+#   emunet.sh bytes <node> [rx|tx] [if]           byte counter of one link of the node
+#                                                 (if: emu<l> or the link number l; default 0)
+#   emunet.sh ip <node> [link]                    address of the node on link l (default 0)
 #   emunet.sh down [ID]                           remove one network (processes in it included)
 #   emunet.sh cleanup-stale                       remove networks whose owner is dead
 #   emunet.sh list                                networks, owners, alive or stale
@@ -116,8 +124,45 @@ emunet_index()
     echo "${ns##*n}"
 }
 
-# IP address of node k.
-emunet_ip() { local k; k=$(emunet_index "$1") || return 1; echo "${EMUNET_SUBNET}.$((k + 1))"; }
+# Link l (0, 1, ...) of a node: its interface, subnet (first three octets) and switch namespace.
+# Link 0 is $EMUNET_IF, $EMUNET_SUBNET and <id>sw, as with one link; link l counts on from there:
+# emu<l>, 10.77.<l>, <id>sw<l>.
+emunet_ifname()
+{
+    local l=${1:-0}
+    if [ "$l" = 0 ]; then echo "$EMUNET_IF"
+    elif [ "${EMUNET_IF%0}" != "$EMUNET_IF" ]; then echo "${EMUNET_IF%0}$l"
+    else echo "$EMUNET_IF$l"
+    fi
+}
+
+emunet_subnet()
+{
+    local l=${1:-0}
+    echo "${EMUNET_SUBNET%.*}.$(( ${EMUNET_SUBNET##*.} + l ))"
+}
+
+emunet_switch_ns()
+{
+    local l=${1:-0} id=${2:-$(emunet_id)}
+    if [ "$l" = 0 ]; then echo "${id}sw"; else echo "${id}sw$l"; fi
+}
+
+# IP address of node k on link l (default 0).
+emunet_ip()
+{
+    local k l=${2:-0}
+    k=$(emunet_index "$1") || return 1
+    echo "$(emunet_subnet "$l").$((k + 1))"
+}
+
+# Number of links per node of a network (from its state file; 1 for networks without the field).
+emunet_links()
+{
+    local id=${1:-$(emunet_id)} l
+    l=$(sed -n 's/^links=//p' "$EMUNET_STATE_DIR/$id" 2>/dev/null)
+    echo "${l:-1}"
+}
 
 # Number of nodes of a network (from its state file).
 emunet_nodes()
@@ -178,7 +223,7 @@ emunet_not_me()
 emunet_down()
 {
     local id=${1:-$(emunet_id)} ns nss pid pids="" shm="" f round
-    nss=$(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${id}(n[0-9]+|sw)\$")
+    nss=$(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${id}(n[0-9]+|sw[0-9]*)\$")
     for ns in $nss; do pids="$pids $(emunet_ns_pids "$ns")"; done
     pids=$(emunet_not_me $pids)
     for pid in $pids; do
@@ -225,7 +270,8 @@ emunet_list_ids()
 {
     local f
     {
-        ip netns list 2>/dev/null | awk '{print $1}' | sed -n -E 's/^(st[0-9]+)(n[0-9]+|sw)$/\1/p'
+        ip netns list 2>/dev/null | awk '{print $1}' |
+            sed -n -E 's/^(st[0-9]+)(n[0-9]+|sw[0-9]*)$/\1/p'
         for f in "$EMUNET_STATE_DIR"/st*; do
             [ -f "$f" ] && echo "${f##*/}"
         done | grep -E '^st[0-9]+$'
@@ -254,38 +300,59 @@ emunet_cleanup_stale()
     emunet_log "$n stale network(s) removed"
 }
 
-# emunet_up K [rate]: create the network of $(emunet_id); prints one line per node.
+# emunet_up K [rate] [links]: create the network of $(emunet_id); prints one line per node and one
+# per switch. rate: one tc rate for every link, or one per link separated by commas (empty or
+# `none`: that link unshaped); links: interfaces per node (1).
 emunet_up()
 {
-    local k n=$1 rate=${2:-} id sw ns bps burst owner
+    local k l n=$1 ratespec=${2:-} nlinks=${3:-1} id sw ns owner line ifn ip bps
+    local -a rates=() bursts=()
     id=$(emunet_id)
     owner=${EMUNET_OWNER:-$$}
-    sw="${id}sw"
     case $n in ''|*[!0-9]*) emunet_log "node count must be a number"; return 1 ;; esac
     if [ "$n" -lt 1 ] || [ "$n" -gt 250 ]; then emunet_log "1 to 250 nodes"; return 1; fi
-    if [ -n "$rate" ]; then
-        bps=$(emunet_rate_bps "$rate") || { emunet_log "bad rate '$rate'"; return 1; }
+    case $nlinks in ''|*[!0-9]*) emunet_log "link count must be a number"; return 1 ;; esac
+    if [ "$nlinks" -lt 1 ] || [ "$nlinks" -gt 8 ]; then emunet_log "1 to 8 links"; return 1; fi
+    if [ $(( ${EMUNET_SUBNET##*.} + nlinks - 1 )) -gt 255 ]; then
+        emunet_log "subnet $EMUNET_SUBNET has no room for $nlinks links"; return 1
+    fi
+    # Rates: validated, every one, before anything exists.
+    IFS=, read -r -a rates <<<"$ratespec"
+    [ -n "$ratespec" ] && [ "${ratespec%,}" != "$ratespec" ] && rates+=("")   # trailing "R,"
+    if [ ${#rates[@]} -le 1 ]; then
+        for ((l = 1; l < nlinks; l++)); do rates[l]=${rates[0]:-}; done
+    elif [ ${#rates[@]} -ne "$nlinks" ]; then
+        emunet_log "${#rates[@]} rates for $nlinks links (give one, or one per link)"; return 1
+    fi
+    for ((l = 0; l < nlinks; l++)); do
+        [ "${rates[l]:-}" = none ] && rates[l]=""
+        [ -n "${rates[l]:-}" ] || { rates[l]=""; continue; }
+        bps=$(emunet_rate_bps "${rates[l]}") && [ "$bps" -gt 0 ] ||
+            { emunet_log "bad rate '${rates[l]}'"; return 1; }
         # Bucket: 4 ms at the rate (above one timer tick at HZ=250), at least 64 KiB so that
         # GSO super-packets fit without being split into many.
-        burst=$((bps / 8 / 250))
-        [ "$burst" -lt 65536 ] && burst=65536
-    fi
-    if ip netns list | awk '{print $1}' | grep -qE "^${id}(n[0-9]+|sw)\$"; then
+        bursts[l]=$((bps / 8 / 250))
+        [ "${bursts[l]}" -lt 65536 ] && bursts[l]=65536
+    done
+    if ip netns list | awk '{print $1}' | grep -qE "^${id}(n[0-9]+|sw[0-9]*)\$"; then
         emunet_log "network $id exists already (emunet.sh down $id)"; return 1
     fi
     # State first: whatever is created after it can be found and removed by cleanup-stale.
     mkdir -p "$EMUNET_STATE_DIR"
-    printf 'owner=%s\nowner_start=%s\nnodes=%s\nrate=%s\nif=%s\n' \
-        "$owner" "$(emunet_starttime "$owner")" "$n" "$rate" "$EMUNET_IF" \
+    printf 'owner=%s\nowner_start=%s\nnodes=%s\nrate=%s\nif=%s\nlinks=%s\n' \
+        "$owner" "$(emunet_starttime "$owner")" "$n" "$ratespec" "$EMUNET_IF" "$nlinks" \
         >"$EMUNET_STATE_DIR/$id"
-    {
-        ip netns add "$sw" &&
-        ip -n "$sw" link set lo up &&
-        ip netns exec "$sw" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 \
-            net.ipv6.conf.default.disable_ipv6=1 &&
-        ip -n "$sw" link add br0 type bridge &&
-        ip -n "$sw" link set br0 up
-    } || { emunet_log "cannot create the switch $sw"; emunet_down "$id"; return 1; }
+    for ((l = 0; l < nlinks; l++)); do
+        sw=$(emunet_switch_ns "$l" "$id")
+        {
+            ip netns add "$sw" &&
+            ip -n "$sw" link set lo up &&
+            ip netns exec "$sw" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 \
+                net.ipv6.conf.default.disable_ipv6=1 &&
+            ip -n "$sw" link add br0 type bridge &&
+            ip -n "$sw" link set br0 up
+        } || { emunet_log "cannot create the switch $sw"; emunet_down "$id"; return 1; }
+    done
     for ((k = 0; k < n; k++)); do
         ns="${id}n${k}"
         {
@@ -293,25 +360,34 @@ emunet_up()
             ip -n "$ns" link set lo up &&
             # No IPv6: its router solicitations and DAD would only add noise to the counters.
             ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 \
-                net.ipv6.conf.default.disable_ipv6=1 &&
-            # Both ends are born in their namespaces: nothing touches the root namespace.
-            ip -n "$ns" link add "$EMUNET_IF" type veth peer name "p$k" netns "$sw" &&
-            ip -n "$sw" link set "p$k" master br0 &&
-            ip -n "$sw" link set "p$k" up &&
-            ip -n "$ns" addr add "${EMUNET_SUBNET}.$((k + 1))/24" dev "$EMUNET_IF" &&
-            ip -n "$ns" link set "$EMUNET_IF" up
+                net.ipv6.conf.default.disable_ipv6=1
         } || { emunet_log "cannot create node $ns"; emunet_down "$id"; return 1; }
-        if [ -n "$rate" ]; then
+        line="node$k $ns"
+        for ((l = 0; l < nlinks; l++)); do
+            sw=$(emunet_switch_ns "$l" "$id")
+            ifn=$(emunet_ifname "$l")
+            ip="$(emunet_subnet "$l").$((k + 1))"
             {
-                ip netns exec "$ns" tc qdisc add dev "$EMUNET_IF" root tbf rate "$rate" \
-                    burst "$burst" latency 20ms &&
-                ip netns exec "$sw" tc qdisc add dev "p$k" root tbf rate "$rate" \
-                    burst "$burst" latency 20ms
-            } || { emunet_log "tc tbf failed on $ns"; emunet_down "$id"; return 1; }
-        fi
-        echo "node$k $ns $EMUNET_IF ${EMUNET_SUBNET}.$((k + 1))${rate:+ rate $rate}"
+                # Both ends are born in their namespaces: nothing touches the root namespace.
+                ip -n "$ns" link add "$ifn" type veth peer name "p$k" netns "$sw" &&
+                ip -n "$sw" link set "p$k" master br0 &&
+                ip -n "$sw" link set "p$k" up &&
+                ip -n "$ns" addr add "$ip/24" dev "$ifn" &&
+                ip -n "$ns" link set "$ifn" up
+            } || { emunet_log "cannot create link $ifn of node $ns"; emunet_down "$id"; return 1; }
+            if [ -n "${rates[l]}" ]; then
+                {
+                    ip netns exec "$ns" tc qdisc add dev "$ifn" root tbf rate "${rates[l]}" \
+                        burst "${bursts[l]}" latency 20ms &&
+                    ip netns exec "$sw" tc qdisc add dev "p$k" root tbf rate "${rates[l]}" \
+                        burst "${bursts[l]}" latency 20ms
+                } || { emunet_log "tc tbf failed on $ns $ifn"; emunet_down "$id"; return 1; }
+            fi
+            line="$line $ifn $ip${rates[l]:+ rate ${rates[l]}}"
+        done
+        echo "$line"
     done
-    echo "switch $sw br0"
+    for ((l = 0; l < nlinks; l++)); do echo "switch $(emunet_switch_ns "$l" "$id") br0"; done
 }
 
 # emunet_run <node> cmd...: run cmd in the node's namespace with UTS hostname node<k>.
@@ -325,12 +401,14 @@ emunet_run()
     ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "node$k" "$@"
 }
 
-# emunet_ifbytes <node> rx|tx [ifname]: byte counter of the node's link interface.
+# emunet_ifbytes <node> rx|tx [if]: byte counter of one link of the node; if: an interface name
+# or a link number (default link 0, $EMUNET_IF).
 emunet_ifbytes()
 {
     local ns dir=${2:-rx} ifn=${3:-$EMUNET_IF}
     ns=$(emunet_ns "$1") || return 1
     case $dir in rx|tx) ;; *) emunet_log "bytes: rx or tx"; return 1 ;; esac
+    case $ifn in [0-9]|[0-9][0-9]) ifn=$(emunet_ifname "$ifn") ;; esac
     ip netns exec "$ns" cat "/sys/class/net/$ifn/statistics/${dir}_bytes"
 }
 
@@ -347,12 +425,15 @@ emunet_main()
     [ $# -gt 0 ] && shift
     case $cmd in
         up)
-            local n="" rate=""
+            local n="" rate="" links=1
             while [ $# -gt 0 ]; do
                 case $1 in
-                    --rate) rate=$2; shift 2 ;;
+                    --rate) rate=${2-}; shift; [ $# -gt 0 ] && shift ;;
                     --rate=*) rate=${1#--rate=}; shift ;;
+                    --links) links=${2-}; shift; [ $# -gt 0 ] && shift ;;
+                    --links=*) links=${1#--links=}; shift ;;
                     --owner) EMUNET_OWNER=$2; shift 2 ;;
+                    -*) emunet_log "up: unknown option $1"; emunet_usage; return 2 ;;
                     *) n=$1; shift ;;
                 esac
             done
@@ -360,7 +441,7 @@ emunet_main()
             local why
             why=$(emunet_unavailable)
             [ -z "$why" ] || { emunet_log "$why"; return 77; }
-            emunet_up "$n" "$rate"
+            emunet_up "$n" "$rate" "$links"
             ;;
         run)   [ $# -ge 2 ] || { emunet_usage; return 2; }; emunet_run "$@" ;;
         bytes) [ $# -ge 1 ] || { emunet_usage; return 2; }; emunet_ifbytes "$@" ;;

@@ -6,7 +6,11 @@
 #   run_collbench.sh [options] [--] [collbench args]     (default: all_reduce -b 8 -e 4M -f 4 ...)
 #     --nodes K        emulated nodes (2)
 #     --np N           ranks, in contiguous blocks per node, rank 0 on node 0 (4)
-#     --rate R         tc tbf cap per link and direction, tc syntax (1gbit); default unshaped
+#     --rate R         tc tbf cap per link and direction, tc syntax (1gbit, or R0,R1 per link);
+#                      default unshaped
+#     --links L        links per node, one per rail (1); with L > 1 the ranks get
+#                      STRATA_RAIL_IFNAMES=emu0,..,emu<L-1> (unless set) and the byte check also
+#                      requires every link of a node to carry at least 1/(4L) of its inter-node bytes
 #     --collbench P    the binary (default: $COLLBENCH, ./collbench, or the tree's top ./collbench)
 #     --port P         bootstrap port on node 0 (random)
 #     --timeout S      seconds before ranks are killed (600)
@@ -25,13 +29,14 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=emunet.sh
 . "$here/emunet.sh"
 
-nodes=2 np=4 rate="" collbench=${COLLBENCH:-} port="" tmo=600 hostid=0 bytes_check=1
+nodes=2 np=4 rate="" links=1 collbench=${COLLBENCH:-} port="" tmo=600 hostid=0 bytes_check=1
 logdir="" keep_logs=0 quiet=0
 while [ $# -gt 0 ]; do
     case $1 in
         --nodes) nodes=$2; shift 2 ;;
         --np) np=$2; shift 2 ;;
         --rate) rate=$2; shift 2 ;;
+        --links) links=$2; shift 2 ;;
         --collbench) collbench=$2; shift 2 ;;
         --port) port=$2; shift 2 ;;
         --timeout) tmo=$2; shift 2 ;;
@@ -96,7 +101,7 @@ trap 'echo "run_collbench: interrupted" >&2; exit 130' INT
 trap 'exit 143' TERM
 
 emunet_shm_snapshot "$shmsnap"
-if ! emunet_up "$nodes" "$rate" >"$logdir/network.txt"; then
+if ! emunet_up "$nodes" "$rate" "$links" >"$logdir/network.txt"; then
     echo "run_collbench: cannot create the emulated network" >&2; exit 99
 fi
 [ -n "$port" ] || port=$((20000 + RANDOM % 20000))
@@ -114,10 +119,18 @@ for ((k = 0; k < nodes; k++)); do
     for ((i = 0; i < cnt; i++)); do node_of[r]=$k; r=$((r + 1)); done
 done
 
-declare -a rx0 tx0
+# Byte counters of every link of every node: [k*links + l].
+declare -a lrx0 ltx0
 for ((k = 0; k < nodes; k++)); do
-    rx0[k]=$(emunet_ifbytes "$k" rx); tx0[k]=$(emunet_ifbytes "$k" tx)
+    for ((l = 0; l < links; l++)); do
+        lrx0[k * links + l]=$(emunet_ifbytes "$k" rx "$l")
+        ltx0[k * links + l]=$(emunet_ifbytes "$k" tx "$l")
+    done
 done
+rail_ifnames=""
+if [ "$links" -gt 1 ]; then
+    for ((l = 0; l < links; l++)); do rail_ifnames="$rail_ifnames${rail_ifnames:+,}emu$l"; done
+fi
 
 echo "# run_collbench: $np ranks on $nodes emulated nodes${rate:+, links capped at $rate}," \
      "root ${EMUNET_SUBNET}.1:$port, interface $EMUNET_IF"
@@ -129,6 +142,7 @@ for ((r = 0; r < np; r++)); do
           STRATA_SOCKET_IFNAME="${STRATA_SOCKET_IFNAME:-$EMUNET_IF}"
           STRATA_BOOTSTRAP_TIMEOUT="${STRATA_BOOTSTRAP_TIMEOUT:-60s}"
           UCX_NET_DEVICES="${UCX_NET_DEVICES:-$EMUNET_IF}")
+    [ -n "$rail_ifnames" ] && envs+=(STRATA_RAIL_IFNAMES="${STRATA_RAIL_IFNAMES:-$rail_ifnames}")
     [ "$hostid" = 1 ] && envs+=(STRATA_HOSTID="node$k")
     emunet_run "$k" env "${envs[@]}" timeout -k 10 "$tmo" \
         "$collbench" --rank "$r" --nranks "$np" "$@" </dev/null >"$logdir/rank$r.log" 2>&1 &
@@ -162,9 +176,15 @@ while [ ${#running[@]} -gt 0 ]; do
 done
 t_end=$(date +%s.%N)
 
-declare -a rx tx
+declare -a rx tx lrx
 for ((k = 0; k < nodes; k++)); do
-    rx[k]=$(( $(emunet_ifbytes "$k" rx) - rx0[k] )); tx[k]=$(( $(emunet_ifbytes "$k" tx) - tx0[k] ))
+    rx[k]=0 tx[k]=0
+    for ((l = 0; l < links; l++)); do
+        i=$((k * links + l))
+        lrx[i]=$(( $(emunet_ifbytes "$k" rx "$l") - lrx0[i] ))
+        rx[k]=$(( rx[k] + lrx[i] ))
+        tx[k]=$(( tx[k] + $(emunet_ifbytes "$k" tx "$l") - ltx0[i] ))
+    done
 done
 
 status=0
@@ -261,6 +281,29 @@ bytes_check_run()
     return "$bad"
 }
 
+# Rails: every link of every node carries a share of the node's inter-node bytes (rail l of the
+# node sends and receives through emu<l>); at least 1/(4L) of them, so an idle link fails.
+rails_check()
+{
+    local k l i bad=0 share
+    echo "# rails: bytes received per link (STRATA_RAIL_IFNAMES=${STRATA_RAIL_IFNAMES:-$rail_ifnames})"
+    for ((k = 0; k < nodes; k++)); do
+        printf '#   node%-2d' "$k"
+        for ((l = 0; l < links; l++)); do
+            i=$((k * links + l))
+            share=$(awk -v a="${lrx[i]}" -v t="${rx[k]}" 'BEGIN { printf "%.2f", (t > 0) ? (a / t) : 0 }')
+            printf '  emu%d %14s (%s)' "$l" "${lrx[i]}" "$share"
+            if [ $(( lrx[i] * 4 * links )) -lt "${rx[k]}" ]; then bad=1; fi
+        done
+        echo
+    done
+    if [ "$bad" = 1 ]; then
+        echo "# FAIL: a link carried less than 1/(4L) of its node's inter-node bytes: a rail is idle"
+        return 1
+    fi
+    echo "# rails: ok, every link carried its share"
+}
+
 # collbench's own view of the layout: as many nodes as we emulate, or the identity is broken.
 seen_nodes=$(awk '/^# nRanks [0-9]+ nNodes [0-9]+/ { print $5; exit }' "$logdir/rank0.log")
 if [ "$status" = 0 ] && [ -n "$seen_nodes" ] && [ "$seen_nodes" != "$nodes" ]; then
@@ -273,6 +316,9 @@ if [ "$bytes_check" = 1 ] && [ "$status" = 0 ]; then
         echo "# bytes: one node, nothing must cross a link"
     else
         bytes_check_run "$@" || status=1
+        if [ "$links" -gt 1 ]; then
+            rails_check || status=1
+        fi
     fi
 fi
 if [ "$quiet" = 1 ] && [ "$status" != 0 ] && [ "$failed" = 0 ]; then

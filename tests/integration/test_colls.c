@@ -95,6 +95,7 @@ static void *xmalloc(size_t bytes)
     return p;
 }
 
+
 /* ------------------------------------------------------------------------------------------ */
 
 static void do_allreduce(bat_t *b, strataDataType_t dt, size_t count, int inplace)
@@ -477,6 +478,20 @@ static void test_colls_chunk4k_n5(void **state)
     BATTERY(5, "3+2", set_chunk, "STRATA_CHUNK_SIZE=4k");
 }
 
+/* The hierarchical algorithm forced, with 4 KiB pipeline chunks so that the counts of the chunk
+ * set fall around chunk and shard boundaries (a 4 KiB chunk of fp32 is 1024 elements, cut into one
+ * shard per rail), and with the default 512 KiB chunks on the full set. */
+#define HIER4K "STRATA_ALGO=hier STRATA_HIER_CHUNK_SIZE=4k STRATA_CHUNK_SIZE=4k"
+static void test_hier_1x4(void **state)      { BATTERY(4, "4", set_chunk, HIER4K); }
+static void test_hier_2x2(void **state)      { BATTERY(4, "2+2", set_chunk, HIER4K); }
+static void test_hier_2x4(void **state)      { BATTERY(8, "2x4", set_chunk, HIER4K); }
+static void test_hier_3p1(void **state)      { BATTERY(4, "3+1", set_chunk, HIER4K); }
+static void test_hier_1p3(void **state)      { BATTERY(4, "1+3", set_chunk, HIER4K); }
+static void test_hier_2p3(void **state)      { BATTERY(5, "2+3", set_chunk, HIER4K); }
+static void test_hier_rr2(void **state)      { BATTERY(4, "rr2", set_chunk, HIER4K); }
+static void test_hier_full_2p3(void **state) { BATTERY(5, "2+3", set_full, "STRATA_ALGO=hier"); }
+static void test_ring_2x2(void **state)      { BATTERY(4, "2+2", set_full, "STRATA_ALGO=ring"); }
+
 /* ------------------------------------------------------------------------------------------ */
 /* every datatype x op                                                                          */
 /* ------------------------------------------------------------------------------------------ */
@@ -646,8 +661,81 @@ static int dtype_op_battery(it_ctx_t *c)
     return 0;
 }
 
+/* Zero-copy: buffers from strataMemAlloc on every rank (the hierarchical all-reduce then reads
+ * and writes them across processes), float and int64 sums at counts around the 4k chunks and
+ * shards, out of place (zero-copy) and in place (the copying path), and a call where rank 0's
+ * receive buffer is plain malloc'd memory (every rank must fall back to the copying path). */
+static int zero_copy_battery(it_ctx_t *c)
+{
+    static const strataDataType_t dts[] = {strataFloat32, strataInt64, strataFloat16};
+    size_t counts[] = {1, 511, 512, 513, 4096 + 3, 65536 + 17};
+
+    for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
+        for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+            for (int mode = 0; mode < 3; mode++) {
+                strataDataType_t dt = dts[d];
+                size_t es = it_dtype_size(dt), count = counts[k], bytes = count * es;
+                void  *send = NULL, *recv = NULL, *exp = xmalloc(bytes), *orig = xmalloc(bytes);
+                int    plain = (mode == 2 && c->rank == 0);
+                char   what[160];
+
+                snprintf(what, sizeof(what), "zero-copy AllReduce %s count %zu %s",
+                         it_dtype_name(dt), count,
+                         mode == 0 ? "out of place" : mode == 1 ? "in place" : "rank 0 malloc");
+                if (!IT_OK(strataMemAlloc(&send, bytes))) {
+                    return 1;
+                }
+                if (mode == 1) {
+                    recv = send;
+                } else if (plain) {
+                    recv = xmalloc(bytes);
+                } else if (!IT_OK(strataMemAlloc(&recv, bytes))) {
+                    return 1;
+                }
+                for (size_t i = 0; i < count; i++) {
+                    double sum = 0;
+
+                    for (int r = 0; r < c->nranks; r++) {
+                        sum += xval(r, i);
+                    }
+                    it_set(dt, send, i, xval(c->rank, i));
+                    it_set(dt, exp, i, sum);
+                }
+                memcpy(orig, send, bytes);
+                if (IT_OK(strataAllReduce(send, recv, count, dt, strataSum, c->comm, NULL))) {
+                    it_expect_equal(dt, recv, exp, count, what);
+                    if (mode != 1) {
+                        IT_EXPECT(memcmp(send, orig, bytes) == 0, "%s: sendbuff was modified",
+                                  what);
+                    }
+                }
+                it_same_on_all(c->comm, recv, bytes, what);
+                if (mode != 1) {
+                    if (plain) {
+                        free(recv);
+                    } else {
+                        IT_OK(strataMemFree(recv));
+                    }
+                }
+                IT_OK(strataMemFree(send));
+                free(exp);
+                free(orig);
+            }
+        }
+    }
+    return 0;
+}
+
+#define ZC(_n, _layout) \
+    assert_int_equal(it_run_simple((_n), (_layout), HIER4K, zero_copy_battery, NULL), 0)
+static void test_zero_copy_1x4(void **state) { ZC(4, "4"); }
+static void test_zero_copy_2x2(void **state) { ZC(4, "2+2"); }
+static void test_zero_copy_2p3(void **state) { ZC(5, "2+3"); }
+
 #define DTYPES(_n, _layout) \
     assert_int_equal(it_run_simple((_n), (_layout), NULL, dtype_op_battery, NULL), 0)
+#define DTYPES_ENV(_n, _layout, _env) \
+    assert_int_equal(it_run_simple((_n), (_layout), (_env), dtype_op_battery, NULL), 0)
 
 static void test_dtype_op_n1(void **state)     { DTYPES(1, "1"); }
 static void test_dtype_op_n2(void **state)     { DTYPES(2, "1+1"); }
@@ -655,6 +743,11 @@ static void test_dtype_op_n3(void **state)     { DTYPES(3, "2+1"); }
 static void test_dtype_op_n4(void **state)     { DTYPES(4, "2+2"); }
 static void test_dtype_op_n5_rr2(void **state) { DTYPES(5, "rr2"); }
 static void test_dtype_op_n8(void **state)     { DTYPES(8, "2x4"); }
+static void test_dtype_op_hier_1x4(void **state) { DTYPES_ENV(4, "4", HIER4K); }
+static void test_dtype_op_hier_3p1(void **state) { DTYPES_ENV(4, "3+1", HIER4K); }
+static void test_dtype_op_hier_rr2(void **state) { DTYPES_ENV(5, "rr2", HIER4K); }
+static void test_dtype_op_small_2x2(void **state) { DTYPES_ENV(4, "2+2", "STRATA_ALGO=small"); }
+static void test_dtype_op_ring_2x2(void **state) { DTYPES_ENV(4, "2+2", "STRATA_ALGO=ring"); }
 
 int main(void)
 {
@@ -681,6 +774,23 @@ int main(void)
         cmocka_unit_test(test_dtype_op_n4),
         cmocka_unit_test(test_dtype_op_n5_rr2),
         cmocka_unit_test(test_dtype_op_n8),
+        cmocka_unit_test(test_hier_1x4),
+        cmocka_unit_test(test_hier_2x2),
+        cmocka_unit_test(test_hier_2x4),
+        cmocka_unit_test(test_hier_3p1),
+        cmocka_unit_test(test_hier_1p3),
+        cmocka_unit_test(test_hier_2p3),
+        cmocka_unit_test(test_hier_rr2),
+        cmocka_unit_test(test_hier_full_2p3),
+        cmocka_unit_test(test_ring_2x2),
+        cmocka_unit_test(test_dtype_op_hier_1x4),
+        cmocka_unit_test(test_dtype_op_hier_3p1),
+        cmocka_unit_test(test_dtype_op_hier_rr2),
+        cmocka_unit_test(test_dtype_op_small_2x2),
+        cmocka_unit_test(test_dtype_op_ring_2x2),
+        cmocka_unit_test(test_zero_copy_1x4),
+        cmocka_unit_test(test_zero_copy_2x2),
+        cmocka_unit_test(test_zero_copy_2p3),
     };
 
     it_cmocka_filter();

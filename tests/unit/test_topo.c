@@ -10,6 +10,12 @@
  * devices alone. The live machine is only required to give a valid view (whatever it has). The
  * hierarchy builder is fed hand-made records for the layouts strata must handle, and bad files
  * must fail with ST_ERR_INVALID naming the file and the cause, never crash.
+ *
+ * The GPU from CUDA (topo_gpu.h): without a GPU, st_topo_cuda_busid says ST_ERR_NO_DEVICE in a
+ * CUDA build (ST_TEST_HAVE_CUDA) and ST_ERR_UNSUPPORTED otherwise, and detection goes on without
+ * GPU. In a CUDA build the runtime's device queries are wrapped (-Wl,--wrap, calling the real
+ * ones by default) so that a made-up device checks the rest: the bus id normalised, the GPU found
+ * in a recorded machine, STRATA_GPU_BUSID winning, no device query without a device.
  */
 #include "config.h"
 
@@ -27,7 +33,12 @@
 #include "core/log.h"
 #include "core/param.h"
 #include "topo/topo.h"
+#include "topo/topo_gpu.h"
 #include "topo/topo_machine.h"
+
+#ifdef ST_TEST_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #define TOPO_DIR ST_TOP_SRCDIR "/tests/topologies/"
 
@@ -423,6 +434,107 @@ static void test_gpus_by_osdev_only(void **state)
 }
 
 /* ---------------------------------------------------------------------------------------------- */
+/* The CUDA runtime, stood in for                                                                 */
+/* ---------------------------------------------------------------------------------------------- */
+
+#ifdef ST_TEST_HAVE_CUDA
+/* The wrapped queries call through this table; the real runtime unless a test says otherwise.
+ * ndev_queries counts the queries that need a device (a context must never be at stake when
+ * cudaGetDeviceCount says there is none). */
+cudaError_t __real_cudaGetDeviceCount(int *count);
+cudaError_t __real_cudaGetDevice(int *device);
+cudaError_t __real_cudaDeviceGetPCIBusId(char *busid, int len, int device);
+
+static struct {
+    cudaError_t (*get_device_count)(int *count);
+    cudaError_t (*get_device)(int *device);
+    cudaError_t (*get_pci_bus_id)(char *busid, int len, int device);
+    int ndev_queries;
+} cuda_mock = {__real_cudaGetDeviceCount, __real_cudaGetDevice, __real_cudaDeviceGetPCIBusId, 0};
+
+cudaError_t __wrap_cudaGetDeviceCount(int *count);
+cudaError_t __wrap_cudaGetDevice(int *device);
+cudaError_t __wrap_cudaDeviceGetPCIBusId(char *busid, int len, int device);
+
+cudaError_t __wrap_cudaGetDeviceCount(int *count)
+{
+    return cuda_mock.get_device_count(count);
+}
+
+cudaError_t __wrap_cudaGetDevice(int *device)
+{
+    cuda_mock.ndev_queries++;
+    return cuda_mock.get_device(device);
+}
+
+cudaError_t __wrap_cudaDeviceGetPCIBusId(char *busid, int len, int device)
+{
+    cuda_mock.ndev_queries++;
+    return cuda_mock.get_pci_bus_id(busid, len, device);
+}
+
+static const char *fake_busid = "0000:5F:00.0"; /* as CUDA writes it: upper case */
+
+static cudaError_t fake_count_none(int *count)
+{
+    *count = 0;
+    return cudaErrorNoDevice;
+}
+
+static cudaError_t fake_count_nodriver(int *count)
+{
+    *count = 0;
+    return cudaErrorInsufficientDriver;
+}
+
+static cudaError_t fake_count_two(int *count)
+{
+    *count = 2;
+    return cudaSuccess;
+}
+
+static cudaError_t fake_device_one(int *device)
+{
+    *device = 1;
+    return cudaSuccess;
+}
+
+static cudaError_t fake_pci_bus_id(char *busid, int len, int device)
+{
+    assert_int_equal(device, 1); /* the current device's */
+    snprintf(busid, (size_t)len, "%s", fake_busid);
+    return cudaSuccess;
+}
+
+static cudaError_t fake_pci_bus_id_fails(char *busid, int len, int device)
+{
+    return cudaErrorInvalidDevice;
+}
+
+static void cuda_mock_real(void)
+{
+    cuda_mock.get_device_count = __real_cudaGetDeviceCount;
+    cuda_mock.get_device       = __real_cudaGetDevice;
+    cuda_mock.get_pci_bus_id   = __real_cudaDeviceGetPCIBusId;
+}
+#endif
+
+/* No GPU from CUDA, whatever this machine has: recorded machines must not see the host's GPU. */
+static void cuda_none(void)
+{
+#ifdef ST_TEST_HAVE_CUDA
+    cuda_mock.get_device_count = fake_count_none;
+#endif
+}
+
+static void cuda_real(void)
+{
+#ifdef ST_TEST_HAVE_CUDA
+    cuda_mock_real();
+#endif
+}
+
+/* ---------------------------------------------------------------------------------------------- */
 /* The live machine, the process cache, STRATA_GPU_BUSID, the dump                                */
 /* ---------------------------------------------------------------------------------------------- */
 
@@ -503,6 +615,7 @@ static void test_detect_with_file(void **state)
     st_topo_rec_t      rec;
     st_topo_machine_t *m1, *m2;
 
+    cuda_none();
     set_param(&st_core_config.topo_file, TOPO_DIR "ibm-ac922-lassen-4xv100-4mlx5.xml");
     set_param(&st_core_config.gpu_busid, "0035:04:00.0");
     assert_int_equal(st_topo_detect(&rec), ST_OK);
@@ -542,6 +655,7 @@ static void test_detect_with_file(void **state)
 
     set_param(&st_core_config.gpu_busid, NULL);
     set_param(&st_core_config.topo_file, NULL);
+    cuda_real();
 }
 
 /* STRATA_TOPO_DUMP_FILE: an XML that loads back, with strata's view in a comment. */
@@ -602,6 +716,146 @@ static void test_xml_export_comment(void **state)
     assert_non_null(strstr(c, "a - - b - c- \n-->"));
     free(xml);
     st_topo_machine_destroy(m);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* The GPU from CUDA                                                                              */
+/* ---------------------------------------------------------------------------------------------- */
+
+/* CUDA's and NVML's forms, and what is not a bus id. */
+static void test_busid_parse(void **state)
+{
+    static const char *const good[][2] = {
+        {"0000:5F:00.0", "0000:5f:00.0"},     {"00000000:5F:00.0", "0000:5f:00.0"},
+        {"5f:00.0", "0000:5f:00.0"},          {"0035:04:1f.7", "0035:04:1f.7"},
+        {"10000:E1:00.0", "10000:e1:00.0"}, /* a VMD domain: five digits */
+    };
+    static const char *const bad[] = {"", "gpu0", "0000:5f:00", "0000:100:00.0", "0000:5f:20.0",
+                                      "0000:5f:00.8", "0x0:5f:00.0", " 5f:00.0", "5f:00.0 ",
+                                      "0000:5f:00.0.0", "-1:5f:00.0", "ffffffffff:5f:00.0",
+                                      "0000::00.0", "0000:5f:.0", "0000:5f:00."};
+    char busid[ST_TOPO_BUSID_LEN];
+
+    for (size_t i = 0; i < ST_ARRAY_SIZE(good); i++) {
+        assert_int_equal(st_topo_busid_parse(good[i][0], busid, sizeof(busid)), ST_OK);
+        assert_string_equal(busid, good[i][1]);
+    }
+    for (size_t i = 0; i < ST_ARRAY_SIZE(bad); i++) {
+        snprintf(busid, sizeof(busid), "unchanged");
+        if (st_topo_busid_parse(bad[i], busid, sizeof(busid)) != ST_ERR_INVALID) {
+            fail_msg("'%s' taken for a bus id (%s)", bad[i], busid);
+        }
+        assert_string_equal(busid, "unchanged");
+    }
+    assert_int_equal(st_topo_busid_parse("0000:5f:00.0", busid, 12), ST_ERR_INVALID); /* NUL */
+    assert_int_equal(st_topo_busid_parse("0000:5f:00.0", busid, 13), ST_OK);
+}
+
+/* This machine and CI have CUDA's runtime (maybe) but no GPU: no device, or no CUDA at all, and
+ * a rank is still detected, without GPU; STRATA_GPU_BUSID still names one. */
+static void test_cuda_busid_here(void **state)
+{
+    char          busid[ST_TOPO_BUSID_LEN] = "unchanged";
+    st_topo_rec_t rec;
+    st_status_t   status;
+
+    cuda_real();
+    status = st_topo_cuda_busid(busid, sizeof(busid));
+    if (status == ST_OK) {
+        char again[ST_TOPO_BUSID_LEN];
+
+        /* a machine with a GPU: the id is in the normal form */
+        print_message("    CUDA's current device is %s\n", busid);
+        assert_int_equal(st_topo_busid_parse(busid, again, sizeof(again)), ST_OK);
+        assert_string_equal(again, busid);
+        return;
+    }
+    assert_true(status == ST_ERR_NO_DEVICE || status == ST_ERR_UNSUPPORTED);
+#ifdef ST_TEST_HAVE_CUDA
+    assert_int_equal(status, ST_ERR_NO_DEVICE);
+#else
+    assert_int_equal(status, ST_ERR_UNSUPPORTED);
+#endif
+    assert_string_equal(busid, "unchanged");
+
+    set_param(&st_core_config.topo_file, NULL);
+    set_param(&st_core_config.gpu_busid, NULL);
+    assert_int_equal(st_topo_detect(&rec), ST_OK);
+    assert_string_equal(rec.gpu, "");
+    assert_int_equal(rec.gpu_numa, -1);
+
+    set_param(&st_core_config.topo_file, TOPO_DIR "dell-xe8640-4xh100-3hca-snc4.xml");
+    assert_int_equal(st_topo_detect(&rec), ST_OK);
+    assert_string_equal(rec.gpu, "");
+    set_param(&st_core_config.gpu_busid, "0000:db:00.0");
+    assert_int_equal(st_topo_detect(&rec), ST_OK);
+    assert_string_equal(rec.gpu, "0000:db:00.0");
+    assert_string_equal(rec.nic, "mlx5_3");
+
+    set_param(&st_core_config.gpu_busid, NULL);
+    set_param(&st_core_config.topo_file, NULL);
+}
+
+/* A made-up CUDA device (CUDA builds only): its bus id, found in a recorded machine. */
+static void test_cuda_gpu(void **state)
+{
+#ifdef ST_TEST_HAVE_CUDA
+    char          busid[ST_TOPO_BUSID_LEN] = "unchanged";
+    st_topo_rec_t rec;
+
+    /* no device, or no usable driver: no device query at all */
+    cuda_mock.get_device_count = fake_count_none;
+    cuda_mock.get_device       = fake_device_one;
+    cuda_mock.get_pci_bus_id   = fake_pci_bus_id;
+    cuda_mock.ndev_queries     = 0;
+    assert_int_equal(st_topo_cuda_busid(busid, sizeof(busid)), ST_ERR_NO_DEVICE);
+    cuda_mock.get_device_count = fake_count_nodriver;
+    assert_int_equal(st_topo_cuda_busid(busid, sizeof(busid)), ST_ERR_NO_DEVICE);
+    assert_int_equal(cuda_mock.ndev_queries, 0);
+    assert_string_equal(busid, "unchanged");
+
+    /* two devices, the thread's is the second */
+    cuda_mock.get_device_count = fake_count_two;
+    assert_int_equal(st_topo_cuda_busid(busid, sizeof(busid)), ST_OK);
+    assert_string_equal(busid, "0000:5f:00.0");
+    assert_int_equal(cuda_mock.ndev_queries, 2);
+
+    /* as a rank sees it on the Dell XE8640: the first H100, its own HCA */
+    set_param(&st_core_config.topo_file, TOPO_DIR "dell-xe8640-4xh100-3hca-snc4.xml");
+    set_param(&st_core_config.gpu_busid, NULL);
+    assert_int_equal(st_topo_detect(&rec), ST_OK);
+    assert_string_equal(rec.gpu, "0000:5f:00.0");
+    assert_string_equal(rec.nic, "mlx5_2");
+    assert_int_equal(rec.gpu_numa, 1);
+    assert_int_equal(rec.numa, 1); /* an XML: the GPU's CPUs */
+
+    /* STRATA_GPU_BUSID wins, and CUDA is not asked */
+    cuda_mock.ndev_queries = 0;
+    set_param(&st_core_config.gpu_busid, "0000:4e:00.0");
+    assert_int_equal(st_topo_detect(&rec), ST_OK);
+    assert_string_equal(rec.gpu, "0000:4e:00.0");
+    assert_string_equal(rec.nic, "mlx5_0");
+    assert_int_equal(cuda_mock.ndev_queries, 0);
+    set_param(&st_core_config.gpu_busid, NULL);
+
+    /* a device that the topology does not have (another machine's XML): no GPU, no failure */
+    fake_busid = "0000:77:00.0";
+    assert_int_equal(st_topo_detect(&rec), ST_OK);
+    assert_string_equal(rec.gpu, "");
+    assert_int_equal(rec.gpu_numa, -1);
+    fake_busid = "0000:5F:00.0";
+
+    /* a device the runtime cannot name: an error, said where it happens */
+    cuda_mock.get_pci_bus_id = fake_pci_bus_id_fails;
+    assert_int_equal(st_topo_cuda_busid(busid, sizeof(busid)), ST_ERR_IO);
+    assert_non_null(strstr(st_log_last_error(), "cudaDeviceGetPCIBusId"));
+    assert_int_equal(st_topo_detect(&rec), ST_ERR_IO);
+
+    set_param(&st_core_config.topo_file, NULL);
+    cuda_mock_real();
+#else
+    skip(); /* built without CUDA */
+#endif
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -950,6 +1204,9 @@ int main(void)
         cmocka_unit_test(test_live_machine),
         cmocka_unit_test(test_detect_with_file),
         cmocka_unit_test(test_dump),
+        cmocka_unit_test(test_busid_parse),
+        cmocka_unit_test(test_cuda_busid_here),
+        cmocka_unit_test(test_cuda_gpu),
         cmocka_unit_test(test_xml_export_comment),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_truncations),

@@ -28,7 +28,17 @@
 
 #define ST_UCX_RANK_SHIFT ST_NET_TAG_BITS
 
+/* ucp contexts, shared by the communicators of the process: one per set of network devices
+ * (UCX_NET_DEVICES is a context setting; a rail's worker needs a context limited to its NIC). */
+#define ST_UCX_MAX_CONTEXTS 8
+typedef struct st_ucx_context {
+    char          devices[128]; /* "" = UCX's defaults (UCX_NET_DEVICES from the environment) */
+    ucp_context_h context;
+    int           refcount;
+} st_ucx_context_t;
+
 struct st_net_ctx {
+    st_ucx_context_t *uctx;
     ucp_worker_h     worker;
     int              rank;
     int              efd;
@@ -45,9 +55,8 @@ struct st_net_ep {
     int           failed;
 };
 
-static pthread_mutex_t st_ucx_lock = PTHREAD_MUTEX_INITIALIZER;
-static ucp_context_h   st_ucx_context;
-static int             st_ucx_refcount;
+static pthread_mutex_t  st_ucx_lock = PTHREAD_MUTEX_INITIALIZER;
+static st_ucx_context_t st_ucx_contexts[ST_UCX_MAX_CONTEXTS];
 
 static st_status_t st_ucx_status(ucs_status_t status)
 {
@@ -66,47 +75,79 @@ static st_status_t st_ucx_status(ucs_status_t status)
     }
 }
 
-static st_status_t st_ucx_context_get(void)
+/* The context for devices ("" for the default), created at first use. */
+static st_status_t st_ucx_context_get(const char *devices, st_ucx_context_t **uctx_p)
 {
-    ucp_params_t params;
-    ucp_config_t *config;
-    ucs_status_t status;
+    st_ucx_context_t *uctx = NULL;
+    ucp_params_t      params;
+    ucp_config_t     *config;
+    ucs_status_t      status;
 
     pthread_mutex_lock(&st_ucx_lock);
-    if (st_ucx_refcount++ > 0) {
+    for (int i = 0; i < ST_UCX_MAX_CONTEXTS; i++) {
+        if (st_ucx_contexts[i].refcount > 0 &&
+            strcmp(st_ucx_contexts[i].devices, devices) == 0) {
+            uctx = &st_ucx_contexts[i];
+            uctx->refcount++;
+            pthread_mutex_unlock(&st_ucx_lock);
+            *uctx_p = uctx;
+            return ST_OK;
+        }
+    }
+    for (int i = 0; i < ST_UCX_MAX_CONTEXTS && uctx == NULL; i++) {
+        if (st_ucx_contexts[i].refcount == 0) {
+            uctx = &st_ucx_contexts[i];
+        }
+    }
+    if (uctx == NULL || strlen(devices) >= sizeof(uctx->devices)) {
+        st_error(ST_SUB_UCX, "more than %d distinct device sets, or '%s' is too long",
+                 ST_UCX_MAX_CONTEXTS, devices);
         pthread_mutex_unlock(&st_ucx_lock);
-        return ST_OK;
+        return ST_ERR_INVALID;
     }
     status = ucp_config_read(NULL, NULL, &config);
     if (status != UCS_OK) {
         st_error(ST_SUB_UCX, "ucp_config_read failed: %s", ucs_status_string(status));
         goto err;
     }
+    if (devices[0] != '\0') {
+        status = ucp_config_modify(config, "NET_DEVICES", devices);
+        if (status != UCS_OK) {
+            st_error(ST_SUB_UCX, "UCX_NET_DEVICES=%s (a rail of STRATA_RAIL_IFNAMES): %s",
+                     devices, ucs_status_string(status));
+            ucp_config_release(config);
+            pthread_mutex_unlock(&st_ucx_lock);
+            return ST_ERR_INVALID;
+        }
+    }
     memset(&params, 0, sizeof(params));
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     params.features   = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
     params.mt_workers_shared = 1; /* workers of several communicators, driven by several threads */
-    status = ucp_init(&params, config, &st_ucx_context);
+    status = ucp_init(&params, config, &uctx->context);
     ucp_config_release(config);
     if (status != UCS_OK) {
-        st_error(ST_SUB_UCX, "ucp_init failed: %s", ucs_status_string(status));
+        st_error(ST_SUB_UCX, "ucp_init%s%s failed: %s", devices[0] ? " with NET_DEVICES=" : "",
+                 devices, ucs_status_string(status));
         goto err;
     }
+    snprintf(uctx->devices, sizeof(uctx->devices), "%s", devices);
+    uctx->refcount = 1;
     pthread_mutex_unlock(&st_ucx_lock);
+    *uctx_p = uctx;
     return ST_OK;
 
 err:
-    st_ucx_refcount--;
     pthread_mutex_unlock(&st_ucx_lock);
     return ST_ERR_NO_DEVICE;
 }
 
-static void st_ucx_context_put(void)
+static void st_ucx_context_put(st_ucx_context_t *uctx)
 {
     pthread_mutex_lock(&st_ucx_lock);
-    if (--st_ucx_refcount == 0) {
-        ucp_cleanup(st_ucx_context);
-        st_ucx_context = NULL;
+    if (--uctx->refcount == 0) {
+        ucp_cleanup(uctx->context);
+        uctx->context = NULL;
     }
     pthread_mutex_unlock(&st_ucx_lock);
 }
@@ -150,12 +191,13 @@ static st_status_t st_ucx_open(const st_net_config_t *cfg, st_net_ctx_t **ctx_p)
     ctx->rank = cfg->rank;
     ctx->efd  = -1;
     snprintf(ctx->name, sizeof(ctx->name), "%s", cfg->name);
-    ST_CHECK_GOTO(st_ucx_context_get(), status, err_free);
+    ST_CHECK_GOTO(st_ucx_context_get(cfg->devices ? cfg->devices : "", &ctx->uctx), status,
+                  err_free);
 
     memset(&params, 0, sizeof(params));
     params.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     params.thread_mode = UCS_THREAD_MODE_SERIALIZED; /* the communicator's lock serialises */
-    ustatus = ucp_worker_create(st_ucx_context, &params, &ctx->worker);
+    ustatus = ucp_worker_create(ctx->uctx->context, &params, &ctx->worker);
     if (ustatus != UCS_OK) {
         st_error(ST_SUB_UCX, "ucp_worker_create failed: %s", ucs_status_string(ustatus));
         status = ST_ERR_IO;
@@ -183,7 +225,7 @@ static st_status_t st_ucx_open(const st_net_config_t *cfg, st_net_ctx_t **ctx_p)
 err_worker:
     ucp_worker_destroy(ctx->worker);
 err_put:
-    st_ucx_context_put();
+    st_ucx_context_put(ctx->uctx);
 err_free:
     free(ctx);
     return status;
@@ -194,7 +236,7 @@ static void st_ucx_close(st_net_ctx_t *ctx)
     free(ctx->addr[0]);
     free(ctx->addr[1]);
     ucp_worker_destroy(ctx->worker);
-    st_ucx_context_put();
+    st_ucx_context_put(ctx->uctx);
     free(ctx);
 }
 
@@ -449,7 +491,9 @@ static st_status_t st_ucx_irecv(st_net_ep_t *ep, void *buf, size_t len, uint64_t
 static void st_ucx_cancel(st_net_ctx_t *ctx, st_request_t *req)
 {
     if (!req->done && req->tl_req != NULL) {
-        ucp_request_cancel(ctx->worker, req->tl_req);
+        /* the request's own worker: a communicator may drive several contexts (rails) */
+        st_net_ep_t *ep = req->tl_ep;
+        ucp_request_cancel((ep != NULL) ? ep->ctx->worker : ctx->worker, req->tl_req);
     }
 }
 

@@ -11,6 +11,12 @@
  * offsets and bus-bandwidth factors follow nccl-tests' getCollByteCount and getBw exactly.
  * Any failing strata call ends the rank (exit status 2) with strataGetErrorString and
  * strataGetLastError: the other ranks then fail too, and the launcher ends the run.
+ * With --phases every rank reads strataCommGetPhaseTimes right after the last timed call of each
+ * half of a row (before the bookkeeping all-reduces, which are collectives too and would replace
+ * it), the slowest rank's time per phase is taken with one more all-reduce, outside the timing,
+ * and rank 0 prints it under the row as '#' lines, which tools that parse nccl-tests skip. With
+ * --mem-alloc the buffers come from strataMemAlloc, the memory strata's node peers can map.
+ * Before anything else the ranks check that they share one STRATA_ALGO (cb_check_algo).
  */
 #include "config.h"
 
@@ -22,6 +28,7 @@
 #include "collbench.h"
 
 #define CB_HOST_LEN 56
+#define CB_ALGO_LEN 16
 
 /* What rank 0 prints about every rank under "# Using devices". */
 typedef struct cb_rankinfo {
@@ -30,12 +37,29 @@ typedef struct cb_rankinfo {
     char    host[CB_HOST_LEN];
 } cb_rankinfo_t;
 
+/* Rank 0's answer to cb_check_algo: its STRATA_ALGO, and the first rank with another (0: none). */
+typedef struct cb_algo_verdict {
+    char    algo[CB_ALGO_LEN];
+    int32_t bad_rank;
+} cb_algo_verdict_t;
+
+/* What --phases prints of one half of a row: per phase the slowest rank's time and the largest
+ * byte count (the shards of phase 1 differ between ranks on uneven nodes). */
+typedef struct cb_phases {
+    char   algorithm[CB_ALGO_LEN]; /* rank 0's */
+    int    mixed;                  /* 1: some rank ran another algorithm */
+    double total;
+    double seconds[3];
+    double bytes[3];
+} cb_phases_t;
+
 typedef struct cb_bench {
     const cb_opts_t *opts;
     int              rank;
     int              nranks;
     strataComm_t     comm;
     strataStream_t   stream;      /* NULL with -z 1 */
+    int              nnodes;      /* of comm; read with --phases only */
     char            *sendbuf;
     char            *recvbuf;
     size_t           bufbytes;
@@ -126,28 +150,33 @@ static void cb_test_shape(cb_test_t *t, size_t bytes, int nranks)
     }
 }
 
+/* nccl-tests' bus-bandwidth factor of coll among n participants: what the busiest link of a ring
+ * carries, relative to the algorithm bandwidth. */
+static double cb_bus_factor(cb_coll_t coll, double n)
+{
+    switch (coll) {
+    case CB_ALL_REDUCE:
+        return 2 * (n - 1) / n;
+    case CB_ALL_GATHER:
+    case CB_REDUCE_SCATTER:
+        return (n - 1) / n;
+    default:
+        return 1;
+    }
+}
+
 /* nccl-tests' getBw: algbw over the bytes one rank sees (all of them for all_gather and
  * reduce_scatter), busbw scaled to what the busiest link carries in a ring. */
 static void cb_test_bw(const cb_test_t *t, int nranks, double sec, double *algbw_p,
                        double *busbw_p)
 {
-    double n     = nranks, bytes = (double)(t->count * t->tsize);
-    double factor = 1;
+    double bytes = (double)(t->count * t->tsize);
 
-    switch (t->coll) {
-    case CB_ALL_REDUCE:
-        factor = 2 * (n - 1) / n;
-        break;
-    case CB_ALL_GATHER:
-    case CB_REDUCE_SCATTER:
-        bytes *= n;
-        factor = (n - 1) / n;
-        break;
-    default:
-        break;
+    if (t->coll == CB_ALL_GATHER || t->coll == CB_REDUCE_SCATTER) {
+        bytes *= nranks;
     }
     *algbw_p = (sec > 0) ? bytes / 1.0e9 / sec : 0;
-    *busbw_p = *algbw_p * factor;
+    *busbw_p = *algbw_p * cb_bus_factor(t->coll, nranks);
 }
 
 /* Starts one call of the test (returns when it completed with a NULL stream). */
@@ -202,14 +231,20 @@ static void cb_complete(const cb_bench_t *b, const cb_test_t *t)
     }
 }
 
-static void cb_allreduce_scalar(const cb_bench_t *b, void *value, strataDataType_t dtype,
-                                strataRedOp_t op)
+static void cb_allreduce_values(const cb_bench_t *b, void *values, size_t count,
+                                strataDataType_t dtype, strataRedOp_t op)
 {
-    strataResult_t res = strataAllReduce(value, value, 1, dtype, op, b->comm, NULL);
+    strataResult_t res = strataAllReduce(values, values, count, dtype, op, b->comm, NULL);
 
     if (res != strataSuccess) {
         cb_fatal(b, NULL, "strataAllReduce (collbench bookkeeping)", res);
     }
+}
+
+static void cb_allreduce_scalar(const cb_bench_t *b, void *value, strataDataType_t dtype,
+                                strataRedOp_t op)
+{
+    cb_allreduce_values(b, value, 1, dtype, op);
 }
 
 /* Keeps the timed region free of skew from the previous size (nccl-tests' Barrier). */
@@ -302,8 +337,85 @@ static void cb_format_time(char *buf, size_t len, double usec)
     snprintf(buf, len, (usec >= 10000.0) ? "%7.0f" : (usec >= 100.0) ? "%7.1f" : "%7.2f", usec);
 }
 
-/* One half of a row: out of place or in place. */
-static void cb_bench_one(cb_bench_t *b, cb_test_t *t, int in_place)
+/* An algorithm name as a number a double holds exactly (its first 6 characters, injective), so
+ * that one max all-reduce of key and -key tells whether every rank ran the same algorithm. */
+static double cb_algo_key(const char *name)
+{
+    uint64_t key = 0;
+    size_t   i;
+
+    for (i = 0; i < 6 && name[i] != '\0'; i++) {
+        key = key << 8 | (unsigned char)name[i];
+    }
+    return (double)key;
+}
+
+/* --phases, on every rank, right after the last timed call completed and before any other call on
+ * the communicator: strataCommGetPhaseTimes describes the last collective only. */
+static void cb_phases_read(const cb_bench_t *b, const cb_test_t *t, cb_phases_t *ph)
+{
+    strataPhaseTimes_t times;
+    strataResult_t     res;
+    double             v[9]; /* total, seconds[3], bytes[3], key, -key */
+    int                i;
+
+    memset(&times, 0, sizeof(times));
+    res = strataCommGetPhaseTimes(b->comm, &times);
+    if (res != strataSuccess) {
+        cb_fatal(b, t, "strataCommGetPhaseTimes", res);
+    }
+    times.algorithm[sizeof(times.algorithm) - 1] = '\0';
+    v[0] = times.totalSeconds;
+    for (i = 0; i < 3; i++) {
+        v[1 + i] = times.seconds[i];
+        v[4 + i] = (double)times.bytes[i];
+    }
+    v[7] = cb_algo_key(times.algorithm);
+    v[8] = -v[7];
+    cb_allreduce_values(b, v, 9, strataFloat64, strataMax);
+
+    snprintf(ph->algorithm, sizeof(ph->algorithm), "%s", times.algorithm);
+    ph->mixed = v[7] != -v[8];
+    ph->total = v[0];
+    for (i = 0; i < 3; i++) {
+        ph->seconds[i] = v[1 + i];
+        ph->bytes[i]   = v[4 + i];
+    }
+}
+
+/* One '#' line under the row (rank 0). hier: each phase's time and bandwidth, the inter-node one
+ * as busbw over the nodes, '*' on the longest; every algorithm: the total. hier runs every
+ * collective as the same pipeline (broadcast and all-gather OR their bytes), so its phases are
+ * always a reduce-scatter, an all-reduce and an all-gather. */
+static void cb_phases_print(const cb_bench_t *b, const cb_phases_t *ph, int in_place)
+{
+    static const char *const label[3] = {"intra-RS", "inter-AR", "intra-AG"};
+    char                     timestr[32], tag[16];
+    double                   gbs;
+    int                      i, slow = 0;
+
+    printf("#  %12s %s%s:", in_place ? "in-place" : "out-of-place", ph->algorithm,
+           ph->mixed ? " (not on every rank)" : "");
+    if (strcmp(ph->algorithm, "hier") == 0) {
+        for (i = 1; i < 3; i++) {
+            slow = (ph->seconds[i] > ph->seconds[slow]) ? i : slow;
+        }
+        for (i = 0; i < 3; i++) {
+            gbs = (ph->seconds[i] > 0) ? ph->bytes[i] / 1.0e9 / ph->seconds[i] : 0;
+            if (i == 1) {
+                gbs *= cb_bus_factor(CB_ALL_REDUCE, b->nnodes);
+            }
+            snprintf(tag, sizeof(tag), "%s%s", label[i], (i == slow) ? "*" : "");
+            cb_format_time(timestr, sizeof(timestr), ph->seconds[i] * 1.0e6);
+            printf(" %-10s%s us %6.2f GB/s%s |", tag, timestr, gbs, (i == 1) ? " busbw" : "");
+        }
+    }
+    cb_format_time(timestr, sizeof(timestr), ph->total * 1.0e6);
+    printf(" total %s us\n", timestr);
+}
+
+/* One half of a row: out of place or in place. With --phases, ph receives where its time went. */
+static void cb_bench_one(cb_bench_t *b, cb_test_t *t, int in_place, cb_phases_t *ph)
 {
     cb_data_t data;
     double    t0, sec, algbw, busbw;
@@ -317,6 +429,9 @@ static void cb_bench_one(cb_bench_t *b, cb_test_t *t, int in_place)
     t0 = cb_now();
     cb_run_iters(b, t, in_place, b->opts->iters);
     sec = (cb_now() - t0) / b->opts->iters;
+    if (b->opts->phases) {
+        cb_phases_read(b, t, ph);
+    }
     cb_allreduce_scalar(b, &sec, strataFloat64, strataMax);
 
     if (b->opts->check) {
@@ -359,6 +474,7 @@ static void cb_time_test(cb_bench_t *b, cb_test_t *t)
     unsigned char    scalar[16];
     strataResult_t   res;
     size_t           size;
+    cb_phases_t      ph[2];
 
     t->tsize = cb_dtype_size(t->dtype);
     t->redop = (t->op >= 0 && t->op < CB_OP_PREMULSUM) ? (strataRedOp_t)t->op : strataSum;
@@ -385,10 +501,14 @@ static void cb_time_test(cb_bench_t *b, cb_test_t *t)
             printf("%12zu  %12zu  %8s  %6s  %6i", elems * t->tsize, t->count,
                    cb_dtype_name(t->dtype), cb_op_name(t->op), t->root);
         }
-        cb_bench_one(b, t, 0);
-        cb_bench_one(b, t, 1);
+        cb_bench_one(b, t, 0, &ph[0]);
+        cb_bench_one(b, t, 1, &ph[1]);
         if (b->rank == 0) {
             printf("\n");
+            if (opts->phases) {
+                cb_phases_print(b, &ph[0], 0);
+                cb_phases_print(b, &ph[1], 1);
+            }
             fflush(stdout);
         }
     }
@@ -399,6 +519,19 @@ static void cb_time_test(cb_bench_t *b, cb_test_t *t)
             cb_fatal(b, t, "strataRedOpDestroy", res);
         }
     }
+}
+
+/* What the --phases lines under the rows say (once per collective, under the table's header). */
+static void cb_print_phases_legend(const cb_bench_t *b)
+{
+    printf("# --phases: under each row, the last timed call of each half, per phase its slowest "
+           "rank (strataCommGetPhaseTimes)\n"
+           "#   hier: intra-RS copy-in and intra-node reduce-scatter, GB/s = size/time; inter-AR "
+           "inter-node all-reduce\n"
+           "#   of the shards, busbw = shard/time * 2(N-1)/N over N = %d nodes; intra-AG "
+           "intra-node all-gather, size/time\n"
+           "#   * marks the longest phase (the bottleneck); phases of successive chunks overlap, "
+           "so they may add up to more than total\n", b->nnodes);
 }
 
 static void cb_print_table_header(void)
@@ -422,6 +555,9 @@ static void cb_bench_coll(cb_bench_t *b, cb_coll_t coll)
 
     if (b->rank == 0) {
         printf("#\n# Collective test starting: %s_perf\n", cb_coll_names[coll]);
+        if (opts->phases) {
+            cb_print_phases_legend(b);
+        }
         cb_print_table_header();
         fflush(stdout);
     }
@@ -462,6 +598,83 @@ static void cb_bench_coll(cb_bench_t *b, cb_coll_t coll)
     }
 }
 
+/* This process's STRATA_ALGO, as strata reads it ("auto" when unset or empty). */
+static const char *cb_algo_env(void)
+{
+    const char *algo = getenv("STRATA_ALGO");
+
+    return (algo != NULL && algo[0] != '\0') ? algo : "auto";
+}
+
+/* Ranks that run different algorithms wait for each other forever in their first collective, so
+ * every rank's STRATA_ALGO reaches rank 0 by send/recv (which no algorithm setting changes) and
+ * rank 0 answers whether they all agree; if not, every rank exits with status 2. */
+static void cb_check_algo(cb_bench_t *b)
+{
+    cb_algo_verdict_t verdict;
+    strataResult_t    res, res2;
+    char              mine[CB_ALGO_LEN] = "", *all = NULL;
+    int               r;
+
+    snprintf(mine, sizeof(mine), "%s", cb_algo_env());
+    memset(&verdict, 0, sizeof(verdict));
+    if (b->rank == 0) {
+        all = calloc((size_t)b->nranks, CB_ALGO_LEN);
+        if (all == NULL) {
+            fprintf(stderr, "collbench: rank 0: out of memory\n");
+            exit(2);
+        }
+        res = strataGroupStart();
+        for (r = 1; r < b->nranks && res == strataSuccess; r++) {
+            res = strataRecv(all + (size_t)r * CB_ALGO_LEN, CB_ALGO_LEN, strataUint8, r, b->comm,
+                             NULL);
+        }
+        res2 = strataGroupEnd();
+        if (res != strataSuccess || res2 != strataSuccess) {
+            cb_fatal(b, NULL, "strataRecv (STRATA_ALGO of every rank)",
+                     (res != strataSuccess) ? res : res2);
+        }
+        snprintf(verdict.algo, sizeof(verdict.algo), "%s", mine);
+        for (r = 1; r < b->nranks && verdict.bad_rank == 0; r++) {
+            all[(size_t)r * CB_ALGO_LEN + CB_ALGO_LEN - 1] = '\0';
+            if (strcmp(all + (size_t)r * CB_ALGO_LEN, mine) != 0) {
+                verdict.bad_rank = r;
+                fprintf(stderr, "collbench: the ranks' STRATA_ALGO differ (rank 0 %s, rank %d %s),"
+                        " so their collectives would never match: set the same on every rank, "
+                        "or pass the same -A to all\n", mine, r, all + (size_t)r * CB_ALGO_LEN);
+            }
+        }
+        free(all);
+        res = strataGroupStart();
+        for (r = 1; r < b->nranks && res == strataSuccess; r++) {
+            res = strataSend(&verdict, sizeof(verdict), strataUint8, r, b->comm, NULL);
+        }
+        res2 = strataGroupEnd();
+    } else {
+        res = strataSend(mine, CB_ALGO_LEN, strataUint8, 0, b->comm, NULL);
+        if (res != strataSuccess) {
+            cb_fatal(b, NULL, "strataSend (STRATA_ALGO to rank 0)", res);
+        }
+        res  = strataRecv(&verdict, sizeof(verdict), strataUint8, 0, b->comm, NULL);
+        res2 = strataSuccess;
+    }
+    if (res != strataSuccess || res2 != strataSuccess) {
+        cb_fatal(b, NULL, "strataSend/strataRecv (STRATA_ALGO check)",
+                 (res != strataSuccess) ? res : res2);
+    }
+    if (verdict.bad_rank != 0) {
+        verdict.algo[CB_ALGO_LEN - 1] = '\0';
+        if (b->rank != 0 && strcmp(mine, verdict.algo) != 0) {
+            fprintf(stderr, "collbench: rank %d: STRATA_ALGO %s, rank 0 %s: ending (see rank 0)\n",
+                    b->rank, mine, verdict.algo);
+        } else if (b->rank != 0) {
+            fprintf(stderr, "collbench: rank %d: ending: the ranks' STRATA_ALGO differ (see rank "
+                    "0)\n", b->rank);
+        }
+        exit(2);
+    }
+}
+
 /* nccl-tests' preamble: the parameters, then one line per rank with its host (node) and pid. */
 static void cb_print_header(const cb_bench_t *b)
 {
@@ -470,6 +683,7 @@ static void cb_print_header(const cb_bench_t *b)
     strataResult_t   res;
     int              version = 0, r, q, node, local, nnodes = 0, *node_of;
     const char      *hostid = getenv("STRATA_HOSTID");
+    const char      *algo   = getenv("STRATA_ALGO"); /* main() put -A there */
 
     memset(&mine, 0, sizeof(mine));
     mine.pid = (int32_t)getpid();
@@ -507,6 +721,12 @@ static void cb_print_header(const cb_bench_t *b)
                (opts->stepfactor > 1) ? "factor" : "bytes", opts->warmup, opts->iters,
                opts->check);
         printf("# nRanks %d nNodes %d\n", b->nranks, nnodes);
+        printf("# Algorithm: %s (%s)\n", cb_algo_env(),
+               (opts->algo != NULL)                ? "STRATA_ALGO, set by -A"
+               : (algo != NULL && algo[0] != '\0') ? "STRATA_ALGO"
+                                                   : "default: strata chooses per call");
+        printf("# Buffers: %s\n", opts->mem_alloc ? "strataMemAlloc (node-shared memory, zero-copy "
+               "intra-node path)" : "malloc");
         if (opts->blocking) {
             printf("# Blocking Enabled: NULL stream, every call returns when complete\n");
         } else {
@@ -553,6 +773,13 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
     if (res != strataSuccess) {
         cb_fatal(&b, NULL, "strataCommInitRank", res);
     }
+    cb_check_algo(&b);
+    if (opts->phases) {
+        res = strataCommTopoRank(b.comm, NULL, &b.nnodes, NULL, NULL);
+        if (res != strataSuccess) {
+            cb_fatal(&b, NULL, "strataCommTopoRank", res);
+        }
+    }
     if (!opts->blocking) {
         res = strataStreamCreate(&b.stream);
         if (res != strataSuccess) {
@@ -565,8 +792,19 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
     if (b.bufbytes == 0) {
         b.bufbytes = 4096;
     }
-    if (posix_memalign((void **)&b.sendbuf, 4096, b.bufbytes) != 0 ||
-        posix_memalign((void **)&b.recvbuf, 4096, b.bufbytes) != 0) {
+    if (opts->mem_alloc) {
+        res = strataMemAlloc((void **)&b.sendbuf, b.bufbytes);
+        if (res == strataSuccess) {
+            res = strataMemAlloc((void **)&b.recvbuf, b.bufbytes);
+        }
+        if (res != strataSuccess) {
+            char what[64];
+
+            snprintf(what, sizeof(what), "strataMemAlloc (2 x %zu bytes; lower -e)", b.bufbytes);
+            cb_fatal(&b, NULL, what, res);
+        }
+    } else if (posix_memalign((void **)&b.sendbuf, 4096, b.bufbytes) != 0 ||
+               posix_memalign((void **)&b.recvbuf, 4096, b.bufbytes) != 0) {
         fprintf(stderr, "collbench: rank %d: cannot allocate 2 x %zu bytes (lower -e)\n", rank,
                 b.bufbytes);
         exit(2);
@@ -593,11 +831,22 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
         }
     }
     res = strataCommDestroy(b.comm);
+    b.comm = NULL;
     if (res != strataSuccess) {
-        b.comm = NULL;
         cb_fatal(&b, NULL, "strataCommDestroy", res);
     }
-    free(b.sendbuf);
-    free(b.recvbuf);
+    /* after the communicator that may have mapped them is gone */
+    if (opts->mem_alloc) {
+        res = strataMemFree(b.sendbuf);
+        if (res == strataSuccess) {
+            res = strataMemFree(b.recvbuf);
+        }
+        if (res != strataSuccess) {
+            cb_fatal(&b, NULL, "strataMemFree", res);
+        }
+    } else {
+        free(b.sendbuf);
+        free(b.recvbuf);
+    }
     return b.status;
 }

@@ -9,6 +9,9 @@
  * "-g 1" are still accepted so that existing scripts run). Parsing ends in a cb_opts_t that
  * launch.c and bench.c read; nothing here touches strata except --print-config, because launch.c
  * may fork ranks and strata must initialise in each child (STRATA_HOSTID differs per child).
+ * strata's own options: -A sets STRATA_ALGO in this process's environment before anything else
+ * runs (strata reads its parameters at the first call of each process, and every launch mode
+ * either forks the ranks from here or is the rank), --phases and --mem-alloc are read by bench.c.
  */
 #include "config.h"
 
@@ -32,39 +35,46 @@ enum {
     CB_OPT_NTHREADS,
     CB_OPT_PRINT_CONFIG,
     CB_OPT_TOPO_FILE,
-    CB_OPT_JSON
+    CB_OPT_JSON,
+    CB_OPT_PHASES,
+    CB_OPT_MEM_ALLOC
 };
 
-static const char cb_short_opts[] = "t:g:b:e:i:f:n:w:c:d:o:r:z:T:h";
+static const char cb_short_opts[] = "t:g:b:e:i:f:n:w:c:d:o:r:z:T:R:A:h";
 
 static const struct option cb_long_opts[] = {
-    {"coll",         required_argument, NULL, 't'},
-    {"nthreads",     required_argument, NULL, CB_OPT_NTHREADS},
-    {"ngpus",        required_argument, NULL, 'g'},
-    {"minbytes",     required_argument, NULL, 'b'},
-    {"maxbytes",     required_argument, NULL, 'e'},
-    {"stepbytes",    required_argument, NULL, 'i'},
-    {"stepfactor",   required_argument, NULL, 'f'},
-    {"iters",        required_argument, NULL, 'n'},
-    {"warmup_iters", required_argument, NULL, 'w'},
-    {"check",        required_argument, NULL, 'c'},
-    {"datatype",     required_argument, NULL, 'd'},
-    {"op",           required_argument, NULL, 'o'},
-    {"root",         required_argument, NULL, 'r'},
-    {"blocking",     required_argument, NULL, 'z'},
-    {"timeout",      required_argument, NULL, 'T'},
-    {"np",           required_argument, NULL, CB_OPT_NP},
-    {"nodes",        required_argument, NULL, CB_OPT_NODES},
-    {"layout",       required_argument, NULL, CB_OPT_LAYOUT},
-    {"rank",         required_argument, NULL, CB_OPT_RANK},
-    {"nranks",       required_argument, NULL, CB_OPT_NRANKS},
-    {"print-config", no_argument,       NULL, CB_OPT_PRINT_CONFIG},
-    {"print_config", no_argument,       NULL, CB_OPT_PRINT_CONFIG},
-    {"topo-file",    required_argument, NULL, CB_OPT_TOPO_FILE},
-    {"topo_file",    required_argument, NULL, CB_OPT_TOPO_FILE},
-    {"json",         no_argument,       NULL, CB_OPT_JSON},
-    {"help",         no_argument,       NULL, 'h'},
-    {NULL,           0,                 NULL, 0}
+    {"coll",           required_argument, NULL, 't'},
+    {"nthreads",       required_argument, NULL, CB_OPT_NTHREADS},
+    {"ngpus",          required_argument, NULL, 'g'},
+    {"minbytes",       required_argument, NULL, 'b'},
+    {"maxbytes",       required_argument, NULL, 'e'},
+    {"stepbytes",      required_argument, NULL, 'i'},
+    {"stepfactor",     required_argument, NULL, 'f'},
+    {"iters",          required_argument, NULL, 'n'},
+    {"warmup_iters",   required_argument, NULL, 'w'},
+    {"check",          required_argument, NULL, 'c'},
+    {"datatype",       required_argument, NULL, 'd'},
+    {"op",             required_argument, NULL, 'o'},
+    {"root",           required_argument, NULL, 'r'},
+    {"blocking",       required_argument, NULL, 'z'},
+    {"timeout",        required_argument, NULL, 'T'},
+    {"local_register", required_argument, NULL, 'R'},
+    {"algo",           required_argument, NULL, 'A'},
+    {"phases",         no_argument,       NULL, CB_OPT_PHASES},
+    {"mem-alloc",      no_argument,       NULL, CB_OPT_MEM_ALLOC},
+    {"mem_alloc",      no_argument,       NULL, CB_OPT_MEM_ALLOC},
+    {"np",             required_argument, NULL, CB_OPT_NP},
+    {"nodes",          required_argument, NULL, CB_OPT_NODES},
+    {"layout",         required_argument, NULL, CB_OPT_LAYOUT},
+    {"rank",           required_argument, NULL, CB_OPT_RANK},
+    {"nranks",         required_argument, NULL, CB_OPT_NRANKS},
+    {"print-config",   no_argument,       NULL, CB_OPT_PRINT_CONFIG},
+    {"print_config",   no_argument,       NULL, CB_OPT_PRINT_CONFIG},
+    {"topo-file",      required_argument, NULL, CB_OPT_TOPO_FILE},
+    {"topo_file",      required_argument, NULL, CB_OPT_TOPO_FILE},
+    {"json",           no_argument,       NULL, CB_OPT_JSON},
+    {"help",           no_argument,       NULL, 'h'},
+    {NULL,             0,                 NULL, 0}
 };
 
 /* Collective names after normalisation (lower case, no '-' or '_', no "perf" suffix). */
@@ -92,6 +102,9 @@ static const cb_alias_t cb_dtype_aliases[] = {
     {"float64", strataFloat64}, {"fp64", strataFloat64},     {"bfloat16", strataBfloat16},
     {"bf16", strataBfloat16},
 };
+
+/* The values of STRATA_ALGO that -A accepts (the library checks the variable again at init). */
+static const char *const cb_algos[] = {"ring", "hier", "small", "auto"};
 
 static const cb_alias_t cb_op_aliases[] = {
     {"sum", CB_OP_SUM}, {"prod", CB_OP_PROD}, {"max", CB_OP_MAX}, {"min", CB_OP_MIN},
@@ -130,7 +143,20 @@ static void cb_usage(FILE *out, const char *prog)
 "  -z,--blocking <0/1>         0: queue on a strata host stream and synchronize; 1: NULL stream,\n"
 "                              every call returns when complete (default 0)\n"
 "  -T,--timeout <seconds>      kill the run after this long, 0 for never (default 1800)\n"
+"  -R,--local_register <0/1>   1: as --mem-alloc (nccl-tests registers its ncclMemAlloc\n"
+"                              buffers; strata's zero-copy buffers are strataMemAlloc's)\n"
 "  -h,--help                   this text\n"
+"\n"
+"strata options:\n"
+"  -A,--algo <algo>            ring hier small auto: STRATA_ALGO for every rank, overriding\n"
+"                              the environment (default: STRATA_ALGO, else auto)\n"
+"      --phases                under each row, where the time of the last timed call went\n"
+"                              (strataCommGetPhaseTimes, slowest rank per phase): for hier the\n"
+"                              intra-node reduce-scatter (GB/s = size/time), the inter-node\n"
+"                              all-reduce of the shards (busbw over the nodes) and the intra-node\n"
+"                              all-gather, '*' on the longest; for the others the total time\n"
+"      --mem-alloc             send/recv buffers from strataMemAlloc (node-shared memory: the\n"
+"                              zero-copy intra-node path) instead of malloc\n"
 "\n"
 "Launch (one of):\n"
 "  -np,--np <N>                fork N ranks on this machine\n"
@@ -444,6 +470,32 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
                 return cb_bad(opts, "blocking (0 or 1)", optarg);
             }
             break;
+        case 'R':
+            if (cb_parse_int(optarg, 0, 1, &opts->mem_alloc) != 0) {
+                return cb_bad(opts, "local_register (0 or 1)", optarg);
+            }
+            break;
+        case 'A': {
+            char low[16];
+
+            cb_lower(low, sizeof(low), optarg);
+            opts->algo = NULL;
+            for (size_t i = 0; i < CB_ARRAY_LEN(cb_algos); i++) {
+                if (strcmp(low, cb_algos[i]) == 0) {
+                    opts->algo = cb_algos[i];
+                }
+            }
+            if (opts->algo == NULL) {
+                return cb_bad(opts, "algorithm (ring, hier, small or auto)", optarg);
+            }
+            break;
+        }
+        case CB_OPT_PHASES:
+            opts->phases = 1;
+            break;
+        case CB_OPT_MEM_ALLOC:
+            opts->mem_alloc = 1;
+            break;
         case 'T': {
             char *end;
 
@@ -556,6 +608,12 @@ int main(int argc, char **argv)
     ret = cb_parse_args(argc, argv, &opts, &print_config);
     if (ret != 0) {
         return (ret > 0) ? 0 : 2;
+    }
+    /* before any strata call: forked ranks inherit it, and a rank started by mpirun, srun or
+     * --rank is this process */
+    if (opts.algo != NULL && setenv("STRATA_ALGO", opts.algo, 1) != 0) {
+        fprintf(stderr, "%s: cannot set STRATA_ALGO: %s\n", opts.prog, strerror(errno));
+        return 2;
     }
     if (print_config) {
         res = strataParamsPrint(stdout);

@@ -58,6 +58,10 @@ typedef struct cb_opts {
     unsigned    dtypes;      /* bit (1 << strataDataType_t) per datatype */
     unsigned    ops;         /* bit (1 << cb_op_t) per op */
     int         root;        /* -1: every root */
+    const char *algo;        /* -A: STRATA_ALGO for the ranks (set by main before any rank
+                              * starts); NULL: what the environment says */
+    int         phases;      /* --phases: print strataCommGetPhaseTimes under every row */
+    int         mem_alloc;   /* --mem-alloc: buffers from strataMemAlloc (zero-copy path) */
     /* topo subcommand */
     int         topo;        /* 1: print the topology instead of benchmarking */
     const char *topo_file;   /* --topo-file: an hwloc XML, no ranks */

@@ -1,0 +1,834 @@
+/*
+ * hier.c - the hierarchical algorithms: intra-node reduce-scatter through the node's windows,
+ * inter-node all-reduce of each shard on its rail, intra-node all-gather, pipelined over chunks.
+ *
+ * The buffer V (elements; for broadcast and all-gather, bytes) is cut into chunks of
+ * STRATA_HIER_CHUNK_SIZE bytes and every chunk into S shards, S = the number of rails (the largest
+ * number of ranks on a node). On a node of m ranks, local rank l owns the shards j with j mod m = l
+ * (on a node with fewer ranks than rails a rank owns several; that is how 3+1 or 2+3 layouts
+ * work). For chunk k, in its window slot k mod depth:
+ *   copy-in         every rank writes its contribution to the chunk into its window's in slot
+ *                   (prescaled by a premul-sum's scalar);
+ *   reduce-scatter  the owner of shard j reduces shard j over the node's in slots, in local rank
+ *                   order, into its res slot;
+ *   inter-node      the owners of shard j on every node (rail j mod m of each node) all-reduce it
+ *                   with a ring over the nodes (blocks of the shard, Patarasuk and Yuan), in place
+ *                   in the res slot;
+ *   all-gather      every rank copies every shard of the chunk from its owner's res slot into its
+ *                   output.
+ * Each phase runs as far ahead as the window slots allow, so while chunk k crosses the network,
+ * chunk k+1 is reduced inside the node and chunk k-1 gathered: the three phases of different
+ * chunks overlap. Counters in the windows (coll/intra.h) say how far each rank got; a slot is
+ * refilled only when every local rank finished reading what it held depth chunks ago.
+ *
+ * The five collectives are this one pipeline with different contributions and deliveries:
+ *   all-reduce       V = the buffer; contribution: all of it; delivery: all of it.
+ *   reduce-scatter   V = the send buffer (nranks blocks); delivery: the rank's own block only.
+ *   reduce           delivery on the root only; other ranks' receive buffers are never written.
+ *   broadcast        bytes; the root contributes, the shards of other nodes start as zeros, and
+ *                    the inter-node all-reduce ORs them: exactly the root's bytes arrive.
+ *   all-gather       bytes; rank r contributes its block at its place in V, zeros elsewhere, ORed.
+ * Reduce-scatter, broadcast and all-gather thereby move up to twice the bytes an algorithm
+ * specialised for them would over the network: a known cost of this composition, traded for one
+ * pipeline that handles uneven nodes and any rank numbering.
+ *
+ * Results are bitwise identical on all ranks: every element is reduced at one place in one fixed
+ * order (local ranks in order, then around the rail's ring from the block's first sender) and
+ * copied from there.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll.h"
+#include "coll/intra.h"
+#include "core/log.h"
+#include "core/param.h"
+#include "core/socket.h"
+#include "topo/topo.h"
+
+typedef enum { ST_HIER_REDUCE = 0, ST_HIER_COPY } st_hier_mode_t;
+
+/* One owned shard's inter-node ring for one chunk. */
+typedef struct st_hier_ring {
+    int          j;          /* shard index */
+    size_t       off, cnt;   /* the shard in the chunk, elements */
+    int          step;       /* 0 .. 2(N-1) (done) */
+    int          left, right;
+    int          sposted, rposted;
+    st_request_t sreq, rreq;
+    size_t       rlen;       /* bytes expected */
+    char        *tmp;        /* staging for a received block before it is reduced */
+} st_hier_ring_t;
+
+typedef struct st_hier_slot {
+    int             active;  /* inter-node rings in flight */
+    size_t          k;
+    int             left;    /* rings not yet done */
+    st_hier_ring_t *rings;   /* [nowned] */
+} st_hier_slot_t;
+
+typedef struct st_hier {
+    st_op_t          op;
+    st_coll_args_t   args;
+    st_comm_t       *comm;
+    st_intra_t      *intra;
+    const st_topo_t *topo;
+    st_hier_mode_t   mode;
+    size_t           es;       /* bytes per element of V */
+    size_t           unit;     /* shard and block boundaries fall on multiples of this (elements) */
+    size_t           total;    /* elements of V */
+    size_t           chunk;    /* elements per chunk */
+    size_t           ncols;
+    int              depth, m, l, nnodes, node, nshards;
+    int              nowned;
+    int             *owned;    /* [nowned] shard indexes this rank owns */
+    const void     **srcs;     /* [m] scratch for the reduction over windows */
+    uint64_t         base;     /* window sequence of chunk 0 */
+    uint64_t         ticket;   /* this op's turn on the node's windows */
+    size_t           copy_k, rs_k, res_k, ag_k;
+    st_hier_slot_t   slots[ST_PIPE_MAX_DEPTH];
+    st_hier_ring_t  *ring_mem;
+    char            *tmp_mem;
+    const char      *src;
+    char            *dst;
+    size_t           own_first, own_count; /* V range delivered (elements) */
+    int              deliver;              /* this rank writes its receive buffer */
+    int              inter_active;
+    /* zero-copy (every local rank's buffers from strataMemAlloc, all-reduce out of place): peers
+     * read each other's send buffers and receive buffers directly; no in or res slots */
+    int              zc_state;   /* 0 descriptor not yet published, 1 waiting for peers', 2 done */
+    int              zc;         /* 1 when the zero-copy path runs */
+    const char     **zc_send;    /* [m] every local rank's send buffer as mapped here */
+    char           **zc_recv;    /* [m] every local rank's receive buffer as mapped here */
+    double           t_start, t_inter_since, t_busy[3];
+} st_hier_t;
+
+/* Splits len elements into parts pieces on multiples of unit; piece i's offset and length. */
+static void st_hier_split(size_t len, int parts, int i, size_t unit, size_t *off_p, size_t *cnt_p)
+{
+    size_t units = ST_DIV_ROUND_UP(len, unit);
+    size_t b = units / (size_t)parts, r = units % (size_t)parts;
+    size_t u0 = (size_t)i * b + ST_MIN((size_t)i, r);
+    size_t un = b + ((size_t)i < r);
+    size_t off = ST_MIN(u0 * unit, len);
+    size_t end = ST_MIN((u0 + un) * unit, len);
+
+    *off_p = off;
+    *cnt_p = end - off;
+}
+
+static size_t st_hier_chunk_len(const st_hier_t *h, size_t k)
+{
+    return ST_MIN(h->chunk, h->total - k * h->chunk);
+}
+
+static inline int st_hier_mod(int x, int n)
+{
+    return ((x % n) + n) % n;
+}
+
+/* The owner of shard j on node (a comm rank). */
+static int st_hier_owner(const st_hier_t *h, int node, int j)
+{
+    return st_topo_node_rank(h->topo, node, j % st_topo_local_size(h->topo, node));
+}
+
+static void st_hier_or(void *dst, const void *a, const void *b, size_t n)
+{
+    uint8_t       *d = dst;
+    const uint8_t *x = a, *y = b;
+
+    for (size_t i = 0; i < n; i++) {
+        d[i] = x[i] | y[i];
+    }
+}
+
+static void st_hier_combine(const st_hier_t *h, void *dst, const void *in, size_t count)
+{
+    if (h->mode == ST_HIER_REDUCE) {
+        st_reduce_combine(&h->args.redop, dst, dst, in, count);
+    } else {
+        st_hier_or(dst, dst, in, count);
+    }
+}
+
+/* Where chunk k's reduced shards of local rank lr live (offsets relative to the chunk): its res
+ * slot, or with zero-copy its receive buffer. */
+static char *st_hier_res(const st_hier_t *h, int lr, size_t k)
+{
+    if (h->zc) {
+        return h->zc_recv[lr] + k * h->chunk * h->es;
+    }
+    return st_intra_res(h->intra, lr, (int)(k % (size_t)h->depth));
+}
+
+/* ---- copy-in -------------------------------------------------------------------------------- */
+
+static void st_hier_copy_in(st_hier_t *h, size_t k)
+{
+    char  *slot = st_intra_in(h->intra, h->l, (int)(k % (size_t)h->depth));
+    size_t first = k * h->chunk, len = st_hier_chunk_len(h, k);
+
+    if (h->mode == ST_HIER_REDUCE) {
+        st_reduce_pre(&h->args.redop, slot, h->src + first * h->es, len);
+    } else if (h->args.type == ST_COLL_BROADCAST) {
+        if (h->comm->rank == h->args.root) {
+            memcpy(slot, h->src + first, len);
+        }
+    } else { /* all-gather: the own block's part of the chunk */
+        size_t blk = h->args.count * st_dtype_size(h->args.dtype);
+        size_t lo = (size_t)h->comm->rank * blk;
+        size_t a = ST_MAX(lo, first), b = ST_MIN(lo + blk, first + len);
+
+        if (a < b) {
+            memcpy(slot + (a - first), h->src + (a - lo), b - a);
+        }
+    }
+}
+
+/* ---- reduce-scatter (intra) ----------------------------------------------------------------- */
+
+/* Copy mode: fills [first, first+cnt) of V (bytes) in dst from the local contributors' in slots,
+ * zeros where the contributor lives on another node. */
+static void st_hier_gather_local(st_hier_t *h, char *dst, size_t first, size_t cnt, int slot,
+                                 size_t chunk_first)
+{
+    size_t pos = first, end = first + cnt;
+
+    while (pos < end) {
+        size_t seg_end;
+        int    r;
+
+        if (h->args.type == ST_COLL_BROADCAST) {
+            r       = h->args.root;
+            seg_end = end;
+        } else {
+            size_t blk = h->args.count * st_dtype_size(h->args.dtype);
+            r       = (int)(pos / blk);
+            seg_end = ST_MIN(end, (size_t)(r + 1) * blk);
+        }
+        if (st_topo_node(h->topo, r) == h->node) {
+            int lr = st_topo_local_rank(h->topo, r);
+            memcpy(dst + (pos - first), st_intra_in(h->intra, lr, slot) + (pos - chunk_first),
+                   seg_end - pos);
+        } else {
+            memset(dst + (pos - first), 0, seg_end - pos);
+        }
+        pos = seg_end;
+    }
+}
+
+static void st_hier_reduce_scatter(st_hier_t *h, size_t k)
+{
+    int          slot = (int)(k % (size_t)h->depth);
+    size_t       len = st_hier_chunk_len(h, k);
+    const void **srcs = h->srcs;
+
+    for (int o = 0; o < h->nowned; o++) {
+        size_t off, cnt;
+        char  *res;
+
+        st_hier_split(len, h->nshards, h->owned[o], h->unit, &off, &cnt);
+        if (cnt == 0) {
+            continue;
+        }
+        res = st_hier_res(h, h->l, k) + off * h->es;
+        if (h->mode == ST_HIER_REDUCE) {
+            for (int lr = 0; lr < h->m; lr++) {
+                srcs[lr] = h->zc ? h->zc_send[lr] + (k * h->chunk + off) * h->es
+                                 : st_intra_in(h->intra, lr, slot) + off * h->es;
+            }
+            st_intra_reduce(&h->args.redop, res, srcs, h->m, cnt);
+            if (h->nnodes == 1 && st_redop_has_post(&h->args.redop)) {
+                st_reduce_post(&h->args.redop, res, cnt);
+            }
+        } else {
+            st_hier_gather_local(h, res, k * h->chunk + off, cnt, slot, k * h->chunk);
+        }
+    }
+}
+
+/* ---- inter-node ring per shard -------------------------------------------------------------- */
+
+/* Block b of ring r's shard: offset (elements, in the chunk) and count. */
+static size_t st_hier_block(const st_hier_t *h, const st_hier_ring_t *r, int b, size_t *off_p)
+{
+    size_t off, cnt;
+
+    st_hier_split(r->cnt, h->nnodes, b, h->unit, &off, &cnt);
+    *off_p = r->off + off;
+    return cnt;
+}
+
+static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_t *r)
+{
+    const st_net_ops_t *net = h->comm->net;
+    int                 n = h->nnodes, pos = h->node, steps = 2 * (n - 1);
+    char               *res = st_hier_res(h, h->l, s->k);
+    uint64_t            sub = ((uint64_t)(s->k * (size_t)h->nshards + (size_t)r->j) *
+                               (uint64_t)steps + (uint64_t)r->step) & ST_TAG_SUB_MASK;
+    uint64_t            tag = st_tag_coll(h->args.seq, sub);
+    size_t              soff, roff, scnt, rcnt;
+    void               *rbuf;
+    st_status_t         status;
+
+    for (;;) {
+        if (r->step == steps) {
+            s->left--;
+            return ST_OK;
+        }
+        if (r->step < n - 1) {
+            scnt = st_hier_block(h, r, st_hier_mod(pos - r->step - 1, n), &soff);
+            rcnt = st_hier_block(h, r, st_hier_mod(pos - r->step - 2, n), &roff);
+            rbuf = r->tmp;
+        } else {
+            int t = r->step - (n - 1);
+            scnt = st_hier_block(h, r, st_hier_mod(pos - t, n), &soff);
+            rcnt = st_hier_block(h, r, st_hier_mod(pos - t - 1, n), &roff);
+            rbuf = res + roff * h->es;
+        }
+        r->sposted = r->rposted = 0;
+        if (rcnt > 0) {
+            r->rlen = rcnt * h->es;
+            status = net->irecv(h->comm->eps[r->left], rbuf, r->rlen, tag, NULL, &r->rreq);
+            if (status != ST_OK) {
+                return status;
+            }
+            r->rposted = 1;
+        }
+        if (scnt > 0) {
+            status = net->isend(h->comm->eps[r->right], res + soff * h->es, scnt * h->es, tag,
+                                NULL, &r->sreq);
+            if (status != ST_OK) {
+                return status;
+            }
+            r->sposted = 1;
+        }
+        if (r->rposted || r->sposted) {
+            return ST_OK;
+        }
+        r->step++; /* both blocks empty: nothing to wait for */
+        sub = ((uint64_t)(s->k * (size_t)h->nshards + (size_t)r->j) * (uint64_t)steps +
+               (uint64_t)r->step) & ST_TAG_SUB_MASK;
+        tag = st_tag_coll(h->args.seq, sub);
+    }
+}
+
+static st_status_t st_hier_req_error(st_hier_t *h, st_hier_ring_t *r, int is_send)
+{
+    st_request_t *req = is_send ? &r->sreq : &r->rreq;
+
+    st_error(ST_SUB_COLL, "%s #%llu (%s) rank %d: inter-node all-reduce of shard %d, step %d/%d:"
+             " %s rank %d failed: %s", h->op.coll, (unsigned long long)h->args.seq,
+             h->comm->name, h->comm->rank, r->j, r->step + 1, 2 * (h->nnodes - 1),
+             is_send ? "send to" : "receive from", is_send ? r->right : r->left,
+             st_status_str(req->status));
+    return (req->status == ST_ERR_CANCELED) ? ST_ERR_REMOTE : req->status;
+}
+
+/* Advances one ring as far as it goes without waiting. */
+static st_status_t st_hier_ring_progress(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_t *r)
+{
+    int n = h->nnodes;
+
+    while (r->step < 2 * (n - 1)) {
+        if ((r->rposted && !r->rreq.done) || (r->sposted && !r->sreq.done)) {
+            h->op.wait_peer = (r->rposted && !r->rreq.done) ? r->left : r->right;
+            return ST_INPROGRESS;
+        }
+        if (r->rposted) {
+            if (r->rreq.status != ST_OK) {
+                return st_hier_req_error(h, r, 0);
+            }
+            if (r->rreq.len != r->rlen) {
+                st_error(ST_SUB_COLL, "%s #%llu rank %d: inter-node step %d: expected %zu B from "
+                         "rank %d, got %zu B: do all ranks call the same collective with the same"
+                         " count and datatype?", h->op.coll, (unsigned long long)h->args.seq,
+                         h->comm->rank, r->step + 1, r->rlen, r->left, r->rreq.len);
+                return ST_ERR_USAGE;
+            }
+        }
+        if (r->sposted && r->sreq.status != ST_OK) {
+            return st_hier_req_error(h, r, 1);
+        }
+        if (r->step < n - 1 && r->rposted) {
+            size_t roff, rcnt;
+            char  *res = st_hier_res(h, h->l, s->k);
+
+            rcnt = st_hier_block(h, r, st_hier_mod(h->node - r->step - 2, n), &roff);
+            st_hier_combine(h, res + roff * h->es, r->tmp, rcnt);
+        }
+        if (r->step == n - 2 && h->mode == ST_HIER_REDUCE &&
+            st_redop_has_post(&h->args.redop)) {
+            size_t off, cnt;
+            char  *res = st_hier_res(h, h->l, s->k);
+
+            cnt = st_hier_block(h, r, h->node, &off); /* final after the last reduce step */
+            st_reduce_post(&h->args.redop, res + off * h->es, cnt);
+        }
+        r->rposted = r->sposted = 0;
+        r->step++;
+        h->op.progressed = 1;
+        ST_CHECK(st_hier_ring_post(h, s, r));
+    }
+    return ST_OK;
+}
+
+static st_status_t st_hier_inter_start(st_hier_t *h, size_t k)
+{
+    st_hier_slot_t *s = &h->slots[k % (size_t)h->depth];
+    size_t          len = st_hier_chunk_len(h, k);
+
+    s->active = 1;
+    s->k      = k;
+    s->left   = h->nowned;
+    if (h->inter_active++ == 0) {
+        h->t_inter_since = st_time_now();
+    }
+    for (int o = 0; o < h->nowned; o++) {
+        st_hier_ring_t *r = &s->rings[o];
+
+        r->j    = h->owned[o];
+        st_hier_split(len, h->nshards, r->j, h->unit, &r->off, &r->cnt);
+        r->step = 0;
+        r->sposted = r->rposted = 0;
+        r->left  = st_hier_owner(h, st_hier_mod(h->node - 1, h->nnodes), r->j);
+        r->right = st_hier_owner(h, st_hier_mod(h->node + 1, h->nnodes), r->j);
+        ST_CHECK(st_hier_ring_post(h, s, r));
+    }
+    return ST_OK;
+}
+
+static st_status_t st_hier_inter_progress(st_hier_t *h)
+{
+    for (int i = 0; i < h->depth; i++) {
+        st_hier_slot_t *s = &h->slots[i];
+
+        if (!s->active) {
+            continue;
+        }
+        for (int o = 0; o < h->nowned; o++) {
+            st_hier_ring_t *r = &s->rings[o];
+            st_status_t     status;
+
+            if (r->step == 2 * (h->nnodes - 1)) {
+                continue;
+            }
+            status = st_hier_ring_progress(h, s, r);
+            if (status < 0) {
+                return status;
+            }
+        }
+        if (s->left == 0) {
+            s->active = 0;
+            if (--h->inter_active == 0) {
+                h->t_busy[1] += st_time_now() - h->t_inter_since;
+            }
+        }
+    }
+    return ST_OK;
+}
+
+/* ---- all-gather (intra) --------------------------------------------------------------------- */
+
+static void st_hier_deliver(st_hier_t *h, size_t k)
+{
+    size_t len = st_hier_chunk_len(h, k), first = k * h->chunk;
+
+    for (int j = 0; j < h->nshards; j++) {
+        size_t off, cnt, a, b;
+        int    lr = j % h->m;
+
+        st_hier_split(len, h->nshards, j, h->unit, &off, &cnt);
+        a = ST_MAX(first + off, h->own_first);
+        b = ST_MIN(first + off + cnt, h->own_first + h->own_count);
+        if (a >= b || (h->zc && lr == h->l)) {
+            continue; /* zero-copy: the own shards were reduced in place */
+        }
+        memcpy(h->dst + (a - h->own_first) * h->es,
+               st_hier_res(h, lr, k) + (a - first) * h->es, (b - a) * h->es);
+    }
+}
+
+/* ---- the op --------------------------------------------------------------------------------- */
+
+/* Zero-copy descriptor of one rank for one operation, in its window's control area. */
+typedef struct st_hier_zc_desc {
+    uint64_t        base;     /* the operation (its first chunk's window sequence) */
+    uint32_t        ok;       /* 1: both buffers below are shareable */
+    uint32_t        pad;
+    st_mem_handle_t send, recv;
+    uint64_t        send_off, recv_off;
+} st_hier_zc_desc_t;
+
+#define ST_HIER_ZC_DESC_OFF 2048 /* in the control area (coll/intra.h: 4096 bytes) */
+
+static st_hier_zc_desc_t *st_hier_zc_desc(const st_hier_t *h, int lr)
+{
+    return (st_hier_zc_desc_t *)(h->intra->base[lr] + ST_HIER_ZC_DESC_OFF);
+}
+
+/* Publishes this rank's buffers, then (ST_INPROGRESS until every local rank did) decides: zero-copy
+ * when every local rank's send and receive buffers are shareable, the same decision everywhere. */
+static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
+{
+    st_intra_t *intra = h->intra;
+    int         all = 1;
+
+    if (h->zc_state == 0) {
+        st_hier_zc_desc_t *d = st_hier_zc_desc(h, h->l);
+        size_t             bytes = h->total * h->es, soff, roff;
+        int                ok;
+
+        /* out of place only: in place, an owner's reduction would overwrite inputs it still
+         * reads; premul needs the scaled copy that copy-in makes */
+        ok = h->zc_send != NULL && h->args.type == ST_COLL_ALLREDUCE &&
+             h->args.sendbuff != h->args.recvbuff && !h->args.redop.premul &&
+             st_mem_lookup(h->args.sendbuff, bytes, &d->send, &soff) &&
+             st_mem_lookup(h->args.recvbuff, bytes, &d->recv, &roff);
+        d->base     = h->base;
+        d->ok       = (uint32_t)ok;
+        d->send_off = ok ? soff : 0;
+        d->recv_off = ok ? roff : 0;
+        st_intra_publish(intra, ST_INTRA_ZC, h->base + 1);
+        h->zc_state = 1;
+        h->op.progressed = 1;
+    }
+    if (!st_intra_all_reached(intra, ST_INTRA_ZC, h->base + 1, lag_p)) {
+        return ST_INPROGRESS;
+    }
+    for (int lr = 0; lr < h->m; lr++) {
+        const st_hier_zc_desc_t *d = st_hier_zc_desc(h, lr);
+
+        all &= (d->base == h->base && d->ok);
+    }
+    h->zc_state = 2;
+    if (!all) {
+        return ST_OK;
+    }
+    for (int lr = 0; lr < h->m; lr++) {
+        const st_hier_zc_desc_t *d = st_hier_zc_desc(h, lr);
+        char *sbase = st_mem_map(&d->send), *rbase = st_mem_map(&d->recv);
+
+        if (sbase == NULL || rbase == NULL) {
+            st_error(ST_SUB_COLL, "%s #%llu rank %d: cannot map local rank %d's strataMemAlloc "
+                     "buffers", h->op.coll, (unsigned long long)h->args.seq, h->comm->rank, lr);
+            return ST_ERR_IO;
+        }
+        h->zc_send[lr] = sbase + d->send_off;
+        h->zc_recv[lr] = rbase + d->recv_off;
+    }
+    h->zc = 1;
+    st_debug(ST_SUB_COLL, "%s #%llu rank %d: zero-copy (every local rank's buffers are shareable)",
+             h->op.coll, (unsigned long long)h->args.seq, h->comm->rank);
+    return ST_OK;
+}
+
+static const char *const st_hier_phases[] = {"copy-in", "intra reduce-scatter",
+                                             "inter-node all-reduce", "intra all-gather"};
+
+static void st_hier_blocked(st_hier_t *h, int phase, int laggard_lr)
+{
+    h->op.win_wait  = 1;
+    h->op.phase     = st_hier_phases[phase];
+    h->op.wait_peer = (laggard_lr >= 0) ? st_topo_node_rank(h->topo, h->node, laggard_lr) : -1;
+}
+
+static st_status_t st_hier_progress(st_op_t *op)
+{
+    st_hier_t  *h = (st_hier_t *)op;
+    st_intra_t *intra = h->intra;
+    uint32_t    bell;
+    int         lag = -1;
+    double      t0;
+
+    op->sleepable = 0;
+    op->win_wait  = 0;
+    if (intra->turn != h->ticket) {
+        op->phase     = "waiting for the previous collective on the node's windows";
+        op->wait_peer = -1;
+        return ST_INPROGRESS;
+    }
+    bell = st_intra_doorbell(intra);
+    op->wait_peer = -1;
+    if (h->zc_state < 2) {
+        st_status_t status = st_hier_zc_negotiate(h, &lag);
+
+        if (status == ST_INPROGRESS) {
+            st_hier_blocked(h, 0, lag);
+            op->phase = "zero-copy: waiting for the local ranks' buffer descriptors";
+            goto idle;
+        }
+        ST_CHECK(status);
+    }
+
+    /* copy-in: as far as the slots allow (zero-copy: nothing to copy) */
+    while (h->copy_k < h->ncols && h->copy_k < h->ag_k + (size_t)h->depth) {
+        if (h->copy_k >= (size_t)h->depth &&
+            !st_intra_all_reached(intra, ST_INTRA_RS, h->base + h->copy_k - h->depth + 1, &lag)) {
+            st_hier_blocked(h, 0, lag);
+            break;
+        }
+        t0 = st_time_now();
+        if (!h->zc) {
+            st_hier_copy_in(h, h->copy_k);
+        }
+        h->t_busy[0] += st_time_now() - t0;
+        st_intra_publish(intra, ST_INTRA_IN, h->base + ++h->copy_k);
+        op->progressed = 1;
+    }
+    /* reduce-scatter of chunks every local rank copied in */
+    while (h->rs_k < h->copy_k) {
+        if (!st_intra_all_reached(intra, ST_INTRA_IN, h->base + h->rs_k + 1, &lag) ||
+            (h->rs_k >= (size_t)h->depth &&
+             !st_intra_all_reached(intra, ST_INTRA_AG, h->base + h->rs_k - h->depth + 1, &lag))) {
+            st_hier_blocked(h, 1, lag);
+            break;
+        }
+        if (h->slots[h->rs_k % (size_t)h->depth].active) {
+            break;
+        }
+        t0 = st_time_now();
+        st_hier_reduce_scatter(h, h->rs_k);
+        h->t_busy[0] += st_time_now() - t0;
+        st_intra_publish(intra, ST_INTRA_RS, h->base + h->rs_k + 1);
+        if (h->nnodes > 1 && h->nowned > 0) {
+            ST_CHECK(st_hier_inter_start(h, h->rs_k));
+        }
+        h->rs_k++;
+        op->progressed = 1;
+    }
+    /* inter-node */
+    if (h->inter_active > 0) {
+        ST_CHECK(st_hier_inter_progress(h));
+        if (h->inter_active > 0) {
+            op->phase = st_hier_phases[2];
+        }
+    }
+    /* shards final, in chunk order */
+    while (h->res_k < h->rs_k && !h->slots[h->res_k % (size_t)h->depth].active) {
+        st_intra_publish(intra, ST_INTRA_RES, h->base + ++h->res_k);
+        op->progressed = 1;
+    }
+    /* all-gather */
+    while (h->ag_k < h->res_k) {
+        if (!st_intra_all_reached(intra, ST_INTRA_RES, h->base + h->ag_k + 1, &lag)) {
+            if (h->inter_active == 0) {
+                st_hier_blocked(h, 3, lag);
+            }
+            break;
+        }
+        if (h->deliver) {
+            t0 = st_time_now();
+            st_hier_deliver(h, h->ag_k);
+            h->t_busy[2] += st_time_now() - t0;
+        }
+        st_intra_publish(intra, ST_INTRA_AG, h->base + ++h->ag_k);
+        op->progressed = 1;
+    }
+    if (h->ag_k == h->ncols) {
+        st_comm_t          *comm = h->comm;
+        strataPhaseTimes_t *t = &comm->times;
+
+        memset(t, 0, sizeof(*t));
+        snprintf(t->algorithm, sizeof(t->algorithm), "hier");
+        t->totalSeconds = st_time_now() - h->t_start;
+        for (int i = 0; i < 3; i++) {
+            t->seconds[i] = h->t_busy[i];
+        }
+        t->bytes[0] = t->bytes[2] = h->total * h->es;
+        for (size_t k = 0; k < h->ncols && h->nnodes > 1; k++) {
+            for (int o = 0; o < h->nowned; o++) {
+                size_t off, cnt;
+                st_hier_split(st_hier_chunk_len(h, k), h->nshards, h->owned[o], h->unit, &off,
+                              &cnt);
+                t->bytes[1] += cnt * h->es;
+            }
+        }
+        comm->have_times = 1;
+        op->times_set    = 1;
+        return ST_OK;
+    }
+idle:
+    op->win_wait = (h->m > 1); /* some cursor may wait on a local peer's counter */
+    if (!op->progressed && h->inter_active == 0) {
+        op->sleepable  = 1;
+        op->sleep_seen = bell;
+    }
+    return ST_INPROGRESS;
+}
+
+static void st_hier_sleep(st_op_t *op, long timeout_us)
+{
+    st_hier_t *h = (st_hier_t *)op;
+
+    st_intra_sleep(h->intra, op->sleep_seen, timeout_us);
+}
+
+static void st_hier_free(st_hier_t *h)
+{
+    free(h->ring_mem);
+    free(h->tmp_mem);
+    free(h->owned);
+    free(h->srcs);
+    free(h->zc_send);
+    free(h->zc_recv);
+    free(h);
+}
+
+static void st_hier_destroy(st_op_t *op)
+{
+    st_hier_t    *h = (st_hier_t *)op;
+    st_comm_t    *comm = h->comm;
+    st_request_t *stack_reqs[64];
+    st_request_t **reqs = stack_reqs;
+    int           n = 0;
+
+    if (2 * h->depth * h->nowned > 64 && h->ring_mem != NULL) {
+        reqs = malloc(2 * (size_t)h->depth * (size_t)h->nowned * sizeof(*reqs));
+        if (reqs == NULL) {
+            return; /* cannot even cancel: leak rather than free buffers in use */
+        }
+    }
+    for (int i = 0; i < h->depth; i++) {
+        st_hier_slot_t *s = &h->slots[i];
+
+        for (int o = 0; s->rings != NULL && o < h->nowned; o++) {
+            st_hier_ring_t *r = &s->rings[o];
+            if (r->rposted && !r->rreq.done) {
+                comm->net->cancel(comm->net_ctx, &r->rreq);
+                reqs[n++] = &r->rreq;
+            }
+            if (r->sposted && !r->sreq.done) {
+                comm->net->cancel(comm->net_ctx, &r->sreq);
+                reqs[n++] = &r->sreq;
+            }
+        }
+    }
+    /* the next operation on the node's windows may go (a failed one has failed the comm) */
+    h->intra->turn = h->ticket + 1;
+    if (n > 0 && !st_exec_drain(comm, reqs, n, 2.0)) {
+        st_warn(ST_SUB_COLL, "%s #%llu: %d transfers did not cancel; leaking their buffers",
+                op->coll, (unsigned long long)h->args.seq, n);
+        return;
+    }
+    if (reqs != stack_reqs) {
+        free(reqs);
+    }
+    st_hier_free(h);
+}
+
+st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
+{
+    st_comm_t  *comm = args->comm;
+    st_intra_t *intra = comm->intra;
+    st_hier_t  *h;
+    size_t      es = st_dtype_size(args->dtype);
+
+    *op_p = NULL;
+    if (args->count == 0) {
+        return ST_OK;
+    }
+    h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        return ST_ERR_NO_MEMORY;
+    }
+    h->args    = *args;
+    h->comm    = comm;
+    h->intra   = intra;
+    h->topo    = comm->topo;
+    h->depth   = intra->depth;
+    h->m       = intra->local_size;
+    h->l       = intra->local_rank;
+    h->nnodes  = comm->nnodes;
+    h->node    = comm->node;
+    h->nshards = st_topo_nrails(comm->topo);
+    h->src     = args->sendbuff;
+    h->dst     = args->recvbuff;
+    h->deliver = 1;
+    switch (args->type) {
+    case ST_COLL_BROADCAST:
+    case ST_COLL_ALLGATHER:
+        h->mode  = ST_HIER_COPY;
+        h->es    = 1;
+        h->total = args->count * es * (args->type == ST_COLL_ALLGATHER ? (size_t)comm->nranks : 1);
+        h->own_first = 0;
+        h->own_count = h->total;
+        break;
+    case ST_COLL_REDUCESCATTER:
+        h->es        = es;
+        h->total     = args->count * (size_t)comm->nranks;
+        h->own_first = args->count * (size_t)comm->rank;
+        h->own_count = args->count;
+        break;
+    default: /* all-reduce, reduce */
+        h->es        = es;
+        h->total     = args->count;
+        h->own_first = 0;
+        h->own_count = args->count;
+        h->deliver   = (args->type == ST_COLL_ALLREDUCE) || comm->rank == args->root;
+        break;
+    }
+    h->unit  = ST_MAX(64 / h->es, 1);
+    h->chunk = ST_MAX(intra->chunk_bytes / h->es, 1);
+    h->chunk = ST_MAX(h->chunk / h->unit, 1) * h->unit;
+    h->ncols = ST_DIV_ROUND_UP(h->total, h->chunk);
+    h->owned = malloc((size_t)h->nshards * sizeof(*h->owned));
+    h->srcs  = malloc((size_t)h->m * sizeof(*h->srcs));
+    if (h->mode == ST_HIER_REDUCE && args->type == ST_COLL_ALLREDUCE && h->m > 1) {
+        h->zc_send = calloc((size_t)h->m, sizeof(*h->zc_send));
+        h->zc_recv = calloc((size_t)h->m, sizeof(*h->zc_recv));
+    } else {
+        h->zc_state = 2; /* no negotiation: the others never look */
+    }
+    if (h->owned == NULL || h->srcs == NULL ||
+        (h->zc_state == 0 && (h->zc_send == NULL || h->zc_recv == NULL))) {
+        st_hier_free(h);
+        return ST_ERR_NO_MEMORY;
+    }
+    for (int j = 0; j < h->nshards; j++) {
+        if (j % h->m == h->l) {
+            h->owned[h->nowned++] = j;
+        }
+    }
+    /* rings and their staging (the largest block of a shard), per owned shard and slot */
+    if (h->nnodes > 1) {
+        size_t shard_max = ST_DIV_ROUND_UP(ST_DIV_ROUND_UP(h->chunk, h->unit),
+                                           (size_t)h->nshards) * h->unit;
+        size_t tmp_bytes = ST_DIV_ROUND_UP(shard_max * h->es, 64) * 64;
+        size_t nrings = (size_t)h->nowned * (size_t)h->depth;
+
+        h->ring_mem = calloc(nrings, sizeof(*h->ring_mem));
+        h->tmp_mem  = aligned_alloc(64, tmp_bytes * nrings);
+        if (h->ring_mem == NULL || h->tmp_mem == NULL) {
+            st_error(ST_SUB_COLL, "%s: cannot allocate %zu B of staging", st_coll_name(args->type),
+                     tmp_bytes * nrings);
+            st_hier_free(h);
+            return ST_ERR_NO_MEMORY;
+        }
+        for (size_t i = 0; i < nrings; i++) {
+            h->ring_mem[i].tmp = h->tmp_mem + i * tmp_bytes;
+        }
+        for (int i = 0; i < h->depth; i++) {
+            h->slots[i].rings = h->ring_mem + (size_t)i * (size_t)h->nowned;
+        }
+    }
+    h->base            = intra->chunk_seq;
+    intra->chunk_seq  += h->ncols;
+    h->ticket          = intra->tickets++;
+    h->t_start         = st_time_now();
+    h->op.comm         = comm;
+    h->op.coll         = st_coll_name(args->type);
+    h->op.seq          = args->seq;
+    h->op.phase        = st_hier_phases[0];
+    h->op.nsteps       = 0;
+    h->op.wait_peer    = -1;
+    h->op.progress     = st_hier_progress;
+    h->op.destroy      = st_hier_destroy;
+    h->op.sleep        = st_hier_sleep;
+    h->op.algo         = "hier";
+    *op_p = &h->op;
+    return ST_OK;
+}

@@ -1,0 +1,196 @@
+/*
+ * intra.c - the node's windows (see intra.h): creation over a window transport, the counters and
+ * doorbell that order the intra-node phases, and the reduction over windows.
+ *
+ * Creation is collective: every local rank creates its window, a barrier, every rank maps its
+ * peers', a barrier, every rank removes its name. From then on nothing is left in /dev/shm even if
+ * a rank is killed. A node of one rank needs no shared memory: its window is private.
+ */
+#include "config.h"
+#include "coll/intra.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll.h"
+#include "core/comm.h"
+#include "core/log.h"
+#include "core/param.h"
+
+#define ST_INTRA_CTRL_BYTES 4096
+
+static uint64_t st_intra_fnv(uint64_t h, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+
+    for (size_t i = 0; i < len; i++) {
+        h = (h ^ p[i]) * UINT64_C(0x100000001b3);
+    }
+    return h;
+}
+
+st_status_t st_intra_create(st_comm_t *comm, st_intra_t **intra_p)
+{
+    const st_topo_t *topo = comm->topo;
+    st_intra_t      *intra;
+    st_win_config_t  cfg;
+    st_status_t      status;
+    uint64_t         node_hash;
+    int              leader;
+
+    intra = calloc(1, sizeof(*intra));
+    if (intra == NULL) {
+        return ST_ERR_NO_MEMORY;
+    }
+    intra->local_rank  = st_topo_local_rank(topo, comm->rank);
+    intra->local_size  = st_topo_local_size(topo, comm->node);
+    intra->depth       = (int)st_core_config.pipeline_depth;
+    intra->chunk_bytes = ST_MAX(st_core_config.hier_chunk_size, 64);
+    intra->chunk_bytes = ST_DIV_ROUND_UP(intra->chunk_bytes, 64) * 64;
+    intra->win_bytes   = ST_INTRA_CTRL_BYTES + 2 * ST_INTRA_SMALL_BYTES +
+                         2 * (size_t)intra->depth * intra->chunk_bytes;
+    intra->base        = calloc((size_t)intra->local_size, sizeof(*intra->base));
+    if (intra->base == NULL) {
+        status = ST_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    if (intra->local_size == 1) {
+        intra->private_mem = aligned_alloc(4096, ST_DIV_ROUND_UP(intra->win_bytes, 4096) * 4096);
+        if (intra->private_mem == NULL) {
+            st_error(ST_SUB_SHM, "%s: cannot allocate a %zu B window", comm->name,
+                     intra->win_bytes);
+            status = ST_ERR_NO_MEMORY;
+            goto err_free;
+        }
+        memset(intra->private_mem, 0, intra->win_bytes);
+        intra->base[0] = intra->private_mem;
+        /* the agreements below are all-reduces over the whole communicator: a node of one rank
+         * takes part when other nodes have windows to make */
+        if (st_topo_nrails(topo) > 1) {
+            ST_CHECK_GOTO(st_comm_agree(comm, ST_OK), status, err_free);
+            ST_CHECK_GOTO(st_comm_agree(comm, ST_OK), status, err_free);
+        }
+        goto done;
+    }
+
+    /* names: the communicator's id, the node's identity and its local rank 0's pid (unique among
+     * live processes, so even a reused STRATA_COMM_ID cannot meet a stale segment) */
+    leader    = st_topo_node_rank(topo, comm->node, 0);
+    node_hash = st_intra_fnv(UINT64_C(0xcbf29ce484222325), comm->peers[comm->rank].node_id,
+                             strlen(comm->peers[comm->rank].node_id));
+    memset(&cfg, 0, sizeof(cfg));
+    snprintf(cfg.name, sizeof(cfg.name), "%016llx-%08llx-%u", (unsigned long long)comm->uid,
+             (unsigned long long)(node_hash & 0xffffffffu), (unsigned)comm->peers[leader].pid);
+    cfg.local_rank = intra->local_rank;
+    cfg.local_size = intra->local_size;
+    cfg.size       = intra->win_bytes;
+    cfg.numa       = st_topo_rec(topo, comm->rank)->numa;
+    intra->win     = st_win_transports[0];
+    /* a failure of one rank must not leave the others in a barrier: every rank goes through both
+     * barriers and the result is agreed on by an all-reduce of the statuses */
+    status = intra->win->create(&cfg, &intra->ctx);
+    ST_CHECK_GOTO(st_comm_agree(comm, status), status, err_ctx);
+    status = intra->win->attach(intra->ctx);
+    ST_CHECK_GOTO(st_comm_agree(comm, status), status, err_ctx);
+    intra->win->unlink(intra->ctx);
+    for (int lr = 0; lr < intra->local_size; lr++) {
+        intra->base[lr] = intra->win->base(intra->ctx, lr);
+    }
+done:
+    intra->doorbell = (uint32_t *)(intra->base[0] + 64 * ST_INTRA_NCNT);
+    intra->sleepers = intra->doorbell + 16;
+    st_info(ST_SUB_SHM, "%s: rank %d: windows of %zu B x %d local ranks (%d slots of %zu B)",
+            comm->name, comm->rank, intra->win_bytes, intra->local_size, intra->depth,
+            intra->chunk_bytes);
+    *intra_p = intra;
+    return ST_OK;
+
+err_ctx:
+    if (intra->ctx != NULL) {
+        intra->win->destroy(intra->ctx);
+    }
+err_free:
+    free(intra->private_mem);
+    free(intra->base);
+    free(intra);
+    return status;
+}
+
+void st_intra_destroy(st_intra_t *intra)
+{
+    if (intra == NULL) {
+        return;
+    }
+    if (intra->ctx != NULL) {
+        intra->win->destroy(intra->ctx);
+    }
+    free(intra->private_mem);
+    free(intra->base);
+    free(intra);
+}
+
+void st_intra_publish(st_intra_t *intra, st_intra_cnt_t c, uint64_t value)
+{
+    __atomic_store_n(st_intra_cnt_ptr(intra, intra->local_rank, c), value, __ATOMIC_RELEASE);
+    if (intra->local_size == 1) {
+        return;
+    }
+    __atomic_add_fetch(intra->doorbell, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(intra->sleepers, __ATOMIC_SEQ_CST) != 0) {
+        intra->win->wake(intra->ctx, intra->doorbell);
+    }
+}
+
+int st_intra_reached(const st_intra_t *intra, int lr, st_intra_cnt_t c, uint64_t value)
+{
+    return __atomic_load_n(st_intra_cnt_ptr(intra, lr, c), __ATOMIC_ACQUIRE) >= value;
+}
+
+int st_intra_all_reached(const st_intra_t *intra, st_intra_cnt_t c, uint64_t value,
+                         int *laggard_p)
+{
+    for (int lr = 0; lr < intra->local_size; lr++) {
+        if (!st_intra_reached(intra, lr, c, value)) {
+            if (laggard_p != NULL) {
+                *laggard_p = lr;
+            }
+            return 0;
+        }
+    }
+    return 1;
+}
+
+uint32_t st_intra_doorbell(const st_intra_t *intra)
+{
+    return __atomic_load_n(intra->doorbell, __ATOMIC_SEQ_CST);
+}
+
+void st_intra_sleep(st_intra_t *intra, uint32_t seen, long timeout_us)
+{
+    if (intra->local_size == 1) {
+        return;
+    }
+    __atomic_add_fetch(intra->sleepers, 1, __ATOMIC_SEQ_CST);
+    intra->win->wait(intra->ctx, intra->doorbell, seen, timeout_us);
+    __atomic_sub_fetch(intra->sleepers, 1, __ATOMIC_SEQ_CST);
+}
+
+void st_intra_reduce(const st_redop_t *redop, void *dst, const void *const *srcs, int n,
+                     size_t count)
+{
+    size_t es = st_dtype_size(redop->dtype);
+
+    if (count == 0) {
+        return;
+    }
+    if (n == 1) {
+        if (dst != srcs[0]) {
+            memcpy(dst, srcs[0], count * es);
+        }
+        return;
+    }
+    st_reduce_combine(redop, dst, srcs[0], srcs[1], count);
+    for (int i = 2; i < n; i++) {
+        st_reduce_combine(redop, dst, dst, srcs[i], count);
+    }
+}

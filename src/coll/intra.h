@@ -1,0 +1,107 @@
+/*
+ * intra.h - the node's windows as the intra-node algorithms see them, written once over the window
+ * transport interface (transports/transport.h), so shm (host) and cuda_ipc (device) share it.
+ *
+ * Every local rank owns one window, mapped by all its node peers. A window is:
+ *   control   one 64-byte line per counter (st_intra_cnt_t), written only by its owner: sequence
+ *             numbers that only grow over the communicator's life (never reset, so consecutive
+ *             operations cannot confuse each other's flags); plus, in local rank 0's window, the
+ *             node's doorbell (a futex word every publish bumps) and its sleeper count.
+ *   small     two areas of ST_INTRA_SMALL_BYTES for the small-message algorithm (alternating).
+ *   in        depth slots of chunk_bytes: the owner's contribution to a pipeline chunk.
+ *   res       depth slots of chunk_bytes: the shards the owner reduced (and all-reduced across
+ *             nodes), read by every local rank in the all-gather phase.
+ * Ordering: a writer fills data, then publishes a counter with a release store; a reader loads the
+ * counter with acquire before it reads the data. A rank that finds nothing to do sleeps on the
+ * doorbell (st_intra_sleep) instead of spinning: a late peer costs no CPU.
+ */
+#ifndef ST_COLL_INTRA_H
+#define ST_COLL_INTRA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "reduce/reduce.h"
+#include "transports/transport.h"
+
+struct st_comm;
+
+#define ST_INTRA_SMALL_BYTES (64 * 1024) /* per small area: an in half and a res half */
+#define ST_INTRA_SMALL_MAX   (ST_INTRA_SMALL_BYTES / 2)
+
+typedef enum {
+    ST_INTRA_IN = 0,    /* chunks copied into the in slots */
+    ST_INTRA_RS,        /* chunks whose in slots this rank finished reading (reduce-scatter) */
+    ST_INTRA_RES,       /* chunks whose owned shards are final in the res slots */
+    ST_INTRA_AG,        /* chunks whose res slots this rank finished reading (all-gather) */
+    ST_INTRA_SMALL_IN,  /* small operations whose data is in the small area */
+    ST_INTRA_SMALL_RES, /* small operations whose result is in the small area (node leader) */
+    ST_INTRA_SMALL_DONE,/* small operations this rank finished reading */
+    ST_INTRA_ZC,        /* hierarchical operations whose zero-copy descriptor is published */
+    ST_INTRA_NCNT
+} st_intra_cnt_t;
+
+typedef struct st_intra {
+    const st_win_ops_t *win;
+    st_win_ctx_t       *ctx;        /* NULL for a node of one rank (private memory) */
+    void               *private_mem;
+    int                 local_rank;
+    int                 local_size;
+    size_t              chunk_bytes; /* bytes per slot */
+    int                 depth;       /* slots per area */
+    size_t              win_bytes;
+    char              **base;        /* [local_size] windows as mapped here */
+    uint32_t           *doorbell;    /* in local rank 0's window */
+    uint32_t           *sleepers;
+    uint64_t            chunk_seq;   /* pipeline chunks this rank started so far (all ops) */
+    uint64_t            small_seq;   /* small operations so far */
+    /* Operations on the windows run one after another on each rank (their counters would mix
+     * otherwise): each takes a ticket when made and runs when turn reaches it. */
+    uint64_t            tickets;
+    uint64_t            turn;
+} st_intra_t;
+
+/* Creates the node's windows for comm (collective over comm: barriers through comm's net).
+ * Sizes from STRATA_HIER_CHUNK_SIZE and STRATA_PIPELINE_DEPTH. Segment names carry comm's
+ * id and node identity. ST_ERR_NO_MEMORY, ST_ERR_IO (logged). */
+st_status_t st_intra_create(struct st_comm *comm, st_intra_t **intra_p);
+void        st_intra_destroy(st_intra_t *intra);
+
+static inline uint64_t *st_intra_cnt_ptr(const st_intra_t *intra, int lr, st_intra_cnt_t c)
+{
+    return (uint64_t *)(intra->base[lr] + 64 * (size_t)c);
+}
+/* Publishes the own counter c = value (release) and rings the doorbell. */
+void st_intra_publish(st_intra_t *intra, st_intra_cnt_t c, uint64_t value);
+/* 1 when every local rank's counter c is >= value; else 0 with *laggard_p (may be NULL) the first
+ * local rank behind. */
+int st_intra_all_reached(const st_intra_t *intra, st_intra_cnt_t c, uint64_t value,
+                         int *laggard_p);
+/* 1 when local rank lr's counter c is >= value. */
+int st_intra_reached(const st_intra_t *intra, int lr, st_intra_cnt_t c, uint64_t value);
+/* The doorbell's value: read before checking counters, pass to st_intra_sleep. */
+uint32_t st_intra_doorbell(const st_intra_t *intra);
+/* Sleeps until the doorbell differs from seen or timeout_us passed. */
+void st_intra_sleep(st_intra_t *intra, uint32_t seen, long timeout_us);
+
+/* Start of local rank lr's small area `which` (0 or 1), in slot `slot` and res slot. */
+static inline char *st_intra_small(const st_intra_t *intra, int lr, int which)
+{
+    return intra->base[lr] + 4096 + (size_t)which * ST_INTRA_SMALL_BYTES;
+}
+static inline char *st_intra_in(const st_intra_t *intra, int lr, int slot)
+{
+    return intra->base[lr] + 4096 + 2 * ST_INTRA_SMALL_BYTES + (size_t)slot * intra->chunk_bytes;
+}
+static inline char *st_intra_res(const st_intra_t *intra, int lr, int slot)
+{
+    return st_intra_in(intra, lr, intra->depth + slot);
+}
+
+/* The intra-node kernels, written once for any window transport. */
+/* dst = srcs[0] (+) srcs[1] (+) ... (+) srcs[n-1], combined in that order, count elements. */
+void st_intra_reduce(const st_redop_t *redop, void *dst, const void *const *srcs, int n,
+                     size_t count);
+
+#endif

@@ -1,0 +1,143 @@
+/*
+ * select.c - which algorithm runs a call: STRATA_ALGO, or by size and layout (auto).
+ *
+ * auto:  all-reduce of at most STRATA_SMALL_THRESHOLD bytes -> small (one round through the
+ *        windows); otherwise, when some node holds several ranks -> hier (the intra-node phases
+ *        through windows, one inter-node ring per rail); otherwise (one rank per node, or one
+ *        rank) -> the flat ring (all-reduce, reduce-scatter, all-gather) or chain (broadcast,
+ *        reduce). Every rank computes the same choice from the same count, layout and
+ *        parameters, which all ranks must share.
+ * ring, hier, small force one; small applies to all-reduces that fit the windows' small area
+ * (32 KiB) and the rest go as under auto.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include "coll/coll.h"
+#include "coll/intra.h"
+#include "core/log.h"
+#include "core/param.h"
+#include "topo/topo.h"
+
+static const char *const st_algo_names[] = {"auto", "ring", "hier", "small"};
+
+st_algo_t st_algo_parse(const char *name)
+{
+    for (int a = 0; a < ST_ALGO_LAST; a++) {
+        if (strcmp(name, st_algo_names[a]) == 0) {
+            return (st_algo_t)a;
+        }
+    }
+    return ST_ALGO_LAST;
+}
+
+const char *st_algo_name(st_algo_t algo)
+{
+    return (algo < ST_ALGO_LAST) ? st_algo_names[algo] : "unknown";
+}
+
+st_status_t st_coll_config_check(void)
+{
+    if (st_algo_parse(st_core_config.algo) == ST_ALGO_LAST) {
+        st_error(ST_SUB_COLL, "STRATA_ALGO '%s' is unknown (auto, ring, hier, small)",
+                 st_core_config.algo);
+        return ST_ERR_INVALID;
+    }
+    if (st_core_config.chunk_size == 0) {
+        st_error(ST_SUB_COLL, "STRATA_CHUNK_SIZE 0 is not a chunk size (bytes, e.g. 512k)");
+        return ST_ERR_INVALID;
+    }
+    if (st_core_config.hier_chunk_size == 0) {
+        st_error(ST_SUB_COLL, "STRATA_HIER_CHUNK_SIZE 0 is not a chunk size (bytes, e.g. 512k)");
+        return ST_ERR_INVALID;
+    }
+    if (st_core_config.small_threshold > ST_INTRA_SMALL_MAX) {
+        st_error(ST_SUB_COLL, "STRATA_SMALL_THRESHOLD %zu exceeds the %d B the small algorithm "
+                 "handles", st_core_config.small_threshold, ST_INTRA_SMALL_MAX);
+        return ST_ERR_INVALID;
+    }
+    if (st_core_config.pipeline_depth < 1 || st_core_config.pipeline_depth > ST_PIPE_MAX_DEPTH) {
+        st_error(ST_SUB_COLL, "STRATA_PIPELINE_DEPTH %u is outside [1, %d]",
+                 st_core_config.pipeline_depth, ST_PIPE_MAX_DEPTH);
+        return ST_ERR_INVALID;
+    }
+    return ST_OK;
+}
+
+/* The size of a call as nccl-tests counts it (S, bytes). */
+static size_t st_coll_bytes(const st_coll_args_t *args)
+{
+    size_t bytes = args->count * st_dtype_size(args->dtype);
+
+    if (args->type == ST_COLL_ALLGATHER || args->type == ST_COLL_REDUCESCATTER) {
+        bytes *= (size_t)args->comm->nranks;
+    }
+    return bytes;
+}
+
+static st_algo_t st_coll_choose(const st_coll_args_t *args)
+{
+    st_comm_t *comm = args->comm;
+    st_algo_t  algo = args->algo;
+
+    if (args->type == ST_COLL_SEND || args->type == ST_COLL_RECV) {
+        return ST_ALGO_LAST; /* p2p */
+    }
+    if (algo == ST_ALGO_AUTO) {
+        algo = st_algo_parse(st_core_config.algo); /* checked at init */
+    }
+    if (comm->nranks == 1 || comm->intra == NULL) {
+        return ST_ALGO_RING;
+    }
+    if (algo == ST_ALGO_SMALL && !st_small_fits(args)) {
+        algo = ST_ALGO_AUTO;
+    }
+    if (algo == ST_ALGO_AUTO) {
+        if (args->type == ST_COLL_ALLREDUCE && st_small_fits(args) &&
+            st_coll_bytes(args) <= st_core_config.small_threshold) {
+            algo = ST_ALGO_SMALL;
+        } else if (st_topo_nrails(comm->topo) > 1) {
+            algo = ST_ALGO_HIER;
+        } else {
+            algo = ST_ALGO_RING;
+        }
+    }
+    return algo;
+}
+
+st_status_t st_coll_op_create(const st_coll_args_t *args, st_op_t **op_p)
+{
+    st_status_t status;
+    const char *name;
+
+    switch (st_coll_choose(args)) {
+    case ST_ALGO_LAST:
+        status = st_p2p_create(args, op_p);
+        name   = "p2p";
+        break;
+    case ST_ALGO_SMALL:
+        status = st_small_create(args, op_p);
+        name   = "small";
+        break;
+    case ST_ALGO_HIER:
+        status = st_hier_create(args, op_p);
+        name   = "hier";
+        break;
+    default:
+        if (args->type == ST_COLL_BROADCAST || args->type == ST_COLL_REDUCE) {
+            status = st_chain_create(args, op_p);
+            name   = "chain";
+        } else {
+            status = st_ring_create(args, op_p);
+            name   = "ring";
+        }
+        break;
+    }
+    if (status == ST_OK && *op_p != NULL) {
+        (*op_p)->algo  = name;
+        (*op_p)->bytes = (args->type == ST_COLL_SEND || args->type == ST_COLL_RECV)
+                             ? args->count * st_dtype_size(args->dtype) : st_coll_bytes(args);
+    }
+    return status;
+}

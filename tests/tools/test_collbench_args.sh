@@ -1,0 +1,108 @@
+#!/bin/bash
+# test_collbench_args.sh: collbench's command line. Bad values must exit 2 with one line on stderr
+# and nothing on stdout, before any rank starts; -A must reach STRATA_ALGO (over an inherited
+# value); short runs with --phases and --mem-alloc must print what README says.
+#   test_collbench_args.sh [--collbench P]     (default: $COLLBENCH, ./collbench, the tree's top)
+# Exit 0 pass, 1 fail, 99 no collbench.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+collbench=${COLLBENCH:-}
+[ "${1:-}" = --collbench ] && collbench=$2
+if [ -z "$collbench" ]; then
+    for c in ./collbench "$here/../../collbench"; do [ -x "$c" ] && { collbench=$c; break; }; done
+fi
+[ -n "$collbench" ] && [ -x "$collbench" ] || { echo "collbench not found" >&2; exit 99; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/cbargs.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# bad ARGS...: exit 2, exactly one stderr line matching $want (set before the call), empty stdout
+bad() {
+    local rc lines
+    timeout 20 "$collbench" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; rc=$?
+    lines=$(wc -l <"$tmp/err")
+    if [ "$rc" != 2 ] || [ "$lines" != 1 ] || [ -s "$tmp/out" ] || ! grep -q -e "$want" "$tmp/err"; then
+        fail "collbench $* -> rc $rc, $lines stderr line(s), want 2 and 1 line matching '$want':"
+        sed 's/^/    /' "$tmp/err" | head -5
+    else
+        echo "ok: collbench $* -> $(cat "$tmp/err")"
+    fi
+}
+
+# good NAME PATTERN... ARGS: exit 0, every pattern (grep -E) found in stdout
+good() {
+    local name=$1 rc p; shift
+    local -a pats=()
+    while [ "$1" != -- ]; do pats+=("$1"); shift; done; shift
+    timeout 120 "$collbench" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; rc=$?
+    [ "$rc" = 0 ] || { fail "$name: collbench $* -> rc $rc"; sed 's/^/    /' "$tmp/err" | tail -5; return; }
+    for p in "${pats[@]}"; do
+        grep -q -E -e "$p" "$tmp/out" || fail "$name: no line matching '$p' in the output of collbench $*"
+    done
+    echo "ok: $name"
+}
+
+# A libtool wrapper relinks on first use; do that once, quietly.
+timeout 60 "$collbench" --help >/dev/null 2>&1
+
+good "--help documents the strata options" '^  -A,--algo <algo> +ring hier small auto' \
+    '^      --phases ' '^      --mem-alloc ' -- --help
+
+# -A: unknown names, before any rank starts (-np 2 would start ranks otherwise)
+want="invalid algorithm (ring, hier, small or auto) 'tree'"; bad -np 2 -A tree
+want="invalid algorithm (ring, hier, small or auto) 'tree'"; bad -np 2 --algo=tree
+want="invalid algorithm (ring, hier, small or auto) ''";     bad -np 2 -A ''
+want="invalid algorithm (ring, hier, small or auto) 'ring,hier'"; bad -np 2 -A ring,hier
+STRATA_ALGO=ring want="invalid algorithm" bad -np 2 -A bogus
+want="invalid local_register (0 or 1) '2'"; bad -np 2 -R 2
+# the existing options, checked the same way
+want="invalid datatype 'float128'";  bad -np 2 -d float128
+want="invalid op 'xor'";             bad -np 2 -o xor
+want="invalid check (0 or 1) '2'";   bad -np 2 -c 2
+want="invalid collective 'allreduce2'"; bad -np 2 allreduce2
+want="invalid minbytes '-5'";        bad -np 2 -b -5
+want="minbytes 1048576 is larger than maxbytes 1024"; bad -np 2 -b 1M -e 1k
+
+# -A reaches STRATA_ALGO (strata prints its parameters as it read them), over the environment
+good "-A sets STRATA_ALGO" '^STRATA_ALGO=hier$' -- -A HIER --print-config
+STRATA_ALGO=small good "-A overrides an inherited STRATA_ALGO" '^STRATA_ALGO=ring$' -- \
+    -A ring --print-config
+STRATA_ALGO=small good "an inherited STRATA_ALGO stays without -A" '^STRATA_ALGO=small$' -- \
+    --print-config
+
+# short runs: the header, the phase lines, strataMemAlloc'd buffers (2 emulated nodes)
+good "ring --phases --mem-alloc" '^# Algorithm: ring \(STRATA_ALGO, set by -A\)$' \
+    '^# Buffers: strataMemAlloc' '^#  out-of-place ring: total +[0-9.]+ us$' \
+    '^#      in-place ring: total +[0-9.]+ us$' -- \
+    -np 4 --nodes 2 -A ring --phases --mem-alloc -b 1k -e 64k -f 8 -n 2 -w 1
+good "hier --phases" '^# Algorithm: hier' \
+    '^#  out-of-place hier: intra-RS.* us .* GB/s \| inter-AR.* GB/s busbw \| intra-AG.* \| total' -- \
+    -np 4 --nodes 2 -A hier --phases -b 1M -e 1M -n 2 -w 1
+# exactly one bottleneck mark per hier line
+if grep -E '^# +(out-of-place|in-place) hier:' "$tmp/out" | awk '{ n = gsub(/\* /, "&"); if (n != 1) bad = 1 } END { exit bad }'; then
+    echo "ok: one '*' per hier phase line"
+else
+    fail "a hier phase line without exactly one '*'"
+fi
+
+# ranks started one by one with different STRATA_ALGO: status 2 at once, not a hang
+port=$((20000 + RANDOM % 20000))
+for r in 0 1; do
+    algo=ring; [ $r = 1 ] && algo=hier
+    STRATA_COMM_ID=127.0.0.1:$port STRATA_ALGO=$algo timeout 60 "$collbench" --rank $r --nranks 2 \
+        -b 1k -e 1k -n 1 -w 0 -T 50 >"$tmp/mix$r.out" 2>"$tmp/mix$r.err" </dev/null &
+    pids[r]=$!
+done
+wait "${pids[0]}"; rc0=$?; wait "${pids[1]}"; rc1=$?
+if [ "$rc0" = 2 ] && [ "$rc1" = 2 ] &&
+   grep -q "STRATA_ALGO differ (rank 0 ring, rank 1 hier)" "$tmp/mix0.err"; then
+    echo "ok: different STRATA_ALGO on the ranks -> status 2: $(cat "$tmp/mix0.err")"
+else
+    fail "different STRATA_ALGO on the ranks -> rc $rc0 and $rc1, want 2 and 2 with rank 0 naming rank 1"
+    sed 's/^/    /' "$tmp/mix0.err" "$tmp/mix1.err" | head -6
+fi
+
+[ "$fails" = 0 ] && { echo "PASS"; exit 0; }
+echo "$fails failure(s)"; exit 1

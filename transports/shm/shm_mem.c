@@ -1,0 +1,338 @@
+/*
+ * shm_mem.c - shareable host memory: what strataMemAlloc hands out, and its mapping by node peers.
+ *
+ * An allocation is an anonymous shared-memory file (memfd; shm_open + immediate shm_unlink where
+ * memfd_create is unavailable), so no name is ever left behind, whatever kills the process. The
+ * owner keeps the file descriptor open; a peer on the same node opens /proc/<pid>/fd/<fd> of the
+ * owner, which reopens the same file, and maps it. The file is backed with posix_fallocate at
+ * allocation time: a lazily backed one would raise SIGBUS in whoever first touched a page that
+ * the full tmpfs cannot provide, possibly a peer in the middle of a collective.
+ *
+ * Handle ids are unique beyond the owner process (a random per-process prefix), so a peer's cache
+ * keyed by (pid, id) can never confuse an allocation with one of a later process that got the
+ * same pid. Allocations and the peers' mappings are kept in two short lists under one mutex; few
+ * buffers are ever registered this way, so a list walk is cheaper than a tree's upkeep.
+ */
+#include "config.h"
+#include "transports/transport.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct st_mem_rec {
+    struct st_mem_rec *next;
+    void              *ptr;
+    size_t             size; /* rounded up to pages: what is mapped */
+    int                fd;
+    uint64_t           id;
+} st_mem_rec_t;
+
+/* A peer's allocation as mapped here; ptr NULL: it could not be mapped (logged once). */
+typedef struct st_mem_peer {
+    struct st_mem_peer *next;
+    uint32_t            pid;
+    int32_t             fd;
+    uint64_t            id;
+    void               *ptr;
+    size_t              size;
+} st_mem_peer_t;
+
+static pthread_mutex_t st_mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t  st_mem_once = PTHREAD_ONCE_INIT;
+static st_mem_rec_t   *st_mem_allocs;
+static st_mem_peer_t  *st_mem_peers;
+static uint64_t        st_mem_id_prefix; /* random, upper 32 bits of every id */
+static uint32_t        st_mem_id_count;
+
+/* A fork in another thread must not copy the lock held. */
+static void st_mem_atfork_prepare(void)
+{
+    pthread_mutex_lock(&st_mem_lock);
+}
+
+static void st_mem_atfork_release(void)
+{
+    pthread_mutex_unlock(&st_mem_lock);
+}
+
+static void st_mem_init_once(void)
+{
+    uint32_t rnd;
+
+    /* the log's handlers first: we may log holding st_mem_lock, so it is taken first in prepare */
+    st_log_init();
+    pthread_atfork(st_mem_atfork_prepare, st_mem_atfork_release, st_mem_atfork_release);
+    if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd)) {
+        rnd = (uint32_t)time(NULL) ^ ((uint32_t)getpid() << 16) ^ (uint32_t)clock();
+    }
+    st_mem_id_prefix = (uint64_t)rnd << 32;
+}
+
+/* An fd of a new anonymous shared-memory file. */
+static st_status_t st_mem_open_file(uint64_t id, int *fd_p)
+{
+    char name[ST_MEM_NAME_LEN];
+    int  fd;
+
+    fd = memfd_create("strata-mem", MFD_CLOEXEC);
+    if (fd >= 0) {
+        *fd_p = fd;
+        return ST_OK;
+    }
+    if (errno != ENOSYS) {
+        st_error(ST_SUB_SHM, "shareable memory: memfd_create: %m");
+        return (errno == EMFILE || errno == ENFILE) ? ST_ERR_IO : ST_ERR_NO_MEMORY;
+    }
+    /* no memfd (kernel < 3.17, or filtered): a POSIX segment whose name lives only an instant */
+    snprintf(name, sizeof(name), "/strata-mem-%d-%016" PRIx64, (int)getpid(), id);
+    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+        st_error(ST_SUB_SHM, "shareable memory: shm_open %s: %m", name);
+        return ST_ERR_IO;
+    }
+    shm_unlink(name);
+    *fd_p = fd;
+    return ST_OK;
+}
+
+st_status_t st_mem_alloc(size_t size, void **ptr_p)
+{
+    size_t        page = (size_t)sysconf(_SC_PAGESIZE);
+    st_mem_rec_t *rec;
+    st_status_t   status;
+    int           ret;
+
+    if (size == 0 || ptr_p == NULL) {
+        st_error(ST_SUB_SHM, "shareable memory: %s", size == 0 ? "size is 0" : "ptr_p is NULL");
+        return ST_ERR_INVALID;
+    }
+    if (size > (size_t)PTRDIFF_MAX - page) {
+        st_error(ST_SUB_SHM, "shareable memory: %zu bytes is more than an address space", size);
+        return ST_ERR_NO_MEMORY;
+    }
+    pthread_once(&st_mem_once, st_mem_init_once);
+    rec = calloc(1, sizeof(*rec));
+    if (rec == NULL) {
+        st_error(ST_SUB_SHM, "shareable memory: out of memory for its record");
+        return ST_ERR_NO_MEMORY;
+    }
+    rec->size = (size + page - 1) / page * page;
+    pthread_mutex_lock(&st_mem_lock);
+    rec->id = st_mem_id_prefix | ++st_mem_id_count;
+    pthread_mutex_unlock(&st_mem_lock);
+
+    ST_CHECK_GOTO(st_mem_open_file(rec->id, &rec->fd), status, err_free);
+    if (ftruncate(rec->fd, (off_t)rec->size) != 0) {
+        st_error(ST_SUB_SHM, "shareable memory: ftruncate to %zu bytes: %m", rec->size);
+        status = ST_ERR_NO_MEMORY;
+        goto err_close;
+    }
+    ret = posix_fallocate(rec->fd, 0, (off_t)rec->size);
+    if (ret != 0) {
+        st_error(ST_SUB_SHM, "shareable memory: cannot back %zu bytes (posix_fallocate: %s)%s",
+                 rec->size, strerror(ret),
+                 (ret == ENOSPC || ret == ENOMEM) ? ": shared memory is exhausted" : "");
+        status = ST_ERR_NO_MEMORY;
+        goto err_close;
+    }
+    rec->ptr = mmap(NULL, rec->size, PROT_READ | PROT_WRITE, MAP_SHARED, rec->fd, 0);
+    if (rec->ptr == MAP_FAILED) {
+        st_error(ST_SUB_SHM, "shareable memory: mmap of %zu bytes: %m", rec->size);
+        status = ST_ERR_NO_MEMORY;
+        goto err_close;
+    }
+
+    pthread_mutex_lock(&st_mem_lock);
+    rec->next     = st_mem_allocs;
+    st_mem_allocs = rec;
+    pthread_mutex_unlock(&st_mem_lock);
+    st_debug(ST_SUB_SHM, "shareable memory: %zu bytes at %p (fd %d)", rec->size, rec->ptr,
+             rec->fd);
+    *ptr_p = rec->ptr;
+    return ST_OK;
+
+err_close:
+    close(rec->fd);
+err_free:
+    free(rec);
+    return status;
+}
+
+st_status_t st_mem_free(void *ptr)
+{
+    st_mem_rec_t **prev, *rec = NULL;
+
+    pthread_mutex_lock(&st_mem_lock);
+    for (prev = &st_mem_allocs; *prev != NULL; prev = &(*prev)->next) {
+        if ((*prev)->ptr == ptr) {
+            rec   = *prev;
+            *prev = rec->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&st_mem_lock);
+    if (rec == NULL || ptr == NULL) {
+        st_error(ST_SUB_SHM, "free of shareable memory %p: not an allocation of strataMemAlloc "
+                 "(or freed already); nothing freed", ptr);
+        return ST_ERR_INVALID;
+    }
+    munmap(rec->ptr, rec->size);
+    close(rec->fd);
+    free(rec);
+    return ST_OK;
+}
+
+int st_mem_lookup(const void *ptr, size_t len, st_mem_handle_t *handle_p, size_t *offset_p)
+{
+    uintptr_t     p = (uintptr_t)ptr;
+    st_mem_rec_t *rec;
+    int           found = 0;
+
+    pthread_mutex_lock(&st_mem_lock);
+    for (rec = st_mem_allocs; rec != NULL; rec = rec->next) {
+        uintptr_t base = (uintptr_t)rec->ptr;
+
+        /* written so that no sum can wrap */
+        if (p >= base && p - base < rec->size && len <= rec->size - (p - base)) {
+            if (handle_p != NULL) {
+                handle_p->pid  = (uint32_t)getpid();
+                handle_p->fd   = rec->fd;
+                handle_p->size = rec->size;
+                handle_p->id   = rec->id;
+            }
+            if (offset_p != NULL) {
+                *offset_p = p - base;
+            }
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&st_mem_lock);
+    return found;
+}
+
+/* Maps the owner's file; NULL after logging why. Called with st_mem_lock held. */
+static void *st_mem_map_peer(const st_mem_handle_t *handle)
+{
+    char        path[64];
+    struct stat st;
+    void       *ptr;
+    int         fd;
+
+    snprintf(path, sizeof(path), "/proc/%" PRIu32 "/fd/%" PRId32, handle->pid, handle->fd);
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        st_error(ST_SUB_SHM, "shareable memory of process %" PRIu32 ": open %s: %m%s",
+                 handle->pid, path,
+                 (errno == EACCES || errno == EPERM)
+                     ? " (another user, or ptrace access to it is denied)" : "");
+        return NULL;
+    }
+    if (fstat(fd, &st) != 0) {
+        st_error(ST_SUB_SHM, "shareable memory of process %" PRIu32 ": fstat %s: %m",
+                 handle->pid, path);
+        close(fd);
+        return NULL;
+    }
+    if ((uint64_t)st.st_size != handle->size) {
+        st_error(ST_SUB_SHM, "shareable memory of process %" PRIu32 ": %s is not the allocation "
+                 "(%lld bytes, expected %" PRIu64 ")", handle->pid, path,
+                 (long long)st.st_size, handle->size);
+        close(fd);
+        return NULL;
+    }
+    ptr = mmap(NULL, (size_t)handle->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (ptr == MAP_FAILED) {
+        st_error(ST_SUB_SHM, "shareable memory of process %" PRIu32 ": mmap of %" PRIu64
+                 " bytes of %s: %m", handle->pid, handle->size, path);
+        return NULL;
+    }
+    st_debug(ST_SUB_SHM, "mapped %" PRIu64 " bytes of process %" PRIu32 " at %p", handle->size,
+             handle->pid, ptr);
+    return ptr;
+}
+
+void *st_mem_map(const st_mem_handle_t *handle)
+{
+    st_mem_peer_t *peer;
+    st_mem_rec_t  *rec;
+    void          *ptr = NULL;
+
+    if (handle == NULL || handle->size == 0 || handle->size > (uint64_t)PTRDIFF_MAX) {
+        st_error(ST_SUB_SHM, "shareable memory: invalid handle (%s)",
+                 handle == NULL ? "NULL" : "size");
+        return NULL;
+    }
+    pthread_mutex_lock(&st_mem_lock);
+    if (handle->pid == (uint32_t)getpid()) {
+        /* ranks that are threads of one process: the allocation is mapped here already */
+        for (rec = st_mem_allocs; rec != NULL && rec->id != handle->id; rec = rec->next) {
+        }
+        if (rec != NULL) {
+            ptr = rec->ptr;
+        } else {
+            st_error(ST_SUB_SHM, "shareable memory %016" PRIx64 " of this process was freed",
+                     handle->id);
+        }
+        goto out;
+    }
+    for (st_mem_peer_t **pp = &st_mem_peers; (peer = *pp) != NULL;) {
+        if (peer->pid == handle->pid && peer->id == handle->id) {
+            ptr = peer->ptr; /* NULL: failed before, and said why then */
+            goto out;
+        }
+        if (peer->pid == handle->pid && peer->fd == handle->fd) {
+            /* the owner closed that fd (freed the allocation) and reused the number: the old
+             * mapping only pins freed memory */
+            *pp = peer->next;
+            if (peer->ptr != NULL) {
+                munmap(peer->ptr, peer->size);
+            }
+            free(peer);
+            continue;
+        }
+        pp = &peer->next;
+    }
+    peer = calloc(1, sizeof(*peer));
+    if (peer == NULL) {
+        st_error(ST_SUB_SHM, "shareable memory: out of memory for a peer mapping");
+        goto out;
+    }
+    peer->pid    = handle->pid;
+    peer->fd     = handle->fd;
+    peer->id     = handle->id;
+    peer->size   = (size_t)handle->size;
+    peer->ptr    = st_mem_map_peer(handle);
+    peer->next   = st_mem_peers;
+    st_mem_peers = peer;
+    ptr          = peer->ptr;
+out:
+    pthread_mutex_unlock(&st_mem_lock);
+    return ptr;
+}
+
+void st_mem_unmap_all(void)
+{
+    st_mem_peer_t *peer;
+
+    pthread_mutex_lock(&st_mem_lock);
+    while ((peer = st_mem_peers) != NULL) {
+        st_mem_peers = peer->next;
+        if (peer->ptr != NULL) {
+            munmap(peer->ptr, peer->size);
+        }
+        free(peer);
+    }
+    pthread_mutex_unlock(&st_mem_lock);
+}
