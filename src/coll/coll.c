@@ -155,27 +155,21 @@ static st_status_t st_pipe_progress(st_op_t *op)
 
 static void st_pipe_destroy(st_op_t *op)
 {
-    st_pipe_t         *pipe = (st_pipe_t *)op;
-    st_comm_t         *comm = op->comm;
-    st_request_t      *reqs[2 * ST_PIPE_MAX_DEPTH];
-    int                n = 0;
+    st_pipe_t    *pipe = (st_pipe_t *)op;
+    st_request_t *reqs[2 * ST_PIPE_MAX_DEPTH];
+    int           n = 0;
 
     for (int i = 0; i < pipe->depth; i++) {
         st_pipe_col_t *col = &pipe->cols[i];
-        if (col->rposted && !col->rreq.done) {
-            comm->net->cancel(comm->net_ctx, &col->rreq);
+        if (col->rposted) {
             reqs[n++] = &col->rreq;
         }
-        if (col->sposted && !col->sreq.done) {
-            comm->net->cancel(comm->net_ctx, &col->sreq);
+        if (col->sposted) {
             reqs[n++] = &col->sreq;
         }
     }
-    if (n > 0 && !st_exec_drain(comm, reqs, n, 2.0)) {
-        /* The transport still owns the buffers: leaking beats a use after free. */
-        st_warn(ST_SUB_COLL, "%s #%llu: %d transfers did not cancel; leaking their buffers",
-                op->coll, (unsigned long long)pipe->args.seq, n);
-        return;
+    if (!st_exec_cancel(op, reqs, n, 2.0)) {
+        return; /* the transport still owns the buffers: leaking beats a use after free */
     }
     free(pipe->tmp_mem);
     free(pipe);

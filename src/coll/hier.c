@@ -660,13 +660,6 @@ idle:
     return ST_INPROGRESS;
 }
 
-static void st_hier_sleep(st_op_t *op, long timeout_us)
-{
-    st_hier_t *h = (st_hier_t *)op;
-
-    st_intra_sleep(h->intra, op->sleep_seen, timeout_us);
-}
-
 static void st_hier_free(st_hier_t *h)
 {
     free(h->ring_mem);
@@ -680,43 +673,30 @@ static void st_hier_free(st_hier_t *h)
 
 static void st_hier_destroy(st_op_t *op)
 {
-    st_hier_t    *h = (st_hier_t *)op;
-    st_comm_t    *comm = h->comm;
-    st_request_t *stack_reqs[64];
-    st_request_t **reqs = stack_reqs;
-    int           n = 0;
+    st_hier_t     *h = (st_hier_t *)op;
+    st_request_t **reqs = NULL;
+    int            n = 0;
 
-    if (2 * h->depth * h->nowned > 64 && h->ring_mem != NULL) {
+    /* the next operation on the node's windows may go (a failed one has failed the comm) */
+    h->intra->turn = h->ticket + 1;
+    if (h->ring_mem != NULL) {
         reqs = malloc(2 * (size_t)h->depth * (size_t)h->nowned * sizeof(*reqs));
         if (reqs == NULL) {
             return; /* cannot even cancel: leak rather than free buffers in use */
         }
-    }
-    for (int i = 0; i < h->depth; i++) {
-        st_hier_slot_t *s = &h->slots[i];
-
-        for (int o = 0; s->rings != NULL && o < h->nowned; o++) {
-            st_hier_ring_t *r = &s->rings[o];
-            if (r->rposted && !r->rreq.done) {
-                comm->net->cancel(comm->net_ctx, &r->rreq);
-                reqs[n++] = &r->rreq;
+        for (int i = 0; i < h->depth * h->nowned; i++) {
+            if (h->ring_mem[i].rposted) {
+                reqs[n++] = &h->ring_mem[i].rreq;
             }
-            if (r->sposted && !r->sreq.done) {
-                comm->net->cancel(comm->net_ctx, &r->sreq);
-                reqs[n++] = &r->sreq;
+            if (h->ring_mem[i].sposted) {
+                reqs[n++] = &h->ring_mem[i].sreq;
             }
         }
     }
-    /* the next operation on the node's windows may go (a failed one has failed the comm) */
-    h->intra->turn = h->ticket + 1;
-    if (n > 0 && !st_exec_drain(comm, reqs, n, 2.0)) {
-        st_warn(ST_SUB_COLL, "%s #%llu: %d transfers did not cancel; leaking their buffers",
-                op->coll, (unsigned long long)h->args.seq, n);
+    if (!st_exec_cancel(op, reqs, n, 2.0)) {
         return;
     }
-    if (reqs != stack_reqs) {
-        free(reqs);
-    }
+    free(reqs);
     st_hier_free(h);
 }
 
@@ -827,7 +807,7 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
     h->op.wait_peer    = -1;
     h->op.progress     = st_hier_progress;
     h->op.destroy      = st_hier_destroy;
-    h->op.sleep        = st_hier_sleep;
+    h->op.sleep_on     = intra;
     h->op.algo         = "hier";
     *op_p = &h->op;
     return ST_OK;

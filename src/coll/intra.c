@@ -45,7 +45,12 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_t **intra_p)
     intra->local_rank  = st_topo_local_rank(topo, comm->rank);
     intra->local_size  = st_topo_local_size(topo, comm->node);
     intra->depth       = (int)st_core_config.pipeline_depth;
-    intra->chunk_bytes = ST_MAX(st_core_config.hier_chunk_size, 64);
+    intra->chunk_bytes = st_core_config.hier_chunk_size;
+    if (intra->chunk_bytes == ST_SIZE_AUTO) {
+        /* one node: chunks that stay in cache; several: large network messages */
+        intra->chunk_bytes = (comm->nnodes > 1) ? (2u << 20) : (512u << 10);
+    }
+    intra->chunk_bytes = ST_MAX(intra->chunk_bytes, 64);
     intra->chunk_bytes = ST_DIV_ROUND_UP(intra->chunk_bytes, 64) * 64;
     intra->win_bytes   = ST_INTRA_CTRL_BYTES + 2 * ST_INTRA_SMALL_BYTES +
                          2 * (size_t)intra->depth * intra->chunk_bytes;

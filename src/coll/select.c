@@ -44,6 +44,12 @@ st_status_t st_coll_config_check(void)
                  st_core_config.algo);
         return ST_ERR_INVALID;
     }
+    if (st_core_config.chunk_size == ST_SIZE_AUTO || st_core_config.small_threshold ==
+                                                         ST_SIZE_AUTO) {
+        st_error(ST_SUB_COLL, "STRATA_%s has no 'auto' value (bytes, e.g. 512k)",
+                 st_core_config.chunk_size == ST_SIZE_AUTO ? "CHUNK_SIZE" : "SMALL_THRESHOLD");
+        return ST_ERR_INVALID;
+    }
     if (st_core_config.chunk_size == 0) {
         st_error(ST_SUB_COLL, "STRATA_CHUNK_SIZE 0 is not a chunk size (bytes, e.g. 512k)");
         return ST_ERR_INVALID;

@@ -231,13 +231,6 @@ blocked:
     return ST_INPROGRESS;
 }
 
-static void st_small_sleep(st_op_t *op, long timeout_us)
-{
-    st_small_t *s = (st_small_t *)op;
-
-    st_intra_sleep(s->intra, op->sleep_seen, timeout_us);
-}
-
 static void st_small_free(st_small_t *s)
 {
     free(s->reqs);
@@ -249,30 +242,23 @@ static void st_small_free(st_small_t *s)
 static void st_small_destroy(st_op_t *op)
 {
     st_small_t    *s = (st_small_t *)op;
-    st_comm_t     *comm = s->comm;
-    st_request_t **pending;
-    int            n = 0, total = 2 * (comm->nnodes - 1);
+    st_request_t **reqs = NULL;
+    int            n = 0;
 
     s->intra->turn = s->ticket + 1;
     if (s->nposted > 0) {
-        pending = malloc((size_t)total * sizeof(*pending));
-        if (pending == NULL) {
-            return;
+        reqs = malloc(2 * (size_t)(s->comm->nnodes - 1) * sizeof(*reqs));
+        if (reqs == NULL) {
+            return; /* cannot even cancel: leak rather than free buffers in use */
         }
-        for (int i = 0; i < total; i++) {
-            if (!s->reqs[i].done) {
-                comm->net->cancel(comm->net_ctx, &s->reqs[i]);
-                pending[n++] = &s->reqs[i];
-            }
+        for (int i = 0; i < 2 * (s->comm->nnodes - 1); i++) {
+            reqs[n++] = &s->reqs[i]; /* unposted ones are done (see st_small_create) */
         }
-        if (n > 0 && !st_exec_drain(comm, pending, n, 2.0)) {
-            st_warn(ST_SUB_COLL, "%s #%llu: %d transfers did not cancel; leaking their buffers",
-                    op->coll, (unsigned long long)s->args.seq, n);
-            free(pending);
-            return;
-        }
-        free(pending);
     }
+    if (!st_exec_cancel(op, reqs, n, 2.0)) {
+        return;
+    }
+    free(reqs);
     st_small_free(s);
 }
 
@@ -308,6 +294,9 @@ st_status_t st_small_create(const st_coll_args_t *args, st_op_t **op_p)
             st_small_free(s);
             return ST_ERR_NO_MEMORY;
         }
+        for (int i = 0; i < 2 * (n - 1); i++) {
+            s->reqs[i].done = 1; /* posting clears it: what was never posted needs no cancel */
+        }
     }
     s->sseq         = intra->small_seq++;
     s->area         = (int)(s->sseq & 1);
@@ -319,7 +308,7 @@ st_status_t st_small_create(const st_coll_args_t *args, st_op_t **op_p)
     s->op.wait_peer = -1;
     s->op.progress  = st_small_progress;
     s->op.destroy   = st_small_destroy;
-    s->op.sleep     = st_small_sleep;
+    s->op.sleep_on  = intra;
     s->op.algo      = "small";
     *op_p = &s->op;
     return ST_OK;

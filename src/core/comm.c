@@ -14,6 +14,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <net/if.h>
 #include <unistd.h>
 
 #include "coll/coll.h"
@@ -330,7 +331,14 @@ static st_status_t st_comm_open_rails(st_comm_t *comm)
     cfg.devices = ifname;
     snprintf(cfg.name, sizeof(cfg.name), "%s", comm->name);
     memset(&mine, 0, sizeof(mine));
-    status = comm->net->open(&cfg, &comm->rail_ctx);
+    if (strchr(ifname, ':') == NULL && if_nametoindex(ifname) == 0) {
+        /* a network interface name (an RDMA device:port such as mlx5_0:1 is not checked here) */
+        st_error(ST_SUB_INIT, "%s rank %d: STRATA_RAIL_IFNAMES: rail %d's interface '%s' does not"
+                 " exist on this node", comm->name, comm->rank, rail, ifname);
+        status = ST_ERR_INVALID;
+    } else {
+        status = comm->net->open(&cfg, &comm->rail_ctx);
+    }
     if (status == ST_OK) {
         size_t len = sizeof(mine.addr);
 

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/intra.h"
 #include "core/log.h"
 #include "core/param.h"
 #include "core/socket.h"
@@ -41,7 +42,7 @@ static void st_exec_block(st_op_t **ops, int nops, int timeout_ms)
         if (ops[i]->finished) {
             continue;
         }
-        if (ops[i]->sleepable && ops[i]->sleep != NULL) {
+        if (ops[i]->sleepable && ops[i]->sleep_on != NULL) {
             nwin++;
             win_op = (win_op == NULL) ? ops[i] : win_op;
         } else {
@@ -51,7 +52,8 @@ static void st_exec_block(st_op_t **ops, int nops, int timeout_ms)
     }
     if (nnet == 0 && win_op != NULL) {
         /* several window ops (of different communicators) may wait on different doorbells */
-        win_op->sleep(win_op, (nwin == 1) ? (long)timeout_ms * 1000 : 1000);
+        st_intra_sleep(win_op->sleep_on, win_op->sleep_seen,
+                       (nwin == 1) ? (long)timeout_ms * 1000 : 1000);
         return;
     }
     if (nwin > 0) {
@@ -226,4 +228,23 @@ int st_exec_drain(st_comm_t *comm, st_request_t *const *reqs, int n, double time
         }
         st_comm_progress(comm);
     }
+}
+
+int st_exec_cancel(st_op_t *op, st_request_t *const *reqs, int n, double timeout)
+{
+    st_comm_t *comm = op->comm;
+    int        pending = 0;
+
+    for (int i = 0; i < n; i++) {
+        if (!reqs[i]->done) {
+            comm->net->cancel(comm->net_ctx, reqs[i]);
+            pending++;
+        }
+    }
+    if (pending == 0 || st_exec_drain(comm, reqs, n, timeout)) {
+        return 1;
+    }
+    st_warn(ST_SUB_COLL, "%s #%llu: %d transfers did not cancel; leaking their buffers", op->coll,
+            (unsigned long long)op->seq, pending);
+    return 0;
 }

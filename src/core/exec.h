@@ -35,11 +35,12 @@ struct st_op {
     /* Set by progress() when it found nothing to do and waits only on peers' window counters
      * (no network transfer in flight): the engine may then block in sleep() (which returns when
      * a window counter of the node changed since progress() read sleep_seen, or after
-     * timeout_us) instead of polling the network. sleep may be NULL for ops without windows. */
+     * timeout_us) instead of polling the network: it sleeps on sleep_on's doorbell (NULL for ops
+     * without windows). */
     int          sleepable;
     int          win_wait;    /* waits on a window counter (also while network transfers run) */
     uint32_t     sleep_seen;
-    void        (*sleep)(st_op_t *op, long timeout_us);
+    struct st_intra *sleep_on;
     /* Set by progress() when it filled comm->times itself; else the engine records the whole
      * operation there as one phase. */
     int          times_set;
@@ -57,6 +58,12 @@ struct st_op {
 /* Drives ops[0..nops) until each has completed or failed, then destroys them all. Returns ST_OK or
  * the first error. Failed operations mark their communicator failed. */
 st_status_t st_exec_run(st_op_t **ops, int nops);
+
+/* Cancels the requests of reqs[0..n) still in flight and progresses until the transport let go
+ * of them, at most timeout seconds (destroy paths). Returns 1 when all are done (their buffers may
+ * be freed); 0 after warning, naming op, that they did not cancel: the caller must then leak
+ * the buffers rather than free memory the transport may still write. */
+int st_exec_cancel(st_op_t *op, st_request_t *const *reqs, int n, double timeout);
 
 /* Progress a communicator's transport until no request in reqs[0..n) is in flight, at most
  * timeout seconds (used by destroy paths after cancelling). Returns 1 when all are done. */

@@ -55,8 +55,10 @@ static const st_config_field_t st_core_config_fields[] = {
      "broadcast and reduce), hier (intra-node windows + one inter-node ring per rail), small "
      "(latency: one round through the windows, node leaders exchange directly)",
      offsetof(st_core_config_t, algo), ST_CFG_STRING},
-    {"HIER_CHUNK_SIZE", "512k", "bytes of the buffer per chunk of the hierarchical pipeline; "
-     "each local rank's window holds PIPELINE_DEPTH chunks twice",
+    {"HIER_CHUNK_SIZE", "auto", "bytes of the buffer per chunk of the hierarchical pipeline "
+     "(auto: 512k on one node, where chunks should stay in cache; 2m across nodes, where each "
+     "network message should be large); each local rank's window holds PIPELINE_DEPTH chunks "
+     "twice",
      offsetof(st_core_config_t, hier_chunk_size), ST_CFG_SIZE},
     {"SMALL_THRESHOLD", "32k", "all-reduces up to this many bytes take the small-message "
      "algorithm under STRATA_ALGO=auto (at most 64k: the windows' small area)",
@@ -79,6 +81,10 @@ static st_status_t st_parse_size(const char *str, size_t *dst)
     unsigned long long v;
     unsigned long long mult = 1;
 
+    if (strcmp(str, "auto") == 0) {
+        *dst = ST_SIZE_AUTO;
+        return ST_OK;
+    }
     errno = 0;
     v = strtoull(str, &end, 10);
     if (end == str || errno != 0 || *str == '-') {
@@ -227,7 +233,13 @@ static void st_config_value_str(const st_config_field_t *f, const void *opts, ch
                         break;
     case ST_CFG_INT:    snprintf(buf, len, "%d", *(const int *)src); break;
     case ST_CFG_UINT:   snprintf(buf, len, "%u", *(const unsigned *)src); break;
-    case ST_CFG_SIZE:   snprintf(buf, len, "%zu", *(const size_t *)src); break;
+    case ST_CFG_SIZE:
+        if (*(const size_t *)src == ST_SIZE_AUTO) {
+            snprintf(buf, len, "auto");
+        } else {
+            snprintf(buf, len, "%zu", *(const size_t *)src);
+        }
+        break;
     case ST_CFG_BOOL:   snprintf(buf, len, "%s", *(const int *)src ? "y" : "n"); break;
     case ST_CFG_TIME: {
         double t = *(const double *)src;

@@ -18,7 +18,8 @@ typedef enum {
     ST_CFG_STRING, /* char * (malloc'd; "" allowed) */
     ST_CFG_INT,    /* int, decimal */
     ST_CFG_UINT,   /* unsigned, decimal */
-    ST_CFG_SIZE,   /* size_t, bytes, with optional k/m/g suffix (powers of 1024) */
+    ST_CFG_SIZE,   /* size_t, bytes, with optional k/m/g suffix (powers of 1024); "auto" gives
+                      ST_SIZE_AUTO, for the user of the value to resolve */
     ST_CFG_BOOL,   /* int 0/1: y/n, yes/no, 1/0, on/off, true/false */
     ST_CFG_TIME    /* double, seconds, with optional ms/us/s suffix; "inf" = infinite */
 } st_cfg_type_t;
@@ -73,6 +74,8 @@ typedef struct st_core_config {
 } st_core_config_t;
 
 extern st_core_config_t st_core_config;
+
+#define ST_SIZE_AUTO ((size_t)-1)
 
 /* Parses the core and every transport table (once per process; later calls return the first
  * result). Also initialises logging. */

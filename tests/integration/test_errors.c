@@ -432,6 +432,44 @@ static void test_bad_topo_file(void **state)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* bad algorithm parameters: init fails on every rank with strataInvalidArgument naming them     */
+/* ------------------------------------------------------------------------------------------ */
+
+static int bad_algo_param(it_ctx_t *c)
+{
+    const char  *want = c->arg;
+    strataComm_t comm = NULL;
+
+    IT_RES(strataCommInitRank(&comm, c->nranks, c->id, c->rank), BAD_ARG);
+    IT_EXPECT(comm == NULL, "a failed init set *comm");
+    IT_EXPECT(strstr(strataGetLastError(NULL), want) != NULL,
+              "the error \"%s\" does not name %s", strataGetLastError(NULL), want);
+    if (comm != NULL) {
+        strataCommDestroy(comm);
+    }
+    return 0;
+}
+
+static void test_bad_algo_params(void **state)
+{
+    static const char *const cases[][2] = {
+        {"STRATA_ALGO=tree", "STRATA_ALGO 'tree'"},
+        {"STRATA_HIER_CHUNK_SIZE=0", "STRATA_HIER_CHUNK_SIZE"},
+        {"STRATA_SMALL_THRESHOLD=1m", "STRATA_SMALL_THRESHOLD"},
+        /* a rail interface that does not exist: every rank of both nodes fails alike */
+        {"STRATA_RAIL_IFNAMES=nonexistent0", "nonexistent0"},
+    };
+    char env[256];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        it_opts_t o = {.nranks = 4, .layout = "2+2", .no_init = 1, .env = env, .timeout_s = 60};
+
+        snprintf(env, sizeof(env), "%s STRATA_BOOTSTRAP_TIMEOUT=10s " QUIET, cases[i][0]);
+        assert_int_equal(it_run(&o, bad_algo_param, (void *)cases[i][1]), 0);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* finalized and destroyed communicators                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -563,6 +601,7 @@ int main(void)
         cmocka_unit_test(test_last_error_persists),
         cmocka_unit_test(test_bad_init_args),
         cmocka_unit_test(test_bad_topo_file),
+        cmocka_unit_test(test_bad_algo_params),
         cmocka_unit_test(test_finalize_destroy_n2),
         cmocka_unit_test(test_wrong_secret),
         cmocka_unit_test(test_missing_rank),
