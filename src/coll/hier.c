@@ -752,8 +752,16 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
         break;
     }
     h->unit  = ST_MAX(64 / h->es, 1);
-    h->chunk = ST_MAX(intra->chunk_bytes / h->es, 1);
-    h->chunk = ST_MAX(h->chunk / h->unit, 1) * h->unit;
+    /* Chunks fill the window's slots for large buffers; a buffer of fewer than 2 x depth slots
+     * gets chunks down to half a slot, so that more of it is in flight at once. */
+    {
+        size_t bytes = ST_MIN(intra->chunk_bytes,
+                              ST_MAX(h->total * h->es / (2 * (size_t)h->depth),
+                                     intra->chunk_bytes / 2));
+
+        h->chunk = ST_MAX(bytes / h->es, 1);
+        h->chunk = ST_MAX(h->chunk / h->unit, 1) * h->unit;
+    }
     h->ncols = ST_DIV_ROUND_UP(h->total, h->chunk);
     h->owned = malloc((size_t)h->nshards * sizeof(*h->owned));
     h->srcs  = malloc((size_t)h->m * sizeof(*h->srcs));
