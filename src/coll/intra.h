@@ -27,7 +27,7 @@
 
 struct st_comm;
 
-#define ST_INTRA_SMALL_BYTES (64 * 1024) /* per small area: an in half and a res half */
+#define ST_INTRA_SMALL_BYTES (256 * 1024) /* per small area: an in half and a res half */
 #define ST_INTRA_SMALL_MAX   (ST_INTRA_SMALL_BYTES / 2)
 
 typedef enum {

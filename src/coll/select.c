@@ -8,7 +8,7 @@
  *        reduce). Every rank computes the same choice from the same count, layout and
  *        parameters, which all ranks must share.
  * ring, hier, small force one; small applies to all-reduces that fit the windows' small area
- * (32 KiB) and the rest go as under auto.
+ * (128 KiB) and the rest go as under auto.
  */
 #include "config.h"
 

@@ -5,7 +5,7 @@
  *   1. every rank writes its (prescaled) contribution into the in half of its small area and
  *      publishes SMALL_IN;
  *   2. one node: every rank reduces all m contributions itself, in local rank order, straight
- *      into its receive buffer (m reads of at most 32 KiB beat any further synchronisation);
+ *      into its receive buffer (m reads of at most 128 KiB beat any further synchronisation);
  *      several nodes: the node leader (local rank 0) reduces them into its res half, sends that
  *      partial to every other node's leader and receives theirs (N-1 messages each way, all in
  *      flight at once: one network latency instead of log2(N) or N-1 for a ring), reduces the N

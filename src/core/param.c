@@ -60,8 +60,8 @@ static const st_config_field_t st_core_config_fields[] = {
      "network message should be large); each local rank's window holds PIPELINE_DEPTH chunks "
      "twice",
      offsetof(st_core_config_t, hier_chunk_size), ST_CFG_SIZE},
-    {"SMALL_THRESHOLD", "32k", "all-reduces up to this many bytes take the small-message "
-     "algorithm under STRATA_ALGO=auto (at most 64k: the windows' small area)",
+    {"SMALL_THRESHOLD", "64k", "all-reduces up to this many bytes take the small-message "
+     "algorithm under STRATA_ALGO=auto (at most 128k: the windows' small area)",
      offsetof(st_core_config_t, small_threshold), ST_CFG_SIZE},
     {"RAIL_IFNAMES", "", "network interfaces of the rails, comma-separated (rail l uses the "
      "l-th, modulo their number); empty: every rail uses the transport's default devices",
