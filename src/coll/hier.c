@@ -96,6 +96,7 @@ typedef struct st_hier {
     size_t           own_first, own_count; /* V range delivered (elements) */
     int              deliver;              /* this rank writes its receive buffer */
     int              inter_active;
+    size_t           inter_bytes; /* of the shards all-reduced over the network so far */
     /* zero-copy (every local rank's buffers from strataMemAlloc, all-reduce out of place): peers
      * read each other's send buffers and receive buffers directly; no in or res slots */
     int              zc_state;   /* 0 descriptor not yet published, 1 waiting for peers', 2 done */
@@ -267,11 +268,9 @@ static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ri
     const st_net_ops_t *net = h->comm->net;
     int                 n = h->nnodes, pos = h->node, steps = 2 * (n - 1);
     char               *res = st_hier_res(h, h->l, s->k);
-    uint64_t            sub = ((uint64_t)(s->k * (size_t)h->nshards + (size_t)r->j) *
-                               (uint64_t)steps + (uint64_t)r->step) & ST_TAG_SUB_MASK;
-    uint64_t            tag = st_tag_coll(h->args.seq, sub);
     size_t              soff, roff, scnt, rcnt;
     void               *rbuf;
+    uint64_t            tag;
     st_status_t         status;
 
     for (;;) {
@@ -289,6 +288,9 @@ static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ri
             rcnt = st_hier_block(h, r, st_hier_mod(pos - t - 1, n), &roff);
             rbuf = res + roff * h->es;
         }
+        /* one tag per (chunk, shard, step): both ends compute the same */
+        tag = st_tag_coll(h->args.seq, ((uint64_t)(s->k * (size_t)h->nshards + (size_t)r->j) *
+                                        (uint64_t)steps + (uint64_t)r->step) & ST_TAG_SUB_MASK);
         r->sposted = r->rposted = 0;
         if (rcnt > 0) {
             r->rlen = rcnt * h->es;
@@ -310,9 +312,6 @@ static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ri
             return ST_OK;
         }
         r->step++; /* both blocks empty: nothing to wait for */
-        sub = ((uint64_t)(s->k * (size_t)h->nshards + (size_t)r->j) * (uint64_t)steps +
-               (uint64_t)r->step) & ST_TAG_SUB_MASK;
-        tag = st_tag_coll(h->args.seq, sub);
     }
 }
 
@@ -394,6 +393,7 @@ static st_status_t st_hier_inter_start(st_hier_t *h, size_t k)
         st_hier_split(len, h->nshards, r->j, h->unit, &r->off, &r->cnt);
         r->step = 0;
         r->sposted = r->rposted = 0;
+        h->inter_bytes += r->cnt * h->es;
         r->left  = st_hier_owner(h, st_hier_mod(h->node - 1, h->nnodes), r->j);
         r->right = st_hier_owner(h, st_hier_mod(h->node + 1, h->nnodes), r->j);
         ST_CHECK(st_hier_ring_post(h, s, r));
@@ -639,14 +639,7 @@ static st_status_t st_hier_progress(st_op_t *op)
             t->seconds[i] = h->t_busy[i];
         }
         t->bytes[0] = t->bytes[2] = h->total * h->es;
-        for (size_t k = 0; k < h->ncols && h->nnodes > 1; k++) {
-            for (int o = 0; o < h->nowned; o++) {
-                size_t off, cnt;
-                st_hier_split(st_hier_chunk_len(h, k), h->nshards, h->owned[o], h->unit, &off,
-                              &cnt);
-                t->bytes[1] += cnt * h->es;
-            }
-        }
+        t->bytes[1] = h->inter_bytes;
         comm->have_times = 1;
         op->times_set    = 1;
         return ST_OK;

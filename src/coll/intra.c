@@ -19,16 +19,6 @@
 
 #define ST_INTRA_CTRL_BYTES 4096
 
-static uint64_t st_intra_fnv(uint64_t h, const void *data, size_t len)
-{
-    const unsigned char *p = data;
-
-    for (size_t i = 0; i < len; i++) {
-        h = (h ^ p[i]) * UINT64_C(0x100000001b3);
-    }
-    return h;
-}
-
 st_status_t st_intra_create(st_comm_t *comm, st_intra_t **intra_p)
 {
     const st_topo_t *topo = comm->topo;
@@ -81,7 +71,7 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_t **intra_p)
     /* names: the communicator's id, the node's identity and its local rank 0's pid (unique among
      * live processes, so even a reused STRATA_COMM_ID cannot meet a stale segment) */
     leader    = st_topo_node_rank(topo, comm->node, 0);
-    node_hash = st_intra_fnv(UINT64_C(0xcbf29ce484222325), comm->peers[comm->rank].node_id,
+    node_hash = st_comm_hash(UINT64_C(0xcbf29ce484222325), comm->peers[comm->rank].node_id,
                              strlen(comm->peers[comm->rank].node_id));
     memset(&cfg, 0, sizeof(cfg));
     snprintf(cfg.name, sizeof(cfg.name), "%016llx-%08llx-%u", (unsigned long long)comm->uid,

@@ -209,29 +209,40 @@ static st_status_t st_comm_build_topo(st_comm_t *comm, const st_rank_record_t *c
     return ST_OK;
 }
 
-/* An all-reduce of one int32 with op over comm's net (the flat ring: the windows may not exist
- * yet). */
-static st_status_t st_comm_allreduce_i32(st_comm_t *comm, int32_t *value, strataRedOp_t op)
+/* A collective the library runs for itself at init and split: the flat ring over comm's net (the
+ * windows may not exist yet), on the comm's sequence numbers like any call. */
+static st_status_t st_comm_ring_coll(st_comm_t *comm, st_coll_type_t type, const void *send,
+                                     void *recv, size_t count, strataDataType_t dtype,
+                                     strataRedOp_t op)
 {
-    int32_t        in = *value;
     st_coll_args_t args;
 
-    if (comm->nranks == 1) {
-        return ST_OK;
-    }
     memset(&args, 0, sizeof(args));
-    args.type     = ST_COLL_ALLREDUCE;
+    args.type     = type;
     args.comm     = comm;
-    args.sendbuff = &in;
-    args.recvbuff = value;
-    args.count    = 1;
-    args.dtype    = strataInt32;
+    args.sendbuff = send;
+    args.recvbuff = recv;
+    args.count    = count;
+    args.dtype    = dtype;
     args.algo     = ST_ALGO_RING;
-    ST_CHECK(st_redop_init(&args.redop, op, strataInt32, comm->nranks));
+    if (type == ST_COLL_ALLREDUCE) {
+        ST_CHECK(st_redop_init(&args.redop, op, dtype, comm->nranks));
+    }
     pthread_mutex_lock(&comm->lock);
     args.seq = comm->coll_seq++;
     pthread_mutex_unlock(&comm->lock);
     return st_coll_run(&args, 1);
+}
+
+/* An all-reduce of one int32 with op. */
+static st_status_t st_comm_allreduce_i32(st_comm_t *comm, int32_t *value, strataRedOp_t op)
+{
+    int32_t in = *value;
+
+    if (comm->nranks == 1) {
+        return ST_OK;
+    }
+    return st_comm_ring_coll(comm, ST_COLL_ALLREDUCE, &in, value, 1, strataInt32, op);
 }
 
 /* Returns when every rank of comm has returned from st_comm_connect. UCX attaches a same-node
@@ -317,7 +328,6 @@ static st_status_t st_comm_open_rails(st_comm_t *comm)
 {
     st_net_config_t cfg;
     st_rail_addr_t *table = NULL, mine;
-    st_coll_args_t  args;
     st_status_t     status;
     char            ifname[64];
     int             rail = st_topo_local_rank(comm->topo, comm->rank);
@@ -356,18 +366,8 @@ static st_status_t st_comm_open_rails(st_comm_t *comm)
     comm->spare_eps = calloc((size_t)comm->nranks, sizeof(*comm->spare_eps));
     status = (table == NULL || comm->spare_eps == NULL) ? ST_ERR_NO_MEMORY : ST_OK;
     ST_CHECK_GOTO(st_comm_agree(comm, status), status, out);
-    memset(&args, 0, sizeof(args));
-    args.type     = ST_COLL_ALLGATHER;
-    args.comm     = comm;
-    args.sendbuff = &mine;
-    args.recvbuff = table;
-    args.count    = sizeof(mine);
-    args.dtype    = strataUint8;
-    args.algo     = ST_ALGO_RING;
-    pthread_mutex_lock(&comm->lock);
-    args.seq = comm->coll_seq++;
-    pthread_mutex_unlock(&comm->lock);
-    ST_CHECK_GOTO(st_coll_run(&args, 1), status, out);
+    ST_CHECK_GOTO(st_comm_ring_coll(comm, ST_COLL_ALLGATHER, &mine, table, sizeof(mine),
+                                    strataUint8, strataSum), status, out);
     for (int r = 0; r < comm->nranks && status == ST_OK; r++) {
         st_net_ep_t *ep;
 
@@ -502,7 +502,6 @@ st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeo
     st_rank_record_t        *table;
     const st_rank_record_t **members = NULL;
     st_rank_record_t         rec;
-    st_coll_args_t           args;
     st_comm_t               *comm = NULL;
     st_status_t              status;
     int                      nmembers = 0, myrank = -1;
@@ -526,19 +525,9 @@ st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeo
     rec.key   = key;
     rec.rank  = parent->rank;
 
-    memset(&args, 0, sizeof(args));
-    args.type     = ST_COLL_ALLGATHER;
-    args.comm     = parent;
-    args.sendbuff = &rec;
-    args.recvbuff = table;
-    args.count    = sizeof(rec);
-    args.dtype    = strataUint8;
-    pthread_mutex_lock(&parent->lock);
-    args.seq = parent->coll_seq++;
-    pthread_mutex_unlock(&parent->lock);
-    args.algo = ST_ALGO_RING;
     parent->split_seq++; /* every rank of parent, members or not */
-    ST_CHECK_GOTO(st_coll_run(&args, 1), status, out);
+    ST_CHECK_GOTO(st_comm_ring_coll(parent, ST_COLL_ALLGATHER, &rec, table, sizeof(rec),
+                                    strataUint8, strataSum), status, out);
     if (color < 0) {
         status = ST_OK;
         goto out;
