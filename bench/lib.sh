@@ -246,7 +246,7 @@ bench_run_sweeps()
 }
 
 # ---- emulated nodes ----------------------------------------------------------------------------
-# bench_net_up NODES RATE [LINKS]: the emulated network of this run (removed on exit).
+# bench_net_up NODES RATE [LINKS [MTU]]: the emulated network of this run (removed on exit).
 bench_net_up()
 {
     local why

@@ -8,6 +8,7 @@
 #     --np N           ranks, in contiguous blocks per node, rank 0 on node 0 (4)
 #     --rate R         tc tbf cap per link and direction, tc syntax (1gbit, or R0,R1 per link);
 #                      default unshaped
+#     --mtu M          MTU of every link (1500; 9000: jumbo frames)
 #     --links L        links per node, one per rail (1); with L > 1 the ranks get
 #                      STRATA_RAIL_IFNAMES=emu0,..,emu<L-1> (unless set) and the byte check also
 #                      requires every link of a node to carry at least 1/(4L) of its inter-node bytes
@@ -29,7 +30,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=emunet.sh
 . "$here/emunet.sh"
 
-nodes=2 np=4 rate="" links=1 collbench=${COLLBENCH:-} port="" tmo=600 hostid=0 bytes_check=1
+nodes=2 np=4 rate="" mtu="" links=1 collbench=${COLLBENCH:-} port="" tmo=600 hostid=0 bytes_check=1
 logdir="" keep_logs=0 quiet=0
 while [ $# -gt 0 ]; do
     case $1 in
@@ -37,6 +38,7 @@ while [ $# -gt 0 ]; do
         --np) np=$2; shift 2 ;;
         --rate) rate=$2; shift 2 ;;
         --links) links=$2; shift 2 ;;
+        --mtu) mtu=$2; shift 2 ;;
         --collbench) collbench=$2; shift 2 ;;
         --port) port=$2; shift 2 ;;
         --timeout) tmo=$2; shift 2 ;;
@@ -101,7 +103,7 @@ trap 'echo "run_collbench: interrupted" >&2; exit 130' INT
 trap 'exit 143' TERM
 
 emunet_shm_snapshot "$shmsnap"
-if ! emunet_up "$nodes" "$rate" "$links" >"$logdir/network.txt"; then
+if ! emunet_up "$nodes" "$rate" "$links" "$mtu" >"$logdir/network.txt"; then
     echo "run_collbench: cannot create the emulated network" >&2; exit 99
 fi
 [ -n "$port" ] || port=$((20000 + RANDOM % 20000))
