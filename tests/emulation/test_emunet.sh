@@ -1,6 +1,7 @@
 #!/bin/bash
 # test_emunet.sh: checks the node emulation itself (emunet.sh), no strata needed:
 #   UTS hostnames per node, connectivity over the bridge, tc tbf caps measured with a TCP stream,
+#   the links' MTU (9000 on every hop, out-of-range values refused),
 #   the link byte counters, `down` leaving nothing behind, and `cleanup-stale` removing what an
 #   owner killed with SIGKILL left (namespaces, processes inside them).
 # Exit 0 pass, 1 fail, 77 skip (not root, no network namespaces).
@@ -99,6 +100,35 @@ else
     fail "tbf: $mbit Mbit/s measured, cap $cap"
 fi
 emunet_down "$EMUNET_ID"
+
+# ---- MTU ---------------------------------------------------------------------------------------
+if emunet_up 2 "" 1 70000 >/dev/null 2>&1; then fail "MTU 70000 accepted"; emunet_down "$EMUNET_ID"
+else ok "MTU 70000 refused"; fi
+if emunet_up 2 "" 1 9000 >/dev/null; then
+    m0=$(ip netns exec "${EMUNET_ID}n0" cat "/sys/class/net/$EMUNET_IF/mtu")
+    mp=$(ip netns exec "${EMUNET_ID}sw" cat /sys/class/net/p1/mtu)
+    mb=$(ip netns exec "${EMUNET_ID}sw" cat /sys/class/net/br0/mtu)
+    # An 8000-byte UDP datagram sent with "don't fragment" arrives whole only if every hop
+    # takes it (python: no ping on the test machines).
+    emunet_run 1 python3 -c 'import socket,sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", 5999)); s.settimeout(5)
+print(len(s.recv(65536)))' >"$tmp/dgram.out" 2>&1 &
+    rpid=$!
+    sleep 0.5
+    emunet_run 0 python3 -c 'import socket,sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER = IP_PMTUDISC_DO
+s.sendto(bytes(8000), (sys.argv[1], 5999))' "$(emunet_ip 1)" 2>"$tmp/dgram.err"
+    wait "$rpid"
+    if [ "$m0/$mp/$mb" = 9000/9000/9000 ] && [ "$(cat "$tmp/dgram.out")" = 8000 ]; then
+        ok "MTU 9000 on node, switch port and bridge; an 8000-byte datagram crossed unfragmented"
+    else
+        fail "MTU 9000: node $m0, port $mp, bridge $mb; datagram: $(cat "$tmp/dgram.out" "$tmp/dgram.err")"
+    fi
+    emunet_down "$EMUNET_ID"
+else
+    fail "emunet_up 2 with MTU 9000"
+fi
 
 # ---- an owner killed with SIGKILL --------------------------------------------------------------
 bash -c '. "$1/emunet.sh"; export EMUNET_ID=st$$; emunet_up 2 >/dev/null || exit 1
