@@ -178,7 +178,13 @@ STRATA_API strataResult_t strataGetUniqueId(strataUniqueId *uniqueId);
  * Returns strataInvalidArgument for NULL comm, nranks < 1, rank < 0 or rank >= nranks;
  * strataInvalidUsage when another rank joined with a different nranks, the same rank twice or a
  * wrong secret; strataTimeout when some rank never joined within STRATA_BOOTSTRAP_TIMEOUT
- * (strataGetLastError names the missing ranks); strataSystemError for socket failures. */
+ * (strataGetLastError names the missing ranks); strataSystemError for socket failures.
+ * An id serves ONE communicator: make a new one (strataGetUniqueId) for every init. Reusing the id
+ * of a communicator that already formed fails on every rank within STRATA_BOOTSTRAP_TIMEOUT, never
+ * hangs: strataTimeout ("bootstrap root ... unreachable", its root has exited) or, if another id's
+ * root took the port meanwhile, strataInvalidUsage (wrong secret). Ids from STRATA_COMM_ID are
+ * the exception: rank 0 starts a new root at every init, so the same id works again once the
+ * previous communicator has formed. */
 STRATA_API strataResult_t strataCommInitRank(strataComm_t *comm, int nranks, strataUniqueId commId,
                                              int rank);
 
@@ -200,7 +206,8 @@ STRATA_API strataResult_t strataCommInitAll(strataComm_t *comms, int ndev, const
  * their rank in comm). color STRATA_SPLIT_NOCOLOR (or any negative) makes *newcomm NULL.
  * Collective over all ranks of comm. config may be NULL (the parent's settings).
  * Returns strataInvalidArgument for NULL newcomm; strataInvalidUsage for a destroyed or failed
- * comm; strataTimeout / strataRemoteError as a collective. */
+ * comm, or while another thread is in a blocking call on comm; strataTimeout /
+ * strataRemoteError as a collective. */
 STRATA_API strataResult_t strataCommSplit(strataComm_t comm, int color, int key,
                                           strataComm_t *newcomm, strataConfig_t *config);
 
@@ -215,11 +222,15 @@ STRATA_API strataResult_t strataCommFinalize(strataComm_t comm);
 STRATA_API strataResult_t strataCommDestroy(strataComm_t comm);
 
 /* Frees comm at once, abandoning queued and in-flight operations: a call blocked on comm in
- * another thread returns strataRemoteError promptly. Returns strataInvalidUsage for NULL comm. */
+ * another thread returns strataRemoteError promptly (within about 0.1 s; strataGetLastError says
+ * the communicator was aborted). Returns within 5 s even when peers are dead or stuck (closing
+ * the connections takes at most 2 s in all). Returns strataInvalidUsage for NULL comm. */
 STRATA_API strataResult_t strataCommAbort(strataComm_t comm);
 
 /* Stores in *asyncError the first error of an operation run asynchronously on comm (stream work,
- * nonblocking init), strataInProgress while a nonblocking init runs, else strataSuccess.
+ * nonblocking init), strataInProgress while a nonblocking init runs, else strataSuccess. Once
+ * one has failed, the calls queued behind it on comm fail at once (strataInvalidUsage, not run)
+ * instead of each waiting out the deadline; strataStreamSynchronize returns the first error.
  * Returns strataInvalidArgument when comm or asyncError is NULL. */
 STRATA_API strataResult_t strataCommGetAsyncError(strataComm_t comm, strataResult_t *asyncError);
 
@@ -256,11 +267,31 @@ STRATA_API strataResult_t strataRedOpDestroy(strataRedOp_t op, strataComm_t comm
  *   strataInvalidArgument: NULL comm; NULL buffer with count > 0 (where the buffer is read or
  *     written on this rank); a count whose buffer would exceed 2^48 bytes; unknown datatype or
  *     op; op made for another datatype; root out of [0, nranks); a stream that was destroyed.
- *   strataInvalidUsage: comm destroyed, finalized, aborted or failed by an earlier error.
+ *   strataInvalidUsage: comm destroyed, finalized, aborted or failed by an earlier error; or,
+ *     for a call outside groups with a NULL stream, another thread is in such a blocking call
+ *     (or strataCommSplit) on the same comm. Threads: a communicator serves one thread's
+ *     blocking calls at a time; different communicators may be driven from different threads at
+ *     once (tested with two threads on two communicators, case B24).
  *   strataTimeout: a peer did not answer within the deadline (STRATA_TIMEOUT or config->timeoutMs);
  *     strataGetLastError names the collective, its sequence number, the phase and the peer.
  *   strataRemoteError: a peer disconnected or failed.
- * count 0 returns strataSuccess at once without communicating (every rank must pass 0). */
+ *   strataInvalidUsage also when the ranks' calls do not match: every rank must make the same
+ *     collective with the same count, datatype, op (avg and a premultiplied sum count as one on
+ *     floating types; each rank may use its own scalar) and root. With STRATA_CHECK_MISMATCH=1
+ *     (default) every rank checks this next to the data transfer and, on a mismatch, every rank
+ *     returns strataInvalidUsage and strataGetLastError names both calls ("AllReduce #3 count 1000
+ *     float sum on rank 0 vs AllReduce #3 count 1024 float sum on rank 1"), however far the data
+ *     got. With STRATA_CHECK_MISMATCH=0 a mismatch that changes the bytes moved ends in an error
+ *     (invalid usage, invalid argument or timeout) on every rank within the deadline, but one that
+ *     does not (op max vs sum, int32 vs float) returns strataSuccess with undefined results.
+ *   Stall reports: after STRATA_STALL_WARN seconds (unset: 60 s or half the deadline,
+ *     whichever is shorter) without progress a waiting rank
+ *     logs one WARN line naming the collective, its sequence number, phase, step and the rank it
+ *     waits for, and keeps waiting; with the check on, rank 0 then also logs which ranks have not
+ *     entered that collective. Set to 0, or to a value not below the deadline, it turns the
+ *     reports off.
+ * count 0 returns strataSuccess without moving data (every rank must pass 0; with the check on it
+ * still runs the check, so a rank passing 0 while others do not is reported as above). */
 
 /* Every rank receives op over all ranks of sendbuff, count elements, in recvbuff (count elements).
  * In place when sendbuff == recvbuff. */
@@ -300,8 +331,10 @@ STRATA_API strataResult_t strataReduceScatter(const void *sendbuff, void *recvbu
  * in call order, and counts (in bytes) must agree. Outside a group each call blocks until matched
  * and complete (a send may complete once buffered); inside strataGroupStart/End any number of sends
  * and receives to any peers, including the caller itself, run together and never deadlock.
- * Returns strataInvalidArgument for peer out of range or NULL buffer with count > 0, and the common
- * results above. */
+ * Returns strataInvalidArgument for peer out of range or NULL buffer with count > 0;
+ * strataInvalidUsage for peer == the caller's rank outside a group with a NULL stream (the call
+ * would block until a matching call that this thread can never make); and the common results
+ * above. */
 STRATA_API strataResult_t strataSend(const void *sendbuff, size_t count, strataDataType_t datatype,
                                      int peer, strataComm_t comm, strataStream_t stream);
 STRATA_API strataResult_t strataRecv(void *recvbuff, size_t count, strataDataType_t datatype,

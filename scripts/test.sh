@@ -6,9 +6,15 @@
 #   3. make check: unit, integration and emulation tests (the emulation tests need root and
 #      network namespaces, and SKIP without them),
 #   4. make distcheck: the tarball builds and passes its tests out of tree.
+#   5. sanitizers: the tarball's sources built once more with --enable-sanitizers (ASan, LSan,
+#      UBSan; tests/lsan.supp) in _build-extra/san, and the unit and integration tests run there
+#      (SAN_TESTS overrides the list; test_lifecycle runs SAN_LIFECYCLE_CYCLES cycles, default 60);
+#   6. fuzzing: with clang's libFuzzer, the harnesses of tests/fuzz/ built in _build-extra/fuzz and
+#      run FUZZ_SECONDS each (default 55; tests/fuzz/run.sh); SKIP without clang's libFuzzer;
+#   7. /dev/shm holds no strata-* entry that was not there before the run.
 # Prints the test-suite.log of a failing step. Exit status non-zero on any failure.
 # Runs from any folder. Environment: CONFIGURE_FLAGS (extra ./configure arguments),
-# SKIP_DISTCHECK=1, SKIP_APT=1.
+# SKIP_DISTCHECK=1, SKIP_APT=1, SKIP_SANITIZERS=1, SKIP_FUZZ=1, FUZZ_SECONDS, SAN_TESTS.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 top=$(pwd)
@@ -51,6 +57,10 @@ if [ "${SKIP_APT:-0}" != 1 ] && command -v dpkg-query >/dev/null 2>&1; then
     fi
 fi
 
+# strata's shared memory segments are named /strata-*; what exists now is not this run's.
+shm_list() { find /dev/shm -maxdepth 1 -name 'strata-*' -printf '%f\n' 2>/dev/null | sort; }
+shm_before=$(shm_list)
+
 section "./autogen.sh"
 ./autogen.sh || die "autogen.sh"
 section "./configure ${CONFIGURE_FLAGS:-}"
@@ -67,11 +77,81 @@ fi
 
 if [ "${SKIP_DISTCHECK:-0}" != 1 ]; then
     section "make distcheck"
-    if ! make -j"$JOBS" distcheck; then
+    # The 500-cycle leak test ran in `make check` above; on the tarball a short run shows it works.
+    if ! IT_LIFECYCLE_CYCLES=${DISTCHECK_LIFECYCLE_CYCLES:-60} make -j"$JOBS" distcheck; then
         show_logs
         die "make distcheck"
     fi
 fi
+
+# The sanitizer and fuzz builds start from the release tarball, so that they build out of tree
+# (this tree is configured in place) and only from what ships.
+extra=$top/_build-extra
+if [ "${SKIP_SANITIZERS:-0}" != 1 ] || [ "${SKIP_FUZZ:-0}" != 1 ]; then
+    section "make dist (sources of the sanitizer and fuzz builds)"
+    rm -rf "$extra"
+    mkdir -p "$extra" || die "mkdir $extra"
+    make dist >/dev/null || die "make dist"
+    tar -C "$extra" -xzf "strata-$(sed -n 's/^PACKAGE_VERSION = //p' Makefile).tar.gz" ||
+        die "unpacking the tarball"
+    src=$(echo "$extra"/strata-*)
+fi
+
+if [ "${SKIP_SANITIZERS:-0}" != 1 ]; then
+    section "sanitizers: configure --enable-sanitizers, make -j$JOBS"
+    san_start=$(date +%s)
+    mkdir -p "$extra/san" || die "mkdir $extra/san"
+    # shellcheck disable=SC2086
+    (cd "$extra/san" && "$src/configure" -q --enable-sanitizers ${CONFIGURE_FLAGS:-}) ||
+        die "configure --enable-sanitizers"
+    make -C "$extra/san" -j"$JOBS" >/dev/null || die "make (sanitizers)"
+    if [ -z "${SAN_TESTS:-}" ]; then
+        SAN_TESTS=$(cd "$src" && printf '%s ' tests/unit/test_*.c tests/integration/test_*.c |
+                    sed 's/\.c / /g')
+    fi
+    section "sanitizers: make check of the unit and integration tests"
+    # Every report is fatal: ASan and UBSan abort the process (exit status non-zero, so the test
+    # fails); LSan reports at exit. Forked ranks inherit the options.
+    if ! ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0 \
+         LSAN_OPTIONS=suppressions=$src/tests/lsan.supp:print_suppressions=0 \
+         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+         IT_LIFECYCLE_CYCLES=${SAN_LIFECYCLE_CYCLES:-60} \
+         make -C "$extra/san" -j"$JOBS" check TESTS="$SAN_TESTS"; then
+        show_logs
+        die "make check under sanitizers"
+    fi
+    echo "sanitizer stage: $(( $(date +%s) - san_start )) s"
+fi
+
+if [ "${SKIP_FUZZ:-0}" != 1 ]; then
+    fuzz_probe=$extra/fuzz-probe
+    printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }\n' \
+        > "$fuzz_probe.c"
+    if ! command -v clang >/dev/null 2>&1; then
+        section "fuzz: SKIP (clang is not installed)"
+    elif ! clang -fsanitize=fuzzer,address "$fuzz_probe.c" -o "$fuzz_probe" >/dev/null 2>&1; then
+        section "fuzz: SKIP (clang cannot link -fsanitize=fuzzer: libFuzzer is missing)"
+    else
+        section "fuzz: configure CC=clang --enable-fuzzers, ${FUZZ_SECONDS:-55} s per harness"
+        mkdir -p "$extra/fuzz" || die "mkdir $extra/fuzz"
+        # shellcheck disable=SC2086
+        (cd "$extra/fuzz" && "$src/configure" -q CC=clang --enable-fuzzers ${CONFIGURE_FLAGS:-}) ||
+            die "configure --enable-fuzzers"
+        make -C "$extra/fuzz" -j"$JOBS" tests/fuzz/fuzz_wire tests/fuzz/fuzz_root \
+            tests/fuzz/fuzz_records >/dev/null || die "make (fuzzers)"
+        "$src/tests/fuzz/run.sh" "$extra/fuzz" "${FUZZ_SECONDS:-55}" || die "fuzzing"
+    fi
+fi
+rm -rf "$extra"
+
+section "/dev/shm"
+shm_left=$(comm -13 <(echo "$shm_before") <(shm_list) | grep . || true)
+if [ -n "$shm_left" ]; then
+    echo "left in /dev/shm by this run:"
+    echo "$shm_left"
+    die "strata shared memory segments were not unlinked"
+fi
+echo "no strata segment left in /dev/shm"
 
 # One closing line in the plain form CI reads: the totals of `make check` (distcheck ran the same
 # tests again on the tarball).

@@ -59,9 +59,9 @@ typedef struct st_coll_args {
 const char *st_coll_name(st_coll_type_t type);
 
 /* Tags (ST_NET_TAG_BITS = 44 bits): bit 43 = 0 for collectives: 20 bits of sequence number, 23
- * bits of sub-tag chosen by the algorithm; bit 43 = 1 for send/recv: 43 bits of the per-pair
- * sequence number. Sequence numbers wrap; messages of operations 2^20 apart are never in flight at
- * once. */
+ * bits of sub-tag chosen by the algorithm; bit 43 = 1, bit 42 = 0 for send/recv: 42 bits of the
+ * per-pair sequence number; bits 43 and 42 = 1: the mismatch check's messages (core/check.c).
+ * Sequence numbers wrap; messages of operations 2^20 apart are never in flight at once. */
 #define ST_TAG_SUB_BITS 23
 #define ST_TAG_SUB_MASK ((UINT64_C(1) << ST_TAG_SUB_BITS) - 1)
 static inline uint64_t st_tag_coll(uint64_t seq, uint64_t sub)
@@ -70,7 +70,7 @@ static inline uint64_t st_tag_coll(uint64_t seq, uint64_t sub)
 }
 static inline uint64_t st_tag_p2p(uint64_t seq)
 {
-    return (UINT64_C(1) << 43) | (seq & ((UINT64_C(1) << 43) - 1));
+    return (UINT64_C(1) << 43) | (seq & ((UINT64_C(1) << 42) - 1));
 }
 
 /* One step of one column, as prepare() describes it. len 0 = no transfer. */

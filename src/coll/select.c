@@ -16,6 +16,7 @@
 
 #include "coll/coll.h"
 #include "coll/intra.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "core/param.h"
 #include "topo/topo.h"
@@ -144,6 +145,9 @@ st_status_t st_coll_op_create(const st_coll_args_t *args, st_op_t **op_p)
         (*op_p)->algo  = name;
         (*op_p)->bytes = (args->type == ST_COLL_SEND || args->type == ST_COLL_RECV)
                              ? args->count * st_dtype_size(args->dtype) : st_coll_bytes(args);
+    }
+    if (status == ST_OK) {
+        status = st_check_attach(args, op_p); /* STRATA_CHECK_MISMATCH */
     }
     return status;
 }

@@ -77,6 +77,25 @@ STRATA_API strataResult_t strataParamsPrint(FILE *stream)
 /* ---------------------------------------------------------------------------------------------- */
 
 /* A usable communicator, or the result explaining why not (logged). */
+/* A blocking call (no group, no stream) holds comm->blocking for its duration: a second thread's
+ * blocking call on the same communicator meanwhile gets strataInvalidUsage instead of running
+ * concurrently (its ranks could pair the two threads' calls differently). 1 when taken. */
+static int st_api_blocking_enter(st_comm_t *comm, const char *fn)
+{
+    if (__atomic_exchange_n(&comm->blocking, 1, __ATOMIC_ACQ_REL) == 0) {
+        return 1;
+    }
+    st_error(ST_SUB_COLL, "%s (rank %d): %s is in a blocking call of another thread; a "
+             "communicator is used by one thread at a time (use one communicator per thread, "
+             "or streams)", fn, comm->rank, comm->name);
+    return 0;
+}
+
+static void st_api_blocking_leave(st_comm_t *comm)
+{
+    __atomic_store_n(&comm->blocking, 0, __ATOMIC_RELEASE);
+}
+
 static strataResult_t st_api_check_comm(const st_comm_t *comm, const char *fn)
 {
     if (comm == NULL) {
@@ -445,7 +464,11 @@ STRATA_API strataResult_t strataCommSplit(strataComm_t comm, int color, int key,
             name = config->name;
         }
     }
+    if (!st_api_blocking_enter(comm, "strataCommSplit")) {
+        return strataInvalidUsage;
+    }
     status = st_comm_split(comm, color, key, op_timeout, name, &child);
+    st_api_blocking_leave(comm);
     if (status != ST_OK) {
         return st_status_to_result(status);
     }
@@ -720,7 +743,11 @@ static strataResult_t st_api_launch(st_coll_args_t *args, strataStream_t stream)
 {
     st_comm_t  *comm = args->comm;
     st_status_t status;
+    int         blocking = (stream == NULL && st_group_depth() == 0);
 
+    if (blocking && !st_api_blocking_enter(comm, st_coll_name(args->type))) {
+        return strataInvalidUsage;
+    }
     pthread_mutex_lock(&comm->lock);
     if (args->type == ST_COLL_SEND) {
         args->seq = comm->p2p_send_seq[args->peer]++;
@@ -731,6 +758,9 @@ static strataResult_t st_api_launch(st_coll_args_t *args, strataStream_t stream)
     }
     pthread_mutex_unlock(&comm->lock);
     status = st_enqueue(args, stream);
+    if (blocking) {
+        st_api_blocking_leave(comm);
+    }
     return st_status_to_result(status);
 }
 
@@ -870,6 +900,12 @@ static strataResult_t st_api_p2p(st_coll_args_t *args, const char *fn, int peer,
                                                        : args->recvbuff == NULL)) {
         return st_group_note(st_api_null_buffer(args, fn, args->type == ST_COLL_SEND ? "sendbuff"
                                                                         : "recvbuff"));
+    }
+    if (peer == args->comm->rank && stream == NULL && st_group_depth() == 0) {
+        /* blocking until matched: the matching call of this thread can never come */
+        st_error(ST_SUB_P2P, "%s (rank %d): to itself outside a group with no stream would wait "
+                 "forever; put the send and the receive in one strataGroupStart/End", fn, peer);
+        return strataInvalidUsage;
     }
     return st_api_launch(args, stream);
 }

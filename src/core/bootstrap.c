@@ -124,6 +124,7 @@ typedef struct st_boot_root st_boot_root_t;
 struct st_boot_root {
     st_boot_root_t  *next; /* in st_boot_roots */
     pthread_t        thread;
+    int              started; /* the thread runs its own code (see st_boot_root_spawn) */
     int              done; /* sockets closed, lock released for good: only the join is left */
     int              listen_fd;
     char             addr[ST_BOOT_ADDR_STR];
@@ -154,6 +155,7 @@ struct st_boot_root {
 static pthread_mutex_t st_boot_lock = PTHREAD_MUTEX_INITIALIZER;
 static st_boot_root_t *st_boot_roots;
 static int             st_boot_roots_live; /* roots not done */
+static pthread_cond_t  st_boot_started_cond = PTHREAD_COND_INITIALIZER;
 static pthread_once_t  st_boot_atfork_once = PTHREAD_ONCE_INIT;
 static int             st_boot_atfork_ret;
 
@@ -190,6 +192,65 @@ static int st_boot_secret_equal(const uint8_t *a, const uint8_t *b)
         diff |= a[i] ^ b[i];
     }
     return diff == 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* wire messages                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+st_status_t st_bootstrap_hello_decode(const void *buf, size_t len, st_bootstrap_hello_t *out)
+{
+    const uint8_t *h = buf;
+
+    if (h == NULL || out == NULL || len < ST_BOOTSTRAP_HELLO_LEN ||
+        st_boot_get32(h) != ST_BOOTSTRAP_WIRE_MAGIC) {
+        return ST_ERR_INVALID;
+    }
+    out->version = st_boot_get32(h + 4);
+    memcpy(out->secret, h + 8, ST_BOOTSTRAP_SECRET_BYTES);
+    out->rank     = st_boot_get32(h + 8 + ST_BOOTSTRAP_SECRET_BYTES);
+    out->nranks   = st_boot_get32(h + 12 + ST_BOOTSTRAP_SECRET_BYTES);
+    out->blob_len = st_boot_get32(h + 16 + ST_BOOTSTRAP_SECRET_BYTES);
+    return ST_OK;
+}
+
+st_status_t st_bootstrap_hello_check(const st_bootstrap_hello_t *h, char *why, size_t why_len)
+{
+    if (h->version != ST_BOOTSTRAP_WIRE_VERSION) {
+        snprintf(why, why_len,
+                 "bootstrap protocol version %u, the root speaks %u (mixed strata versions?)",
+                 h->version, ST_BOOTSTRAP_WIRE_VERSION);
+    } else if (h->nranks == 0 || h->nranks > ST_BOOTSTRAP_MAX_RANKS) {
+        snprintf(why, why_len, "nranks %u out of range 1..%d", h->nranks, ST_BOOTSTRAP_MAX_RANKS);
+    } else if (h->blob_len > ST_BOOTSTRAP_MAX_BLOB) {
+        snprintf(why, why_len, "blob of %u bytes exceeds the limit of %d bytes", h->blob_len,
+                 ST_BOOTSTRAP_MAX_BLOB);
+    } else if (h->rank >= h->nranks) {
+        snprintf(why, why_len, "rank %u out of range for nranks %u", h->rank, h->nranks);
+    } else {
+        return ST_OK;
+    }
+    return ST_ERR_INVALID;
+}
+
+st_status_t st_bootstrap_reply_decode(const void *buf, size_t len, st_bootstrap_reply_t *out)
+{
+    const uint8_t       *p = buf;
+    st_bootstrap_reply_t r;
+
+    if (p == NULL || out == NULL || len < ST_BOOTSTRAP_REPLY_LEN) {
+        return ST_ERR_INVALID;
+    }
+    r.status   = st_boot_get32(p + 4);
+    r.nranks   = st_boot_get32(p + 8);
+    r.blob_len = st_boot_get32(p + 12);
+    r.msg_len  = st_boot_get32(p + 16);
+    if (st_boot_get32(p) != ST_BOOTSTRAP_WIRE_MAGIC || r.msg_len > ST_BOOTSTRAP_MSG_MAX ||
+        r.status > ST_BOOTSTRAP_REPLY_REJECT) {
+        return ST_ERR_INVALID;
+    }
+    *out = r;
+    return ST_OK;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -528,43 +589,31 @@ static int st_boot_conn_flush(st_boot_conn_t *c)
  * reply), -1 when it was dropped (conns[i] is gone). */
 static int st_boot_check_hello(st_boot_root_t *root, size_t i, double now)
 {
-    st_boot_conn_t *c        = root->conns[i];
-    const uint8_t  *h        = c->hello;
-    uint32_t        magic    = st_boot_get32(h);
-    uint32_t        version  = st_boot_get32(h + 4);
-    uint32_t        rank     = st_boot_get32(h + 8 + ST_BOOTSTRAP_SECRET_BYTES);
-    uint32_t        nranks   = st_boot_get32(h + 12 + ST_BOOTSTRAP_SECRET_BYTES);
-    uint32_t        blob_len = st_boot_get32(h + 16 + ST_BOOTSTRAP_SECRET_BYTES);
+    st_boot_conn_t      *c = root->conns[i];
+    st_bootstrap_hello_t h;
+    char                 why[ST_BOOTSTRAP_MSG_MAX];
+    uint32_t             rank;
+    uint32_t             nranks;
+    uint32_t             blob_len;
 
-    if (magic != ST_BOOTSTRAP_WIRE_MAGIC) {
-        st_boot_conn_drop(root, i, "not a strata bootstrap hello (magic 0x%08x)", magic);
+    if (st_bootstrap_hello_decode(c->hello, sizeof(c->hello), &h) != ST_OK) {
+        st_boot_conn_drop(root, i, "not a strata bootstrap hello (magic 0x%08x)",
+                          st_boot_get32(c->hello));
         return -1;
     }
-    if (version != ST_BOOTSTRAP_WIRE_VERSION) {
-        st_boot_conn_reject(root, c, now,
-                            "bootstrap protocol version %u, the root speaks %u "
-                            "(mixed strata versions?)",
-                            version, ST_BOOTSTRAP_WIRE_VERSION);
-        return 0;
-    }
-    if (!st_boot_secret_equal(h + 8, root->secret)) {
+    rank     = h.rank;
+    nranks   = h.nranks;
+    blob_len = h.blob_len;
+    /* The secret before the other fields (the version aside, which says why the secret may
+     * not match): a stranger learns nothing of this communicator from the answer. */
+    if (h.version == ST_BOOTSTRAP_WIRE_VERSION && !st_boot_secret_equal(h.secret, root->secret)) {
         st_boot_conn_reject(root, c, now,
                             "wrong secret: the unique id belongs to another "
                             "communicator or job (or STRATA_COMM_SECRET differs)");
         return 0;
     }
-    if (nranks == 0 || nranks > ST_BOOTSTRAP_MAX_RANKS) {
-        st_boot_conn_reject(root, c, now, "nranks %u out of range 1..%d", nranks,
-                            ST_BOOTSTRAP_MAX_RANKS);
-        return 0;
-    }
-    if (blob_len > ST_BOOTSTRAP_MAX_BLOB) {
-        st_boot_conn_reject(root, c, now, "blob of %u bytes exceeds the limit of %d bytes",
-                            blob_len, ST_BOOTSTRAP_MAX_BLOB);
-        return 0;
-    }
-    if (rank >= nranks) {
-        st_boot_conn_reject(root, c, now, "rank %u out of range for nranks %u", rank, nranks);
+    if (st_bootstrap_hello_check(&h, why, sizeof(why)) != ST_OK) {
+        st_boot_conn_reject(root, c, now, "%s", why);
         return 0;
     }
     if (root->nranks != 0 && nranks != root->nranks) {
@@ -1048,6 +1097,8 @@ static void *st_boot_root_main(void *arg)
 
     /* Before anything else: this thread's first malloc creates its arena with mmap. */
     pthread_mutex_lock(&st_boot_lock);
+    root->started = 1;
+    pthread_cond_broadcast(&st_boot_started_cond);
     pthread_setname_np(pthread_self(), "strata-boot");
     st_debug(ST_SUB_BOOT, "bootstrap root %s: listening (timeout %g s)", root->addr, root->timeout);
     st_boot_root_run(root);
@@ -1195,6 +1246,14 @@ static st_status_t st_boot_root_spawn(st_sockaddr_t *addr, const uint8_t *secret
     root->next    = st_boot_roots;
     st_boot_roots = root;
     st_boot_roots_live++;
+    /* Return only once the thread runs its own code (it has taken st_boot_lock, which the wait
+     * releases): the start of a thread, before that, is not covered by the fork handlers. An
+     * allocator that does not lock itself around fork (AddressSanitizer's, in gcc 12) is busy
+     * there, and a process forking right after strataGetUniqueId handed its children a locked
+     * allocator mutex: their first thread hung at its start. */
+    while (!root->started) {
+        pthread_cond_wait(&st_boot_started_cond, &st_boot_lock);
+    }
     pthread_mutex_unlock(&st_boot_lock);
     return ST_OK;
 
@@ -1292,19 +1351,20 @@ static void st_boot_sanitize(char *s)
 st_status_t st_bootstrap_exchange(const st_unique_id_t *id, int rank, int nranks, const void *blob,
                                   size_t blob_len, void *table, double timeout)
 {
-    uint8_t    *hello;
-    uint8_t     reply[ST_BOOTSTRAP_REPLY_LEN];
-    char        msg[ST_BOOTSTRAP_MSG_MAX + 1];
-    char        root_str[ST_BOOT_ADDR_STR];
-    double      start = st_time_now();
-    double      deadline;
-    double      answer_deadline;
-    size_t      hello_len;
-    uint32_t    code;
-    uint32_t    msg_len;
-    st_status_t status;
-    st_status_t send_status;
-    int         fd = -1;
+    uint8_t             *hello;
+    uint8_t              reply[ST_BOOTSTRAP_REPLY_LEN];
+    st_bootstrap_reply_t rep;
+    char                 msg[ST_BOOTSTRAP_MSG_MAX + 1];
+    char                 root_str[ST_BOOT_ADDR_STR];
+    double               start = st_time_now();
+    double               deadline;
+    double               answer_deadline;
+    size_t               hello_len;
+    uint32_t             code;
+    uint32_t             msg_len;
+    st_status_t          status;
+    st_status_t          send_status;
+    int                  fd = -1;
 
     if (id == NULL || nranks < 1 || nranks > ST_BOOTSTRAP_MAX_RANKS || rank < 0 || rank >= nranks ||
         blob_len > ST_BOOTSTRAP_MAX_BLOB || (blob == NULL && blob_len > 0) ||
@@ -1376,17 +1436,17 @@ st_status_t st_bootstrap_exchange(const st_unique_id_t *id, int rank, int nranks
     } else if (status != ST_OK) {
         goto out_close;
     }
-    code    = st_boot_get32(reply + 4);
-    msg_len = st_boot_get32(reply + 16);
-    if (st_boot_get32(reply) != ST_BOOTSTRAP_WIRE_MAGIC || msg_len > ST_BOOTSTRAP_MSG_MAX ||
-        code > ST_BOOTSTRAP_REPLY_REJECT) {
+    if (st_bootstrap_reply_decode(reply, sizeof(reply), &rep) != ST_OK) {
         st_error(ST_SUB_BOOT,
                  "rank %d: malformed reply from bootstrap root %s (magic 0x%08x, "
                  "status %u, message of %u bytes)",
-                 rank, root_str, st_boot_get32(reply), code, msg_len);
+                 rank, root_str, st_boot_get32(reply), st_boot_get32(reply + 4),
+                 st_boot_get32(reply + 16));
         status = ST_ERR_IO;
         goto out_close;
     }
+    code    = rep.status;
+    msg_len = rep.msg_len;
     status = st_socket_recv_all(fd, msg, msg_len, answer_deadline);
     if (status != ST_OK) {
         if (status != ST_ERR_IO) {
@@ -1409,13 +1469,11 @@ st_status_t st_bootstrap_exchange(const st_unique_id_t *id, int rank, int nranks
         status = ST_ERR_USAGE;
         goto out_close;
     }
-    if (st_boot_get32(reply + 8) != (uint32_t)nranks ||
-        st_boot_get32(reply + 12) != (uint32_t)blob_len) {
+    if (rep.nranks != (uint32_t)nranks || rep.blob_len != (uint32_t)blob_len) {
         st_error(ST_SUB_BOOT,
                  "rank %d: bootstrap root %s sent a table of %u ranks x %u bytes; "
                  "expected %d x %zu",
-                 rank, root_str, st_boot_get32(reply + 8), st_boot_get32(reply + 12), nranks,
-                 blob_len);
+                 rank, root_str, rep.nranks, rep.blob_len, nranks, blob_len);
         status = ST_ERR_IO;
         goto out_close;
     }

@@ -62,6 +62,37 @@ typedef enum {
     ST_BOOTSTRAP_REPLY_REJECT  = 2  /* this hello was refused; msg says why */
 } st_bootstrap_reply_status_t;
 
+/* The parsers of the wire messages, callable on any bytes (the root and the ranks use them; so
+ * does the fuzzer in tests/fuzz/). They read exactly the header length and never more. */
+typedef struct st_bootstrap_hello {
+    uint32_t version;
+    uint8_t  secret[ST_BOOTSTRAP_SECRET_BYTES];
+    uint32_t rank;
+    uint32_t nranks;
+    uint32_t blob_len;
+} st_bootstrap_hello_t;
+
+typedef struct st_bootstrap_reply {
+    uint32_t status; /* st_bootstrap_reply_status_t */
+    uint32_t nranks;
+    uint32_t blob_len;
+    uint32_t msg_len; /* <= ST_BOOTSTRAP_MSG_MAX */
+} st_bootstrap_reply_t;
+
+/* Decodes a hello header from len bytes of buf. ST_ERR_INVALID when len < ST_BOOTSTRAP_HELLO_LEN
+ * or the magic is not strata's (the root drops such a connection unanswered); else ST_OK, also for
+ * fields that st_bootstrap_hello_check refuses. Not logged. */
+st_status_t st_bootstrap_hello_decode(const void *buf, size_t len, st_bootstrap_hello_t *out);
+
+/* The checks of a hello that need no state: the version, nranks in 1..ST_BOOTSTRAP_MAX_RANKS,
+ * blob_len <= ST_BOOTSTRAP_MAX_BLOB, rank < nranks. ST_OK, or ST_ERR_INVALID with the reason
+ * (one line) in why. Not logged. */
+st_status_t st_bootstrap_hello_check(const st_bootstrap_hello_t *h, char *why, size_t why_len);
+
+/* Decodes a reply header from len bytes of buf. ST_ERR_INVALID when len < ST_BOOTSTRAP_REPLY_LEN,
+ * the magic is wrong, the status unknown or msg_len > ST_BOOTSTRAP_MSG_MAX. Not logged. */
+st_status_t st_bootstrap_reply_decode(const void *buf, size_t len, st_bootstrap_reply_t *out);
+
 /* Makes a new id (see above). ST_ERR_NO_DEVICE / ST_ERR_INVALID when no interface matches
  * STRATA_SOCKET_IFNAME (logged with the value), ST_ERR_IO when the socket or thread fails. */
 st_status_t st_bootstrap_unique_id(strataUniqueId *id);

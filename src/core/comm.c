@@ -12,9 +12,13 @@
 #include "config.h"
 #include "core/comm.h"
 
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <net/if.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "coll/coll.h"
@@ -33,6 +37,7 @@
 typedef struct st_rank_record {
     st_topo_rec_t topo;        /* node identity, CPUs, NUMA, GPU, NIC (topo/topo.h) */
     uint32_t      pid;
+    char          pidns[64];   /* st_comm_pidns: who may probe pid */
     int32_t       color;       /* split only */
     int32_t       key;         /* split only */
     int32_t       rank;        /* rank in the parent (split) or the id */
@@ -92,14 +97,106 @@ int st_comm_is_live(const st_comm_t *comm)
     return live;
 }
 
+/* This process's pid namespace as "<boot id>/<inode of /proc/self/ns/pid>": ranks publishing the
+ * same string see each other's pids (emulated nodes, network namespaces of one host, included;
+ * containers with their own pid namespace excluded). "" when it cannot be told. */
+static void st_comm_pidns(char *buf, size_t len)
+{
+    char        boot[64] = "";
+    struct stat st;
+    FILE       *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+
+    buf[0] = '\0';
+    if (f == NULL) {
+        return;
+    }
+    if (fgets(boot, sizeof(boot), f) == NULL) {
+        boot[0] = '\0';
+    }
+    fclose(f);
+    boot[strcspn(boot, "\n")] = '\0';
+    if (boot[0] != '\0' && stat("/proc/self/ns/pid", &st) == 0) {
+        snprintf(buf, len, "%.40s/%llu", boot, (unsigned long long)st.st_ino);
+    }
+}
+
+/* 1 when rank r's process is known to have exited: it shares this pid namespace and its pid is
+ * gone, a zombie, or exiting (PF_EXITING: a killed process closes its sockets, which is what a
+ * peer notices first, before it becomes a zombie). Remote peers cannot be probed (their
+ * transport reports them instead). */
+#define ST_COMM_PF_EXITING 0x4u
+static int st_comm_peer_gone(const st_comm_t *comm, int r)
+{
+    char  path[64], line[512], *end;
+    pid_t pid = (pid_t)comm->peers[r].pid;
+    FILE *f;
+    int   gone = 0;
+
+    if (!comm->peers[r].same_pidns || pid <= 0) {
+        return 0;
+    }
+    if (kill(pid, 0) != 0) {
+        return errno == ESRCH; /* EPERM: alive, another user's */
+    }
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL) {
+        return errno == ENOENT;
+    }
+    if (fgets(line, sizeof(line), f) != NULL && (end = strrchr(line, ')')) != NULL &&
+        end[1] == ' ') {
+        char     state = ' ';
+        unsigned flags = 0;
+
+        /* after the name: state ppid pgrp session tty_nr tpgid flags */
+        if (sscanf(end + 2, "%c %*d %*d %*d %*d %*d %u", &state, &flags) == 2) {
+            gone = (state == 'Z' || state == 'X' || (flags & ST_COMM_PF_EXITING) != 0);
+        }
+    }
+    fclose(f);
+    return gone;
+}
+
+/* After a timeout or a remote error: the call may have waited for a live rank that itself waits
+ * for the dead one, so name every rank known to have exited, in the log and in the caller's last
+ * error (strataGetLastError). */
+static void st_comm_name_dead(st_comm_t *comm)
+{
+    char   list[160] = "";
+    size_t len = 0;
+    int    ndead = 0;
+
+    for (int r = 0; r < comm->nranks; r++) {
+        if (r == comm->rank || !st_comm_peer_gone(comm, r)) {
+            continue;
+        }
+        ndead++;
+        if (len < sizeof(list)) {
+            len += (size_t)snprintf(list + len, sizeof(list) - len, "%srank %d (pid %u)",
+                                    ndead > 1 ? ", " : "", r, comm->peers[r].pid);
+        }
+    }
+    if (ndead == 0) {
+        return;
+    }
+    st_warn(ST_SUB_COLL, "%s rank %d: %s %s exited", comm->name, comm->rank, list,
+            ndead > 1 ? "have" : "has");
+    st_log_append_error("; %s %s exited", list, ndead > 1 ? "have" : "has");
+}
+
 void st_comm_set_error(st_comm_t *comm, st_status_t status)
 {
     int expected = strataSuccess;
+    int first;
 
-    __atomic_compare_exchange_n(&comm->async_error, &expected, st_status_to_result(status), 0,
-                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    first = __atomic_compare_exchange_n(&comm->async_error, &expected,
+                                        st_status_to_result(status), 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST);
     if (comm->state == ST_COMM_READY) {
         comm->state = ST_COMM_FAILED;
+        if (first && (status == ST_ERR_TIMEOUT || status == ST_ERR_REMOTE)) {
+            st_comm_name_dead(comm);
+        }
     }
 }
 
@@ -161,10 +258,16 @@ static st_status_t st_comm_open_net(st_comm_t *comm, st_rank_record_t *rec)
             st_error(ST_SUB_INIT, "STRATA_NET '%s' names no transport of this build", want);
             return ST_ERR_INVALID;
         }
-        st_error(ST_SUB_INIT, "no usable net transport (STRATA_NET '%s')", want ? want : "");
+        char why[256];
+
+        /* the transport said why (logged); keep its words in the caller's last error */
+        snprintf(why, sizeof(why), "%s", st_log_last_error());
+        st_error(ST_SUB_INIT, "no usable net transport (STRATA_NET '%s'): %s", want ? want : "",
+                 why[0] ? why : "no transport opened");
         return (status < 0) ? status : ST_ERR_NO_DEVICE;
     }
     rec->pid = (uint32_t)getpid();
+    st_comm_pidns(rec->pidns, sizeof(rec->pidns));
     for (int scope = 0; scope < 2; scope++) {
         len = ST_ADDR_MAX;
         status = comm->net->address(comm->net_ctx, (st_net_addr_scope_t)scope, rec->addr[scope],
@@ -404,6 +507,9 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
         /* the hierarchy holds terminated copies of the records' strings */
         memcpy(comm->peers[r].node_id, st_topo_rec(comm->topo, r)->node_id, ST_NODE_ID_LEN);
         comm->peers[r].pid = recs[r]->pid;
+        comm->peers[r].same_pidns = recs[r]->pidns[0] != '\0' &&
+                                    strncmp(recs[r]->pidns, recs[comm->rank]->pidns,
+                                            sizeof(recs[r]->pidns)) == 0;
     }
     for (int r = 0; r < comm->nranks; r++) {
         int remote = st_topo_node(comm->topo, r) != comm->node;
@@ -448,6 +554,17 @@ st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeo
 
     ST_CHECK(st_coll_config_check());
     ST_CHECK(st_bootstrap_id_decode(id, &uid));
+    /* Only the root listens on STRATA_SOCKET_IFNAME, but every rank checks it: a setting that
+     * matches nothing here (a missing interface, "^lo" on a box with only lo) then fails every
+     * rank at once, naming the variable, instead of leaving some waiting for the others. */
+    {
+        char          ifname[ST_IFNAME_MAX];
+        st_sockaddr_t addr;
+
+        if (st_socket_find_if(st_core_config.socket_ifname, ifname, &addr) != ST_OK) {
+            return ST_ERR_INVALID;
+        }
+    }
     comm->uid = st_comm_hash(UINT64_C(0xcbf29ce484222325), uid.secret, sizeof(uid.secret));
     ST_CHECK(st_comm_open_net(comm, &rec));
     rec.rank = rank;
@@ -584,20 +701,31 @@ out:
     return status;
 }
 
+/* The disconnects of one free share one deadline (ST_COMM_CLOSE_S), however many peers are dead
+ * or stuck: each gets what is left of it, and at least a moment to drop its connection. */
+#define ST_COMM_CLOSE_S 2.0
+
+static double st_comm_close_left(double deadline)
+{
+    return ST_MAX(deadline - st_time_now(), 0.01);
+}
+
 void st_comm_free(st_comm_t *comm, int force)
 {
+    double deadline = st_time_now() + ST_COMM_CLOSE_S;
+
     st_intra_destroy(comm->intra);
     if (comm->eps != NULL && comm->net != NULL) {
         for (int r = 0; r < comm->nranks; r++) {
             if (comm->eps[r] != NULL) {
-                comm->net->disconnect(comm->eps[r], force, 2.0);
+                comm->net->disconnect(comm->eps[r], force, st_comm_close_left(deadline));
             }
         }
     }
     if (comm->spare_eps != NULL) {
         for (int r = 0; r < comm->nranks; r++) {
             if (comm->spare_eps[r] != NULL) {
-                comm->net->disconnect(comm->spare_eps[r], force, 2.0);
+                comm->net->disconnect(comm->spare_eps[r], force, st_comm_close_left(deadline));
             }
         }
     }

@@ -29,6 +29,7 @@ typedef enum {
 typedef struct st_peer_info {
     char     node_id[ST_NODE_ID_LEN]; /* ranks with equal node ids are on one node */
     uint32_t pid;
+    int      same_pidns; /* shares this process's pid namespace: pid can be probed (kill 0) */
 } st_peer_info_t;
 
 struct st_intra;
@@ -47,6 +48,8 @@ struct st_comm {
     volatile int         state;        /* st_comm_state_t */
     volatile int         async_error;  /* strataResult_t of the first asynchronous failure */
     volatile int         active;       /* operations being driven right now (abort waits) */
+    int                  blocking;     /* 1 while a thread is in a blocking call on this comm
+                                        * (a collective or split outside groups and streams) */
     volatile int         queued;       /* work items queued on host streams, not yet done */
     pthread_t            init_thread;  /* nonblocking init */
     int                  init_thread_live;

@@ -4,6 +4,12 @@
  * Back-off: after STRATA_SPIN_TIME without progress the engine arms every transport's event fd
  * and sleeps in poll() (at most 100 ms at a time, so abort and deadlines are noticed). While
  * spinning it yields the core, since on a shared host the peer it waits for may need it.
+ *
+ * An op with a mismatch agreement (check.h) ends when both its data part and the agreement ended:
+ * a mismatch ends it at once, however far the data got (the data may wait for bytes that will
+ * never come); a data error other than a dead peer's waits for the agreement, which explains it
+ * better (a short message is what a mismatched count looks like) and which the other ranks need
+ * this rank to keep forwarding.
  */
 #include "config.h"
 #include "core/exec.h"
@@ -15,6 +21,7 @@
 #include <string.h>
 
 #include "coll/intra.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "core/param.h"
 #include "core/socket.h"
@@ -128,6 +135,81 @@ static st_status_t st_exec_timeout(st_op_t *op, double idle)
     return ST_ERR_TIMEOUT;
 }
 
+/* STRATA_STALL_WARN after idle seconds: once per wait, the facts of the timeout message. */
+static void st_exec_stall(st_op_t *op, double idle)
+{
+    st_comm_t *comm = op->comm;
+
+    op->stall_warned = 1;
+    if (op->wait_peer >= 0) {
+        st_warn(ST_SUB_COLL, "%s #%llu on %s rank %d: no progress for %.1f s in %s step %d/%d, "
+                "waiting for rank %d; still waiting (STRATA_STALL_WARN; STRATA_TIMEOUT %.0f s)",
+                op->coll, (unsigned long long)op->seq, comm->name, comm->rank, idle, op->phase,
+                op->step, op->nsteps, op->wait_peer, comm->timeout);
+    } else {
+        st_warn(ST_SUB_COLL, "%s #%llu on %s rank %d: no progress for %.1f s in %s; still waiting "
+                "(STRATA_STALL_WARN; STRATA_TIMEOUT %.0f s)", op->coll,
+                (unsigned long long)op->seq, comm->name, comm->rank, idle, op->phase,
+                comm->timeout);
+    }
+    if (op->check != NULL) {
+        pthread_mutex_lock(&comm->lock);
+        st_check_stall(op->check, op);
+        pthread_mutex_unlock(&comm->lock);
+    }
+}
+
+/* Seconds without progress before a stall report on comm, 0: none. STRATA_STALL_WARN when set
+ * and below the comm's timeout; set to 0, or not below the timeout: off (said once per process,
+ * the timeout reports the same wait). Unset: the default 60 s, or half the timeout when that is
+ * shorter (a user who shortens STRATA_TIMEOUT still gets a report before it, without a warning). */
+static double st_exec_stall_after(const st_comm_t *comm)
+{
+    static int warned;
+    double     after = st_core_config.stall_warn;
+
+    if (getenv("STRATA_STALL_WARN") == NULL) {
+        return (after < comm->timeout) ? after : comm->timeout / 2;
+    }
+    if (after <= 0) {
+        return 0;
+    }
+    if (after < comm->timeout) {
+        return after;
+    }
+    if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) == 0) {
+        st_warn(ST_SUB_COLL, "STRATA_STALL_WARN %.1f s is not below the timeout (%.1f s) of %s: "
+                "stall reports are off there", after, comm->timeout, comm->name);
+    }
+    return 0;
+}
+
+/* One pass over op's data part and its agreement; caller holds comm->lock. */
+static st_status_t st_exec_step(st_op_t *op)
+{
+    st_status_t status;
+
+    if (!op->data_done) {
+        status = op->progress(op);
+        if (status != ST_INPROGRESS) {
+            op->data_done   = 1;
+            op->data_status = status;
+        }
+    }
+    if (op->check == NULL) {
+        return op->data_done ? op->data_status : ST_INPROGRESS;
+    }
+    if (op->data_done && (op->data_status == ST_ERR_REMOTE || op->data_status == ST_ERR_TIMEOUT ||
+                          op->data_status == ST_ERR_CANCELED)) {
+        return op->data_status; /* a peer is gone: the agreement would wait for it too */
+    }
+    status = st_check_progress(op->check, op, op->data_done);
+    if (status < 0) {
+        return status; /* mismatch (named), or the agreement's transfers failed */
+    }
+    return (status == ST_OK && op->data_done) ? op->data_status : ST_INPROGRESS;
+}
+
 st_status_t st_exec_run(st_op_t **ops, int nops)
 {
     st_status_t first = ST_OK;
@@ -140,6 +222,9 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
         ops[i]->last_progress = now;
         ops[i]->t_start       = now;
         ops[i]->finished      = 0;
+        ops[i]->data_done     = 0;
+        ops[i]->stall_warned  = 0;
+        ops[i]->stall_after   = st_exec_stall_after(ops[i]->comm); /* warns at once when off */
         __atomic_add_fetch(&ops[i]->comm->active, 1, __ATOMIC_SEQ_CST);
     }
     while (remaining > 0) {
@@ -164,13 +249,19 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
                     any = 1;
                 }
                 op->progressed = 0;
-                status = op->progress(op);
+                status = st_exec_step(op);
                 pthread_mutex_unlock(&comm->lock);
                 if (op->progressed) {
                     any = 1;
                     op->last_progress = now;
+                    op->stall_warned  = 0;
                 } else if (status == ST_INPROGRESS && now - op->last_progress > comm->timeout) {
-                    status = st_exec_timeout(op, now - op->last_progress);
+                    /* a data error held for the agreement is the better explanation */
+                    status = (op->data_done && op->data_status < 0)
+                                 ? op->data_status : st_exec_timeout(op, now - op->last_progress);
+                } else if (status == ST_INPROGRESS && !op->stall_warned &&
+                           op->stall_after > 0 && now - op->last_progress > op->stall_after) {
+                    st_exec_stall(op, now - op->last_progress);
                 }
             }
             if (status == ST_INPROGRESS) {
@@ -203,6 +294,7 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
         st_comm_t *comm = ops[i]->comm;
 
         pthread_mutex_lock(&comm->lock);
+        st_check_destroy(ops[i]->check, ops[i]);
         ops[i]->destroy(ops[i]);
         pthread_mutex_unlock(&comm->lock);
         __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);

@@ -8,7 +8,9 @@
  * blocks in poll() on the communicators' event fds, so that 8 ranks on 2 cores do not starve each
  * other. It also owns deadlines: an operation that makes no progress for its communicator's
  * timeout fails with ST_ERR_TIMEOUT and a message naming the collective, its sequence number, its
- * phase and step, and the peer it was waiting for.
+ * phase and step, and the peer it was waiting for; after STRATA_STALL_WARN seconds without
+ * progress it logs the same facts once at WARN and keeps waiting. And it runs each collective's
+ * mismatch agreement (core/check.h) with the collective: success needs both.
  */
 #ifndef ST_EXEC_H
 #define ST_EXEC_H
@@ -53,6 +55,15 @@ struct st_op {
     /* Cancels whatever is in flight and waits (bounded) until the transport let go of the
      * buffers, then frees the op. Called with comm->lock held. */
     void        (*destroy)(st_op_t *op);
+    /* The mismatch agreement running next to the op (core/check.h), or NULL; the engine
+     * completes the op only when both are done, and frees it. */
+    struct st_check *check;
+    /* The engine's own: the data part's result once it ended, and whether the stall of the
+     * current wait was reported (STRATA_STALL_WARN). */
+    int          data_done;
+    st_status_t  data_status;
+    int          stall_warned;
+    double       stall_after; /* seconds without progress before the report; 0: none */
 };
 
 /* Drives ops[0..nops) until each has completed or failed, then destroys them all. Returns ST_OK or

@@ -193,6 +193,16 @@ void st_log_error(uint32_t sub, const char *file, int line, const char *fmt, ...
     }
 }
 
+void st_log_append_error(const char *fmt, ...)
+{
+    size_t  len = strlen(st_last_error);
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(st_last_error + len, sizeof(st_last_error) - len, fmt, ap);
+    va_end(ap);
+}
+
 const char *st_log_last_error(void)
 {
     return st_last_error;

@@ -46,6 +46,9 @@ void st_log_emit(int level, uint32_t sub, const char *file, int line, const char
 /* Records (and logs at WARN) the calling thread's last error. */
 void st_log_error(uint32_t sub, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Appends to the calling thread's last error without logging (a fact found after the error was
+ * logged, which the caller logs itself). */
+void st_log_append_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The calling thread's last error message ("" if none). */
 const char *st_log_last_error(void);
 void st_log_clear_error(void);

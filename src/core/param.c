@@ -68,6 +68,21 @@ static const st_config_field_t st_core_config_fields[] = {
      offsetof(st_core_config_t, rail_ifnames), ST_CFG_STRING},
     {"NET", "auto", "net transport: auto or a name (ucx)",
      offsetof(st_core_config_t, net), ST_CFG_STRING},
+    /* Cost of the check, `collbench all_reduce -np 4` on one node (2 shared cores), medians of 3
+     * alternating runs with CHECK_MISMATCH=0 / 1: 8 B (-n 2000 -w 100) 48.9 / 58.9 us
+     * out of place, 48.8 / 57.2 us in place (+9-10 us: the agreement's two rounds of 80 B
+     * messages); 64 MiB (-n 5) 32.7 / 35.2 ms out of place,
+     * 31.7 / 31.2 ms in place (within the noise). Runs at load 7-12 were too noisy to resolve
+     * the 8 B difference. Not negligible at 8 B, on by default anyway (issue 5). */
+    {"CHECK_MISMATCH", "1", "every collective checks that all ranks made the same call "
+     "(collective, count, datatype, op, root); a mismatch fails it on every rank with "
+     "strataInvalidUsage naming both calls instead of hanging or returning wrong data",
+     offsetof(st_core_config_t, check_mismatch), ST_CFG_BOOL},
+    {"STALL_WARN", "60s", "after this long without progress a waiting rank logs once at WARN "
+     "what it waits for and from whom, and rank 0 which ranks have not entered the collective; "
+     "unset: 60s or half the timeout, whichever is shorter; set to 0, or to a value not below "
+     "the timeout, it is off",
+     offsetof(st_core_config_t, stall_warn), ST_CFG_TIME},
     {NULL, NULL, NULL, 0, 0}
 };
 

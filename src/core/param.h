@@ -71,6 +71,8 @@ typedef struct st_core_config {
     size_t small_threshold;   /* all-reduce bytes up to which auto takes the small algorithm */
     char  *rail_ifnames;      /* comma-separated interfaces, one per rail */
     char  *net;               /* net transport choice */
+    int    check_mismatch;    /* agree on every collective's fingerprint (core/check.h) */
+    double stall_warn;        /* seconds without progress before a WARN line; 0 = off */
 } st_core_config_t;
 
 extern st_core_config_t st_core_config;

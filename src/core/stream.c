@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/comm.h"
 #include "core/enqueue.h"
 #include "core/log.h"
 
@@ -63,6 +64,28 @@ static int st_stream_register(struct st_stream *s, int add)
     return ok;
 }
 
+/* Runs one queued item, unless a communicator of it failed or was aborted after the item was
+ * queued: its collective could then only wait out the deadline (its peers have given up), and
+ * every later item as long again, so a synchronize after a failure would take the deadline times
+ * the queue's length. Such items fail at once, saying why. */
+static st_status_t st_stream_run(st_stream_item_t *item)
+{
+    for (int i = 0; i < item->nargs; i++) {
+        const st_coll_args_t *args = &item->args[i];
+        st_comm_t            *comm = args->comm;
+        int                   state = comm->state;
+
+        if (state == ST_COMM_FAILED || state == ST_COMM_ABORTED) {
+            st_error(ST_SUB_COLL, "%s #%llu on %s rank %d not run: the communicator %s earlier "
+                     "(%s)", st_coll_name(args->type), (unsigned long long)args->seq,
+                     comm->name, comm->rank, state == ST_COMM_ABORTED ? "was aborted" : "failed",
+                     strataGetErrorString((strataResult_t)comm->async_error));
+            return ST_ERR_USAGE;
+        }
+    }
+    return st_coll_run(item->args, item->nargs);
+}
+
 static void *st_stream_main(void *arg)
 {
     struct st_stream *s = arg;
@@ -81,7 +104,7 @@ static void *st_stream_main(void *arg)
         item = s->head;
         pthread_mutex_unlock(&s->lock);
 
-        status = st_coll_run(item->args, item->nargs);
+        status = st_stream_run(item);
         for (int i = 0; i < item->nargs; i++) {
             __atomic_sub_fetch(&item->args[i].comm->queued, 1, __ATOMIC_SEQ_CST);
         }

@@ -1,7 +1,8 @@
 /*
  * test_cases.c - the edge cases from the field (../shared/cases/README.md), each as a multi-process
  * run of the real library with its exact expected answer. B14 (more than 2^31 elements) is the
- * separate program test_large; B16, B19, B20, B21, B24 and B26 are not in this program.
+ * separate program test_large; B16 (test_mismatch), B19 and B21 (test_faults), B20
+ * (test_lifecycle) and B24 (test_comms) are not in this program.
  *
  * Semantics tested are the ones include/strata.h documents: integer sums and products wrap,
  * unsigned types compare unsigned, NaN propagates through max, min and sum whichever rank holds it,
@@ -945,6 +946,123 @@ static int b25(it_ctx_t *c)
 static void test_b25_unaligned_n3(void **state) { RUN(3, "2+1", NULL, b25, NULL); }
 static void test_b25_unaligned_n4(void **state) { RUN(4, "2x2", NULL, b25, NULL); }
 
+/* ------------------------------------------------------------------------------------------ */
+/* B26: buffers freed and mapped again at the same address are never served from a stale cache  */
+/* ------------------------------------------------------------------------------------------ */
+
+#define B26_BYTES ((size_t)(1 << 20) + 4096)
+#define B26_ITERS 50
+
+typedef enum { B26_MMAP, B26_MEMALLOC } b26_kind_t;
+
+/* Maps bytes at hint (MAP_FIXED_NOREPLACE: the same address or none), or anywhere first time. */
+static uint8_t *b26_map(void *hint, size_t bytes)
+{
+    void *p = mmap(hint, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | (hint != NULL ? MAP_FIXED_NOREPLACE : 0), -1, 0);
+
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void b26_fill(uint8_t *b, size_t from, size_t to, int it, int r)
+{
+    for (size_t i = from; i < to; i++) {
+        b[i] = (uint8_t)((7u * (unsigned)it + (unsigned)r + (unsigned)i) & 0xffu);
+    }
+}
+
+/* recv[i] = sum over r of (7 it + r + i) = n (7 it + i) + n (n - 1) / 2 mod 256: the case's
+ * (14 it + 2 i + 1) mod 256 for n = 2 */
+static int b26_check(const uint8_t *y, int n, int it, const char *what)
+{
+    for (size_t i = 0; i < B26_BYTES; i++) {
+        uint8_t want = (uint8_t)(((unsigned)n * (7u * (unsigned)it + (unsigned)i) +
+                                  (unsigned)(n * (n - 1) / 2)) & 0xffu);
+
+        if (!IT_EXPECT(y[i] == want, "B26 %s iteration %d: recv[%zu] = %u, expected %u", what, it,
+                       i, y[i], want)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int b26(it_ctx_t *c)
+{
+    b26_kind_t kind = *(const b26_kind_t *)c->arg;
+    uint8_t   *send_at = NULL, *recv_at = NULL;
+    int        repeats = 0;
+
+    for (int it = 0; it < B26_ITERS; it++) {
+        uint8_t *x, *y;
+
+        if (kind == B26_MMAP) {
+            x = b26_map(send_at, B26_BYTES);
+            y = b26_map(recv_at, B26_BYTES);
+            if (!IT_EXPECT(x != NULL && y != NULL, "B26 iteration %d: cannot map the buffers "
+                           "again at %p and %p", it, (void *)send_at, (void *)recv_at)) {
+                return 1;
+            }
+        } else {
+            x = y = NULL;
+            if (!IT_OK(strataMemAlloc((void **)&x, B26_BYTES)) ||
+                !IT_OK(strataMemAlloc((void **)&y, B26_BYTES))) {
+                return 1;
+            }
+        }
+        repeats += (x == send_at && y == recv_at);
+        send_at = x;
+        recv_at = y;
+        b26_fill(x, 0, B26_BYTES, it, c->rank);
+        memset(y, 0, B26_BYTES);
+        if (IT_OK(strataAllReduce(x, y, B26_BYTES, strataUint8, strataSum, c->comm, NULL))) {
+            b26_check(y, c->nranks, it, kind == B26_MMAP ? "mmap" : "strataMemAlloc");
+        }
+        if (kind == B26_MMAP && it % 10 == 9) {
+            /* the variant: only the upper half of the send buffer unmapped, mapped again and
+             * refilled (with this iteration's next pattern) */
+            size_t half = (B26_BYTES / 2) & ~(size_t)4095;
+
+            munmap(x + half, B26_BYTES - half);
+            if (!IT_EXPECT(b26_map(x + half, B26_BYTES - half) == x + half,
+                           "B26: cannot map the upper half again")) {
+                return 1;
+            }
+            b26_fill(x, 0, B26_BYTES, it + 1, c->rank);
+            memset(y, 0, B26_BYTES);
+            if (IT_OK(strataAllReduce(x, y, B26_BYTES, strataUint8, strataSum, c->comm, NULL))) {
+                b26_check(y, c->nranks, it + 1, "half remapped");
+            }
+        }
+        if (kind == B26_MMAP) {
+            munmap(x, B26_BYTES);
+            munmap(y, B26_BYTES);
+        } else {
+            IT_OK(strataMemFree(x));
+            IT_OK(strataMemFree(y));
+        }
+    }
+    /* mmap with a fixed hint must repeat the addresses; strataMemAlloc may not (then the test
+     * still checks the data of every iteration) */
+    if (kind == B26_MMAP) {
+        IT_EXPECT(repeats == B26_ITERS - 1, "B26: the addresses repeated %d times of %d", repeats,
+                  B26_ITERS - 1);
+    }
+    return 0;
+}
+
+static const b26_kind_t b26_mmap = B26_MMAP, b26_memalloc = B26_MEMALLOC;
+/* 1+1: the inter-node path (ring over the network transport); 1 node: the shm windows; both
+ * under the default algorithm choice and forced ring */
+static void test_b26_remap_1p1(void **state)      { RUN(2, "1+1", NULL, b26, &b26_mmap); }
+static void test_b26_remap_1node(void **state)    { RUN(2, "1", NULL, b26, &b26_mmap); }
+static void test_b26_remap_ring_1node(void **state)
+{
+    RUN(2, "1", "STRATA_ALGO=ring", b26, &b26_mmap);
+}
+static void test_b26_memalloc_1node(void **state) { RUN(2, "1", NULL, b26, &b26_memalloc); }
+static void test_b26_memalloc_2x2(void **state)   { RUN(4, "2x2", NULL, b26, &b26_memalloc); }
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -974,6 +1092,11 @@ int main(void)
         cmocka_unit_test(test_b23_alltoallv_zero_counts),
         cmocka_unit_test(test_b25_unaligned_n3),
         cmocka_unit_test(test_b25_unaligned_n4),
+        cmocka_unit_test(test_b26_remap_1p1),
+        cmocka_unit_test(test_b26_remap_1node),
+        cmocka_unit_test(test_b26_remap_ring_1node),
+        cmocka_unit_test(test_b26_memalloc_1node),
+        cmocka_unit_test(test_b26_memalloc_2x2),
     };
 
     it_cmocka_filter();

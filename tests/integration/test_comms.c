@@ -8,6 +8,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -208,6 +209,190 @@ static int split(it_ctx_t *c)
     }
     allreduce_check(c->comm, 9, 0, "parent after destroying children");
     return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* B24: several communicators driven by several threads                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+#define B24_ITERS 1000
+
+typedef struct {
+    strataComm_t comm;
+    int          n, r;
+    int          bad;        /* wrong values or failed calls */
+    char         first[256]; /* the first of them */
+} b24_thread_t;
+
+static void b24_note(b24_thread_t *t, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (t->bad++ == 0) {
+        va_start(ap, fmt);
+        vsnprintf(t->first, sizeof(t->first), fmt, ap);
+        va_end(ap);
+    }
+}
+
+/* thread 1: AllReduce int64 count 257 on commA, x = r + 1 + it: 10 + 4 it on 4 ranks */
+static void *b24_allreduce(void *arg)
+{
+    b24_thread_t *t = arg;
+    int64_t       x[257], y[257];
+
+    for (int it = 0; it < B24_ITERS && t->bad == 0; it++) {
+        int64_t want = (int64_t)t->n * (t->n + 1) / 2 + (int64_t)t->n * it;
+
+        for (int i = 0; i < 257; i++) {
+            x[i] = t->r + 1 + it;
+            y[i] = -1;
+        }
+        strataResult_t res = strataAllReduce(x, y, 257, strataInt64, strataSum, t->comm, NULL);
+        if (res != strataSuccess) {
+            b24_note(t, "AllReduce #%d: %s (%s)", it, strataGetErrorString(res),
+                     strataGetLastError(t->comm));
+        }
+        for (int i = 0; i < 257 && t->bad == 0; i++) {
+            if (y[i] != want) {
+                b24_note(t, "AllReduce #%d [%d] = %lld, expected %lld", it, i, (long long)y[i],
+                         (long long)want);
+            }
+        }
+    }
+    return NULL;
+}
+
+/* thread 2: AllGather int32 count 3 on commB (= split with key 3 - r: reversed), x = [r r r] */
+static void *b24_allgather(void *arg)
+{
+    b24_thread_t *t = arg;
+    int32_t       x[3] = {t->r, t->r, t->r}, y[3 * 64];
+
+    for (int it = 0; it < B24_ITERS && t->bad == 0; it++) {
+        memset(y, 0xff, sizeof(y));
+        strataResult_t res = strataAllGather(x, y, 3, strataInt32, t->comm, NULL);
+        if (res != strataSuccess) {
+            b24_note(t, "AllGather #%d: %s (%s)", it, strataGetErrorString(res),
+                     strataGetLastError(t->comm));
+        }
+        for (int k = 0; k < t->n && t->bad == 0; k++) {
+            for (int j = 0; j < 3; j++) {
+                /* commB's rank k is commA's rank n - 1 - k, whose x is its own rank in commB */
+                if (y[3 * k + j] != k) {
+                    b24_note(t, "AllGather #%d [%d] = %d, expected %d", it, 3 * k + j,
+                             y[3 * k + j], k);
+                }
+            }
+        }
+    }
+    return NULL;
+}
+
+static int b24(it_ctx_t *c)
+{
+    int          n = c->nranks, r = c->rank;
+    strataComm_t commB = NULL, more[8] = {NULL};
+    b24_thread_t t1 = {0}, t2 = {0};
+    pthread_t    th1, th2;
+    double       t0 = it_now();
+
+    if (!IT_OK(strataCommSplit(c->comm, 0, n - 1 - r, &commB, NULL))) {
+        return 1;
+    }
+    for (int k = 0; k < 8; k++) {
+        IT_OK(strataCommSplit(c->comm, k % 2 == 0 ? 0 : r % 2, r, &more[k], NULL));
+    }
+    {
+        int rb = -1;
+
+        IT_OK(strataCommUserRank(commB, &rb));
+        IT_EXPECT(rb == n - 1 - r, "commB rank %d, expected %d", rb, n - 1 - r);
+    }
+    t1 = (b24_thread_t){.comm = c->comm, .n = n, .r = r};
+    t2 = (b24_thread_t){.comm = commB, .n = n, .r = n - 1 - r};
+    if (pthread_create(&th1, NULL, b24_allreduce, &t1) != 0 ||
+        pthread_create(&th2, NULL, b24_allgather, &t2) != 0) {
+        IT_EXPECT(0, "pthread_create failed");
+        return 1;
+    }
+    pthread_join(th1, NULL);
+    pthread_join(th2, NULL);
+    IT_EXPECT(t1.bad == 0, "thread 1 on commA: %d bad, first: %s", t1.bad, t1.first);
+    IT_EXPECT(t2.bad == 0, "thread 2 on commB: %d bad, first: %s", t2.bad, t2.first);
+    IT_EXPECT(it_now() - t0 < 60.0, "B24: %.1f s for 2 x %d collectives, expected < 60 s",
+              it_now() - t0, B24_ITERS);
+    /* the extra splits are distinct, working communicators */
+    for (int k = 0; k < 8; k++) {
+        if (more[k] != NULL) {
+            for (int j = 0; j < k; j++) {
+                IT_EXPECT(more[j] != more[k], "splits %d and %d returned the same handle", j, k);
+            }
+            allreduce_check(more[k], 31 + (size_t)k, k, "one of 8 splits");
+            IT_OK(strataCommDestroy(more[k]));
+        }
+    }
+    IT_OK(strataCommDestroy(commB));
+    return 0;
+}
+
+static void test_b24_threads_2x2(void **state)
+{
+    assert_int_equal(it_run_simple(4, "2x2", NULL, b24, NULL), 0);
+}
+
+/* B24, one communicator used by two threads at once: strata.h says a second blocking call on a
+ * communicator while another thread's is in progress returns strataInvalidUsage. Each thread
+ * calls AllReduce once at the same moment (a barrier); every call either gives the exact sum or
+ * fails: never success with a wrong value. The ranks may pair the calls differently, so a
+ * failure may also come as a mismatch, a timeout (3 s) or a remote error. */
+typedef struct {
+    strataComm_t       comm;
+    pthread_barrier_t *bar;
+    int                n, r;
+    strataResult_t     res;
+    int32_t            y;
+} b24_one_t;
+
+static void *b24_one_call(void *arg)
+{
+    b24_one_t *t = arg;
+    int32_t    x = t->r + 1;
+
+    pthread_barrier_wait(t->bar);
+    t->res = strataAllReduce(&x, &t->y, 1, strataInt32, strataSum, t->comm, NULL);
+    return NULL;
+}
+
+static int b24_one_comm(it_ctx_t *c)
+{
+    pthread_barrier_t bar;
+    pthread_t         th[2];
+    b24_one_t         t[2];
+    int               n = c->nranks, want = n * (n + 1) / 2;
+
+    pthread_barrier_init(&bar, NULL, 2);
+    for (int k = 0; k < 2; k++) {
+        t[k] = (b24_one_t){.comm = c->comm, .bar = &bar, .n = n, .r = c->rank, .y = -7};
+        pthread_create(&th[k], NULL, b24_one_call, &t[k]);
+    }
+    for (int k = 0; k < 2; k++) {
+        pthread_join(th[k], NULL);
+    }
+    pthread_barrier_destroy(&bar);
+    for (int k = 0; k < 2; k++) {
+        IT_EXPECT(t[k].res != strataSuccess || t[k].y == want, "thread %d: success with %d, "
+                  "expected %d", k, t[k].y, want);
+    }
+    IT_EXPECT(t[0].res != strataSuccess || t[1].res != strataSuccess ||
+              (t[0].y == want && t[1].y == want), "both calls succeeded with wrong values");
+    return 0;
+}
+
+static void test_b24_one_comm_two_threads(void **state)
+{
+    assert_int_equal(it_run_simple(4, "2x2", "STRATA_TIMEOUT=3s STRATA_DEBUG=NONE", b24_one_comm,
+                                   NULL), 0);
 }
 
 static void test_split_n4(void **state) { assert_int_equal(it_run_simple(4, "2+2", NULL, split, NULL), 0); }
@@ -762,6 +947,8 @@ int main(void)
         cmocka_unit_test(test_two_comms_n4),
         cmocka_unit_test(test_two_comms_n3_rr2),
         cmocka_unit_test(test_split_n4),
+        cmocka_unit_test(test_b24_threads_2x2),
+        cmocka_unit_test(test_b24_one_comm_two_threads),
         cmocka_unit_test(test_split_n5_nocolor),
         cmocka_unit_test(test_init_all_3),
         cmocka_unit_test(test_streams_n3),

@@ -250,6 +250,83 @@ static void test_bad_args_n3(void **state)
     assert_int_equal(it_run_simple(3, "rr2", QUIET, bad_args, NULL), 0);
 }
 
+/* The table of what each call must refuse that bad_args does not cover: counts whose byte size
+ * overflows (every collective and send/recv, each dtype size), point-to-point to oneself outside
+ * a group, and a message for each (strataGetLastError names the function). The same calls on
+ * every rank, so no rank is left waiting. */
+static int bad_input_table(it_ctx_t *c)
+{
+    strataComm_t comm = c->comm;
+    int          n    = c->nranks, me = c->rank;
+    float        buf[8] = {0};
+    struct {
+        strataDataType_t dt;
+        size_t           count;
+    } big[] = {
+        {strataInt8, SIZE_MAX},          {strataFloat32, SIZE_MAX / 2},
+        {strataFloat64, SIZE_MAX / 8 + 1}, {strataFloat16, (SIZE_MAX >> 1) + 1},
+        {strataInt8, (size_t)1 << 49},  {strataFloat32, ((size_t)1 << 48) / 4 + 1},
+    };
+
+    for (size_t i = 0; i < sizeof(big) / sizeof(big[0]); i++) {
+        strataDataType_t dt = big[i].dt;
+        size_t           k  = big[i].count;
+
+        IT_RES(strataAllReduce(buf, buf, k, dt, strataSum, comm, NULL), BAD_ARG);
+        IT_RES(strataReduce(buf, buf, k, dt, strataSum, 0, comm, NULL), BAD_ARG);
+        IT_RES(strataBroadcast(buf, buf, k, dt, 0, comm, NULL), BAD_ARG);
+        IT_RES(strataAllGather(buf, buf, k, dt, comm, NULL), BAD_ARG);
+        IT_RES(strataReduceScatter(buf, buf, k, dt, strataSum, comm, NULL), BAD_ARG);
+        IT_RES(strataSend(buf, k, dt, (me + 1) % n, comm, NULL), BAD_ARG);
+        IT_RES(strataRecv(buf, k, dt, (me + n - 1) % n, comm, NULL), BAD_ARG);
+        IT_EXPECT(strstr(strataGetLastError(comm), "overflows") != NULL,
+                  "the message for count %zu does not say it overflows: \"%s\"", k,
+                  strataGetLastError(comm));
+    }
+    /* all-gather's receive side is nranks times the count: a count fine for all-reduce can
+     * overflow it */
+    {
+        size_t k = ((size_t)1 << 48) / (size_t)n / 4 + 1;
+
+        if (n > 1) {
+            IT_RES(strataAllGather(buf, buf, k, strataFloat32, comm, NULL), BAD_ARG);
+            IT_RES(strataReduceScatter(buf, buf, k, strataFloat32, strataSum, comm, NULL),
+                   BAD_ARG);
+        }
+    }
+    /* to oneself outside a group, no stream: would wait forever */
+    IT_RES(strataSend(buf, 4, strataFloat32, me, comm, NULL), BAD_USE);
+    IT_EXPECT(strstr(strataGetLastError(comm), "outside a group") != NULL,
+              "self-send message: \"%s\"", strataGetLastError(comm));
+    IT_RES(strataRecv(buf, 4, strataFloat32, me, comm, NULL), BAD_USE);
+    IT_RES(strataSend(buf, 0, strataFloat32, me, comm, NULL), BAD_USE);
+    /* ... and inside one it is fine: the data arrives */
+    {
+        int32_t out[5] = {me * 10, me * 10 + 1, me * 10 + 2, me * 10 + 3, me * 10 + 4};
+        int32_t in[5]  = {-1, -1, -1, -1, -1};
+
+        IT_OK(strataGroupStart());
+        IT_OK(strataSend(out, 5, strataInt32, me, comm, NULL));
+        IT_OK(strataRecv(in, 5, strataInt32, me, comm, NULL));
+        if (IT_OK(strataGroupEnd())) {
+            IT_EXPECT(memcmp(in, out, sizeof(in)) == 0, "self send/recv in a group: got "
+                      "[%d %d %d %d %d]", in[0], in[1], in[2], in[3], in[4]);
+        }
+    }
+    still_works(comm, "the bad-input table");
+    return 0;
+}
+
+static void test_bad_input_table_n2(void **state)
+{
+    assert_int_equal(it_run_simple(2, "1+1", QUIET, bad_input_table, NULL), 0);
+}
+
+static void test_bad_input_table_n3(void **state)
+{
+    assert_int_equal(it_run_simple(3, "2+1", QUIET, bad_input_table, NULL), 0);
+}
+
 /* strata.h: strataGetLastError explains "the last failure of the calling thread" and "stays valid
  * until the thread's next failing strata call": successful calls in between must not erase it. */
 static int last_error_persists(it_ctx_t *c)
@@ -596,6 +673,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_args_n2),
         cmocka_unit_test(test_bad_args_n3),
+        cmocka_unit_test(test_bad_input_table_n2),
+        cmocka_unit_test(test_bad_input_table_n3),
         cmocka_unit_test(test_bad_root_args_n1),
         cmocka_unit_test(test_group_errors_n1),
         cmocka_unit_test(test_last_error_persists),

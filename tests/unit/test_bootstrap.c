@@ -4,7 +4,8 @@
  * plus strangers on the root's port (wrong secret, garbage, silence, oversized lengths) that must
  * not disturb the real ranks. Every rendezvous test checks that the root closed all its sockets.
  * Ranks also run as forked processes, the way launchers start them: the id is made (and its root
- * started) first, then the ranks are forked and inherit it.
+ * started) first, then the ranks are forked and inherit it. test_rogues_real_init puts all kinds
+ * of strangers on the port while a real 4-rank communicator forms through the public API.
  *
  * The rendezvous runs on lo (STRATA_SOCKET_IFNAME=lo is set before st_param_init): tests never
  * depend on the host's real interfaces. Without an lo that is up, those tests are skipped.
@@ -1235,6 +1236,137 @@ static void test_fork_ranks(void **state)
     }
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* strangers during a real init                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+#define ROGUE_RANKS 4
+
+/* A forked rank of a real communicator: init, AllReduce int32 of rank + 1 (= 10), destroy. */
+static int rogue_rank_main(const strataUniqueId *id, int rank)
+{
+    strataComm_t comm = NULL;
+    int32_t      x    = rank + 1;
+    int32_t      y    = 0;
+
+    if (strataCommInitRank(&comm, ROGUE_RANKS, *id, rank) != strataSuccess) {
+        return 2;
+    }
+    if (strataAllReduce(&x, &y, 1, strataInt32, strataSum, comm, NULL) != strataSuccess) {
+        return 3;
+    }
+    if (y != ROGUE_RANKS * (ROGUE_RANKS + 1) / 2) {
+        return 4;
+    }
+    return strataCommDestroy(comm) == strataSuccess ? 0 : 5;
+}
+
+/* A hello header with the given secret, rank 0 of ROGUE_RANKS, and blob_len; returns the fd. */
+static int rogue_hello(const st_unique_id_t *id, const uint8_t *secret, uint32_t blob_len)
+{
+    st_unique_id_t forged = *id;
+    uint8_t        h[ST_BOOTSTRAP_HELLO_LEN];
+    int            fd     = raw_connect(id);
+
+    memcpy(forged.secret, secret, ST_BOOTSTRAP_SECRET_BYTES);
+    make_hello(h, &forged, ST_BOOTSTRAP_WIRE_VERSION, 0, ROGUE_RANKS, blob_len);
+    assert_int_equal(st_socket_send_all(fd, h, sizeof(h), st_time_now() + 1.0), ST_OK);
+    return fd;
+}
+
+/* Reads the root's answer to a rogue hello: a REJECT whose reason contains `reason`. */
+static void expect_reject(int fd, const char *reason)
+{
+    uint8_t reply[ST_BOOTSTRAP_REPLY_LEN];
+    char    msg[ST_BOOTSTRAP_MSG_MAX + 1];
+    size_t  len;
+
+    assert_int_equal(st_socket_recv_all(fd, reply, sizeof(reply), st_time_now() + 5.0), ST_OK);
+    assert_int_equal(get32(reply), ST_BOOTSTRAP_WIRE_MAGIC);
+    assert_int_equal(get32(reply + 4), ST_BOOTSTRAP_REPLY_REJECT);
+    len = get32(reply + 16);
+    assert_true(len <= ST_BOOTSTRAP_MSG_MAX);
+    assert_int_equal(st_socket_recv_all(fd, msg, len, st_time_now() + 5.0), ST_OK);
+    msg[len] = '\0';
+    if (strstr(msg, reason) == NULL) {
+        fail_msg("rejection '%s' does not say '%s'", msg, reason);
+    }
+}
+
+/* Issue 5: strangers on the root's port while a real 4-rank communicator forms through the public
+ * API (strataCommInitRank in 4 forked processes): a hello without the secret (all zero), one with
+ * a wrong secret and an oversized length field, one with the right secret and an oversized length
+ * field, garbage bytes, a connection that stays silent, and one that stops inside its hello. The
+ * ranks must all succeed and sum correctly, well before the strangers' own hello deadline
+ * (ST_BOOT_HELLO_TIMEOUT_S, 5 s: nobody waits for a silent stranger); the malformed hellos are
+ * answered with a rejection or dropped, and the silent ones are closed by the root when it ends. */
+static void test_rogues_real_init(void **state)
+{
+    static const char junk[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
+                               " a TLS hello, not a strata one, and longer than a hello header";
+    uint8_t           zero[ST_BOOTSTRAP_SECRET_BYTES] = {0};
+    uint8_t           wrong[ST_BOOTSTRAP_SECRET_BYTES];
+    strataUniqueId    raw;
+    st_unique_id_t    id;
+    pid_t             pids[ROGUE_RANKS];
+    int               no_secret, bad_secret, oversized, garbage, silent, slow;
+    int               failed_rank = -1;
+    int               code;
+    int               fds;
+    double            start;
+    double            elapsed;
+
+    (void)state;
+    SKIP_WITHOUT_LO();
+    wait_roots_gone();
+    fds = count_fds();
+    assert_int_equal(st_bootstrap_unique_id(&raw), ST_OK);
+    assert_int_equal(st_bootstrap_id_decode(&raw, &id), ST_OK);
+    memcpy(wrong, id.secret, sizeof(wrong));
+    wrong[0] ^= 0x01;
+
+    silent     = raw_connect(&id);
+    slow       = raw_connect(&id);
+    garbage    = raw_connect(&id);
+    no_secret  = rogue_hello(&id, zero, BLOB_LEN);
+    bad_secret = rogue_hello(&id, wrong, 0xfffffff0u);
+    oversized  = rogue_hello(&id, id.secret, 0xfffffff0u);
+    assert_int_equal(st_socket_send_all(slow, "STBS\0\0", 6, st_time_now() + 1.0), ST_OK);
+    assert_int_equal(st_socket_send_all(garbage, junk, sizeof(junk), st_time_now() + 1.0), ST_OK);
+    expect_reject(no_secret, "wrong secret");
+    expect_reject(bad_secret, "wrong secret");
+    expect_reject(oversized, "exceeds the limit");
+    assert_true(closed_by_peer(garbage, 2.0));
+
+    start = st_time_now();
+    fflush(NULL);
+    for (int r = 0; r < ROGUE_RANKS; r++) {
+        pids[r] = fork();
+        assert_true(pids[r] >= 0);
+        if (pids[r] == 0) {
+            _exit(rogue_rank_main(&raw, r));
+        }
+    }
+    code    = fork_wait_all(pids, ROGUE_RANKS, &failed_rank);
+    elapsed = st_time_now() - start;
+    if (code != 0) {
+        fail_msg("rank %d of the real communicator: %s %d", failed_rank,
+                 code < 0 ? "hung" : "exit status", code);
+    }
+    print_message("real 4-rank init with 6 strangers on the port: %.2f s\n", elapsed);
+    assert_true(elapsed < 4.5); /* less than a silent stranger's hello deadline */
+    assert_true(closed_by_peer(silent, 2.0));
+    assert_true(closed_by_peer(slow, 2.0));
+    close(silent);
+    close(slow);
+    close(garbage);
+    close(no_secret);
+    close(bad_secret);
+    close(oversized);
+    wait_roots_gone();
+    assert_int_equal(count_fds(), fds);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1250,6 +1382,7 @@ int main(void)
         cmocka_unit_test(test_rank_rejoins),     cmocka_unit_test(test_rendezvous_ipv6),
         cmocka_unit_test(test_timeout_missing),  cmocka_unit_test(test_unreachable),
         cmocka_unit_test(test_comm_id),          cmocka_unit_test(test_fork_ranks),
+        cmocka_unit_test(test_rogues_real_init),
     };
     struct ifaddrs *list;
 

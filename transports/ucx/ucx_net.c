@@ -50,7 +50,8 @@ struct st_net_ctx {
 
 struct st_net_ep {
     st_net_ctx_t *ctx;
-    ucp_ep_h      ep;
+    ucp_ep_h      ep;        /* NULL once closed by st_ucx_ep_kill */
+    void         *close_req; /* that close, until disconnect frees it */
     int           peer;
     int           failed;
 };
@@ -127,8 +128,12 @@ static st_status_t st_ucx_context_get(const char *devices, st_ucx_context_t **uc
     status = ucp_init(&params, config, &uctx->context);
     ucp_config_release(config);
     if (status != UCS_OK) {
-        st_error(ST_SUB_UCX, "ucp_init%s%s failed: %s", devices[0] ? " with NET_DEVICES=" : "",
-                 devices, ucs_status_string(status));
+        /* name the UCX settings that make ucp_init fail (an unknown transport or device) */
+        const char *tls = getenv("UCX_TLS"), *devs = getenv("UCX_NET_DEVICES");
+
+        st_error(ST_SUB_UCX, "ucx: ucp_init%s%s failed: %s (UCX_TLS '%s', UCX_NET_DEVICES '%s')",
+                 devices[0] ? " with NET_DEVICES=" : "", devices, ucs_status_string(status),
+                 tls ? tls : "", devices[0] ? devices : (devs ? devs : ""));
         goto err;
     }
     snprintf(uctx->devices, sizeof(uctx->devices), "%s", devices);
@@ -301,6 +306,32 @@ static void st_ucx_ep_error(void *arg, ucp_ep_h uep ST_UNUSED, ucs_status_t stat
     }
 }
 
+/* Closes ep at once (UCP_EP_CLOSE_FLAG_FORCE), which completes every send on it, and every
+ * rendezvous receive from its peer, with UCS_ERR_CANCELED: the only way UCX lets go of a send or
+ * of a matched receive whose peer is gone or stuck (ucp_request_cancel only takes back receives
+ * not yet matched). The connection is then unusable: this happens only when an operation failed
+ * or was aborted, which fails the communicator anyway. */
+static void st_ucx_ep_kill(st_net_ep_t *ep)
+{
+    ucp_request_param_t param;
+    void               *req;
+
+    if (ep->ep == NULL) {
+        return;
+    }
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags        = UCP_EP_CLOSE_FLAG_FORCE;
+    req = ucp_ep_close_nbx(ep->ep, &param);
+    ep->ep     = NULL;
+    ep->failed = 1;
+    if (UCS_PTR_IS_PTR(req)) {
+        ep->close_req = req;
+    }
+    st_debug(ST_SUB_UCX, "%s rank %d: connection to rank %d closed to cancel its transfers",
+             ep->ctx->name, ep->ctx->rank, ep->peer);
+}
+
 static st_status_t st_ucx_connect(st_net_ctx_t *ctx, int peer, const void *peer_addr,
                                   size_t addr_len ST_UNUSED, unsigned flags, st_net_ep_t **ep_p)
 {
@@ -345,7 +376,7 @@ static void st_ucx_disconnect(st_net_ep_t *ep, int force, double timeout)
     memset(&param, 0, sizeof(param));
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags        = (force || ep->failed) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    req = ucp_ep_close_nbx(ep->ep, &param);
+    req = (ep->ep != NULL) ? ucp_ep_close_nbx(ep->ep, &param) : ep->close_req;
     if (UCS_PTR_IS_PTR(req)) {
         clock_gettime(CLOCK_MONOTONIC, &ts);
         start = ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -415,9 +446,15 @@ static st_status_t st_ucx_isend(st_net_ep_t *ep, const void *buf, size_t len, ui
                                (tag & ST_NET_TAG_MASK);
 
     if (ep->failed) {
-        st_error(ST_SUB_UCX, "%s rank %d: send to rank %d on a failed connection", ep->ctx->name,
+        /* completed with the error, so the caller reports it with its own context (which
+         * collective, phase and step) as for a transfer that failed in flight */
+        st_debug(ST_SUB_UCX, "%s rank %d: send to rank %d on a failed connection", ep->ctx->name,
                  ep->ctx->rank, ep->peer);
-        return ST_ERR_REMOTE;
+        req->tl_ep  = ep;
+        req->tl_req = NULL;
+        req->status = ST_ERR_REMOTE;
+        req->done   = 1;
+        return ST_OK;
     }
     memset(&param, 0, sizeof(param));
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -452,9 +489,15 @@ static st_status_t st_ucx_irecv(st_net_ep_t *ep, void *buf, size_t len, uint64_t
     uint64_t            utag = ((uint64_t)ep->peer << ST_UCX_RANK_SHIFT) | (tag & ST_NET_TAG_MASK);
 
     if (ep->failed) {
-        st_error(ST_SUB_UCX, "%s rank %d: receive from rank %d on a failed connection",
+        st_debug(ST_SUB_UCX, "%s rank %d: receive from rank %d on a failed connection",
                  ctx->name, ctx->rank, ep->peer);
-        return ST_ERR_REMOTE;
+        req->tl_ep   = ep;
+        req->tl_req  = NULL;
+        req->tl_prev = req->tl_next = NULL;
+        req->len     = 0;
+        req->status  = ST_ERR_REMOTE;
+        req->done    = 1;
+        return ST_OK;
     }
     memset(&param, 0, sizeof(param));
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -490,10 +533,18 @@ static st_status_t st_ucx_irecv(st_net_ep_t *ep, void *buf, size_t len, uint64_t
 
 static void st_ucx_cancel(st_net_ctx_t *ctx, st_request_t *req)
 {
-    if (!req->done && req->tl_req != NULL) {
-        /* the request's own worker: a communicator may drive several contexts (rails) */
-        st_net_ep_t *ep = req->tl_ep;
-        ucp_request_cancel((ep != NULL) ? ep->ctx->worker : ctx->worker, req->tl_req);
+    st_net_ep_t *ep = req->tl_ep;
+
+    if (req->done || req->tl_req == NULL) {
+        return;
+    }
+    /* the request's own worker: a communicator may drive several contexts (rails) */
+    ucp_request_cancel((ep != NULL) ? ep->ctx->worker : ctx->worker, req->tl_req);
+    /* An unmatched receive completes inside ucp_request_cancel. A send, or a receive already
+     * matched to a rendezvous, would wait for its peer, which may be dead or stuck: waiting for
+     * it would hold an abort or a failed call for the drain's whole bound. */
+    if (!req->done && ep != NULL) {
+        st_ucx_ep_kill(ep);
     }
 }
 

@@ -1,0 +1,497 @@
+/*
+ * check.c - the mismatch agreement that runs next to every collective (see check.h), and rank 0's
+ * report of the ranks that have not entered a stalled collective.
+ *
+ * Dissemination: in round k rank r sends its running (min, max) to r + 2^k and merges what r - 2^k
+ * sent; after ceil(log2 n) rounds every rank has merged every rank's fingerprint (some twice, which
+ * min and max do not mind). It costs log2 n message latencies, which overlap the data transfers,
+ * and no rank handles more than 2 log2 n messages, however many ranks there are. Ties break by the
+ * lowest rank, so every rank ends with the same pair and prints the same message.
+ */
+#include "config.h"
+#include "core/check.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/param.h"
+#include "core/socket.h"
+
+#define ST_CHECK_MAX_ROUNDS 32
+#define ST_CHECK_SUB_NOTICE 0xff
+#define ST_CHECK_NOTICE_S   1.0 /* how long rank 0 collects stall notices before it reports */
+
+/* Bits 43 and 42: no collective (bit 43 clear) nor send/recv tag (43 bits of sequence number
+ * below 2^42) has both. Then 20 bits of sequence number and 8 of round. */
+static inline uint64_t st_check_tag(uint64_t seq, unsigned sub)
+{
+    return (UINT64_C(3) << 42) | ((seq & 0xfffff) << 8) | (sub & 0xff);
+}
+
+/* One rank's call as it travels (fixed size, host byte order: all ranks run this build). */
+typedef struct st_check_fp {
+    uint64_t seq;
+    uint64_t count;
+    int32_t  type;
+    int32_t  dtype;
+    int32_t  op;    /* st_check_op_code; -1 for collectives without one */
+    int32_t  root;  /* -1 for collectives without one */
+    int32_t  rank;  /* who made this call (not part of the comparison) */
+    int32_t  name;  /* st_check_op_names index for messages (not part of the comparison) */
+} st_check_fp_t;
+
+typedef struct st_check_msg {
+    st_check_fp_t min;
+    st_check_fp_t max;
+} st_check_msg_t;
+
+typedef struct st_check_notice {
+    int32_t  rank;
+    int32_t  pad;
+    uint64_t seq;
+} st_check_notice_t;
+
+struct st_check {
+    st_comm_t      *comm;
+    uint64_t        seq;
+    int             nrounds;
+    int             started;
+    int             round;          /* rounds merged so far */
+    st_status_t     result;         /* ST_INPROGRESS until decided */
+    st_check_msg_t  cur;
+    st_check_msg_t  out[ST_CHECK_MAX_ROUNDS];
+    st_check_msg_t  in[ST_CHECK_MAX_ROUNDS];
+    st_request_t    sreq[ST_CHECK_MAX_ROUNDS];
+    st_request_t    rreq[ST_CHECK_MAX_ROUNDS];
+    int             sposted[ST_CHECK_MAX_ROUNDS];
+    int             rposted[ST_CHECK_MAX_ROUNDS];
+    /* stall notices: rank != 0 sends one; rank 0 receives up to n-1 */
+    int                notice_state;  /* 0 none; 1 sent / collecting; 2 reported */
+    double             notice_since;
+    st_check_notice_t  notice_out;
+    st_check_notice_t *notice_in;     /* [nranks] (rank 0) */
+    st_request_t      *notice_req;    /* [nranks] (rank 0) or [1] */
+};
+
+/* Ops named as users name them; "avg" is what st_redop_init makes of strataAvg. */
+static const char *const st_check_op_names[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+
+/* What the ranks must agree on: the reduction the data undergoes. A float avg is a sum
+ * premultiplied by 1/n and ranks may premultiply by scalars of their own, so avg and premulsum
+ * compare equal on floats (code 5); *name_p gets the name to print. */
+static int st_check_op_code(const st_coll_args_t *args, int *name_p)
+{
+    const st_redop_t *r = &args->redop;
+    st_redop_t        avg;
+
+    *name_p = -1;
+    if (args->type != ST_COLL_ALLREDUCE && args->type != ST_COLL_REDUCE &&
+        args->type != ST_COLL_REDUCESCATTER) {
+        return -1;
+    }
+    if (r->postdiv > 1) {
+        *name_p = 4;
+        return 4;
+    }
+    if (r->premul && r->kind == ST_RED_SUM) {
+        *name_p = (st_redop_init(&avg, strataAvg, r->dtype, args->comm->nranks) == ST_OK &&
+                   memcmp(&avg.scalar, &r->scalar, st_dtype_size(r->dtype)) == 0) ? 4 : 5;
+        return 5;
+    }
+    *name_p = (int)r->kind; /* ST_RED_SUM .. ST_RED_MIN are 0..3 */
+    return (int)r->kind;
+}
+
+/* Compares the calls, not who made them. */
+static int st_check_fp_cmp(const st_check_fp_t *a, const st_check_fp_t *b)
+{
+#define ST_CHECK_CMP_FIELD(_f)                                                                   \
+    if (a->_f != b->_f) {                                                                        \
+        return (a->_f < b->_f) ? -1 : 1;                                                         \
+    }
+    ST_CHECK_CMP_FIELD(seq)
+    ST_CHECK_CMP_FIELD(type)
+    ST_CHECK_CMP_FIELD(count)
+    ST_CHECK_CMP_FIELD(dtype)
+    ST_CHECK_CMP_FIELD(op)
+    ST_CHECK_CMP_FIELD(root)
+#undef ST_CHECK_CMP_FIELD
+    return 0;
+}
+
+static void st_check_merge(st_check_msg_t *cur, const st_check_msg_t *in)
+{
+    int c = st_check_fp_cmp(&in->min, &cur->min);
+
+    if (c < 0 || (c == 0 && in->min.rank < cur->min.rank)) {
+        cur->min = in->min;
+    }
+    c = st_check_fp_cmp(&in->max, &cur->max);
+    if (c > 0 || (c == 0 && in->max.rank < cur->max.rank)) {
+        cur->max = in->max;
+    }
+}
+
+/* "AllReduce #3 count 1000 float sum" */
+static void st_check_describe(const st_check_fp_t *fp, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s #%llu count %llu %s", st_coll_name((st_coll_type_t)fp->type),
+                     (unsigned long long)fp->seq, (unsigned long long)fp->count,
+                     st_dtype_name((strataDataType_t)fp->dtype));
+
+    if (fp->name >= 0 && fp->name < (int)ST_ARRAY_SIZE(st_check_op_names) && n > 0 &&
+        (size_t)n < len) {
+        n += snprintf(buf + n, len - (size_t)n, " %s", st_check_op_names[fp->name]);
+    }
+    if (fp->root >= 0 && n > 0 && (size_t)n < len) {
+        snprintf(buf + n, len - (size_t)n, " root %d", fp->root);
+    }
+}
+
+static inline int st_check_peer(const st_check_t *check, int round, int dir)
+{
+    int n = check->comm->nranks;
+
+    return (int)(((long)check->comm->rank + dir * (1L << round) % n + n) % n);
+}
+
+static st_status_t st_check_send(st_check_t *check, int round)
+{
+    st_comm_t  *comm = check->comm;
+    st_status_t status;
+
+    check->out[round] = check->cur;
+    status = comm->net->isend(comm->eps[st_check_peer(check, round, +1)], &check->out[round],
+                              sizeof(check->out[round]), st_check_tag(check->seq, (unsigned)round),
+                              NULL, &check->sreq[round]);
+    if (status != ST_OK) {
+        st_error(ST_SUB_COLL, "mismatch check of collective #%llu on %s rank %d: send to rank %d "
+                 "failed: %s", (unsigned long long)check->seq, comm->name, comm->rank,
+                 st_check_peer(check, round, +1), st_status_str(status));
+        return status;
+    }
+    check->sposted[round] = 1;
+    return ST_OK;
+}
+
+static st_status_t st_check_start(st_check_t *check)
+{
+    st_comm_t  *comm = check->comm;
+    st_status_t status;
+
+    check->started = 1;
+    for (int k = 0; k < check->nrounds; k++) {
+        int from = st_check_peer(check, k, -1);
+
+        status = comm->net->irecv(comm->eps[from], &check->in[k], sizeof(check->in[k]),
+                                  st_check_tag(check->seq, (unsigned)k), NULL, &check->rreq[k]);
+        if (status != ST_OK) {
+            st_error(ST_SUB_COLL, "mismatch check of collective #%llu on %s rank %d: receive from "
+                     "rank %d failed: %s", (unsigned long long)check->seq, comm->name, comm->rank,
+                     from, st_status_str(status));
+            return status;
+        }
+        check->rposted[k] = 1;
+    }
+    return st_check_send(check, 0);
+}
+
+static st_status_t st_check_verdict(st_check_t *check)
+{
+    char a[160], b[160];
+
+    if (st_check_fp_cmp(&check->cur.min, &check->cur.max) == 0) {
+        return ST_OK;
+    }
+    st_check_describe(&check->cur.min, a, sizeof(a));
+    st_check_describe(&check->cur.max, b, sizeof(b));
+    st_error(ST_SUB_COLL, "mismatched collectives on %s (seen by rank %d): %s on rank %d vs %s on "
+             "rank %d (STRATA_CHECK_MISMATCH)", check->comm->name, check->comm->rank, a,
+             check->cur.min.rank, b, check->cur.max.rank);
+    return ST_ERR_USAGE;
+}
+
+/* Appends "3, 5, 7" (at most 16 ranks, then "and N more") of ranks with flag[r] == want. */
+static int st_check_rank_list(const char *flag, int n, char want, char *buf, size_t len)
+{
+    size_t pos = 0;
+    int    count = 0;
+
+    buf[0] = '\0';
+    for (int r = 0; r < n; r++) {
+        if (flag[r] != want) {
+            continue;
+        }
+        if (count < 16 && pos < len) {
+            pos += (size_t)snprintf(buf + pos, len - pos, "%s%d", count ? ", " : "", r);
+        }
+        count++;
+    }
+    if (count > 16 && pos < len) {
+        snprintf(buf + pos, len - pos, " and %d more", count - 16);
+    }
+    return count;
+}
+
+/* Rank 0: after collecting notices for ST_CHECK_NOTICE_S (or all of them), names the ranks that
+ * sent none. */
+static void st_check_notice_report(st_check_t *check, st_op_t *op)
+{
+    st_comm_t *comm = check->comm;
+    int        n = comm->nranks, got = 0;
+    char      *flag, in[256], out[256];
+
+    for (int r = 1; r < n; r++) {
+        got += check->notice_req[r].done && check->notice_req[r].status == ST_OK;
+    }
+    if (got < n - 1 && st_time_now() - check->notice_since < ST_CHECK_NOTICE_S) {
+        return;
+    }
+    check->notice_state = 2;
+    flag = calloc((size_t)n, 1);
+    if (flag == NULL) {
+        return;
+    }
+    flag[0] = 1;
+    for (int r = 1; r < n; r++) {
+        flag[r] = check->notice_req[r].done && check->notice_req[r].status == ST_OK;
+    }
+    st_check_rank_list(flag, n, 1, in, sizeof(in));
+    if (st_check_rank_list(flag, n, 0, out, sizeof(out)) == 0) {
+        st_warn(ST_SUB_COLL, "%s #%llu on %s: every rank has entered it and is waiting (a peer "
+                "stuck in its transport, or a rank of its data path is gone?)", op->coll,
+                (unsigned long long)op->seq, comm->name);
+    } else {
+        st_warn(ST_SUB_COLL, "%s #%llu on %s: rank(s) %s have not entered it after %.1f s "
+                "(ranks %s are waiting in it; STRATA_STALL_WARN)", op->coll,
+                (unsigned long long)op->seq, comm->name, out, st_time_now() - op->t_start, in);
+    }
+    free(flag);
+}
+
+st_status_t st_check_progress(st_check_t *check, st_op_t *op, int data_done)
+{
+    st_comm_t *comm = check->comm;
+
+    if (check->notice_state == 1 && comm->rank == 0) {
+        st_check_notice_report(check, op);
+    }
+    if (check->result != ST_INPROGRESS) {
+        return check->result;
+    }
+    if (!check->started) {
+        st_status_t status = st_check_start(check);
+
+        if (status != ST_OK) {
+            return check->result = status;
+        }
+        op->progressed = 1;
+    }
+    while (check->round < check->nrounds) {
+        int k = check->round;
+
+        if (!check->rreq[k].done) {
+            break;
+        }
+        check->rposted[k] = 0;
+        if (check->rreq[k].status != ST_OK || check->rreq[k].len != sizeof(check->in[k])) {
+            st_error(ST_SUB_COLL, "mismatch check of collective #%llu on %s rank %d: receive from "
+                     "rank %d failed: %s (%zu B)", (unsigned long long)check->seq, comm->name,
+                     comm->rank, st_check_peer(check, k, -1), st_status_str(check->rreq[k].status),
+                     check->rreq[k].len);
+            return check->result = (check->rreq[k].status == ST_OK) ? ST_ERR_INTERNAL
+                                                                    : ST_ERR_REMOTE;
+        }
+        st_check_merge(&check->cur, &check->in[k]);
+        check->round++;
+        op->progressed = 1;
+        if (check->round < check->nrounds) {
+            st_status_t status = st_check_send(check, check->round);
+
+            if (status != ST_OK) {
+                return check->result = status;
+            }
+        }
+    }
+    for (int k = 0; k < check->nrounds; k++) {
+        if (check->sposted[k] && check->sreq[k].done) {
+            check->sposted[k] = 0;
+            if (check->sreq[k].status != ST_OK) {
+                st_error(ST_SUB_COLL, "mismatch check of collective #%llu on %s rank %d: send to "
+                         "rank %d failed: %s", (unsigned long long)check->seq, comm->name,
+                         comm->rank, st_check_peer(check, k, +1),
+                         st_status_str(check->sreq[k].status));
+                return check->result = ST_ERR_REMOTE;
+            }
+        }
+        if (check->sposted[k]) {
+            return ST_INPROGRESS; /* the peer needs these bytes: never cancel them */
+        }
+    }
+    if (check->round < check->nrounds) {
+        if (data_done) {
+            op->phase     = "mismatch check";
+            op->step      = check->round + 1;
+            op->nsteps    = check->nrounds;
+            op->wait_peer = st_check_peer(check, check->round, -1);
+        }
+        return ST_INPROGRESS;
+    }
+    return check->result = st_check_verdict(check);
+}
+
+void st_check_stall(st_check_t *check, st_op_t *op)
+{
+    st_comm_t  *comm = check->comm;
+    int         n = comm->nranks;
+    st_status_t status = ST_OK;
+
+    if (check->notice_state != 0 || !check->started) {
+        return;
+    }
+    check->notice_state = 1;
+    check->notice_since = st_time_now();
+    if (comm->rank != 0) {
+        check->notice_req = calloc(1, sizeof(*check->notice_req));
+        if (check->notice_req == NULL) {
+            return;
+        }
+        check->notice_out.rank = comm->rank;
+        check->notice_out.seq  = check->seq;
+        status = comm->net->isend(comm->eps[0], &check->notice_out, sizeof(check->notice_out),
+                                  st_check_tag(check->seq, ST_CHECK_SUB_NOTICE), NULL,
+                                  &check->notice_req[0]);
+        if (status != ST_OK) {
+            check->notice_req[0].done = 1; /* nothing to cancel */
+        }
+        return;
+    }
+    check->notice_in  = calloc((size_t)n, sizeof(*check->notice_in));
+    check->notice_req = calloc((size_t)n, sizeof(*check->notice_req));
+    if (check->notice_in == NULL || check->notice_req == NULL) {
+        check->notice_state = 2;
+        return;
+    }
+    check->notice_req[0].done = 1;
+    for (int r = 1; r < n; r++) {
+        status = comm->net->irecv(comm->eps[r], &check->notice_in[r], sizeof(check->notice_in[r]),
+                                  st_check_tag(check->seq, ST_CHECK_SUB_NOTICE), NULL,
+                                  &check->notice_req[r]);
+        if (status != ST_OK) {
+            check->notice_req[r].done   = 1;
+            check->notice_req[r].status = status;
+        }
+    }
+    st_check_notice_report(check, op);
+}
+
+void st_check_destroy(st_check_t *check, st_op_t *op)
+{
+    st_request_t *reqs[2 * ST_CHECK_MAX_ROUNDS];
+    int           n = 0, ok;
+
+    if (check == NULL) {
+        return;
+    }
+    for (int k = 0; k < check->nrounds; k++) {
+        if (check->rposted[k]) {
+            reqs[n++] = &check->rreq[k];
+        }
+        if (check->sposted[k]) {
+            reqs[n++] = &check->sreq[k];
+        }
+    }
+    ok = st_exec_cancel(op, reqs, n, 2.0);
+    if (check->notice_req != NULL) {
+        int nn = (check->comm->rank == 0) ? check->comm->nranks : 1;
+
+        for (int r = 0; r < nn; r++) {
+            st_request_t *req = &check->notice_req[r];
+
+            ok &= st_exec_cancel(op, &req, 1, 2.0);
+        }
+    }
+    if (!ok) {
+        return; /* the transport may still write into it: leak rather than free */
+    }
+    free(check->notice_in);
+    free(check->notice_req);
+    free(check);
+}
+
+/* The op of a collective with no data (count 0): only the agreement. */
+static st_status_t st_check_op_progress(st_op_t *op ST_UNUSED)
+{
+    return ST_OK;
+}
+
+static void st_check_op_destroy(st_op_t *op)
+{
+    free(op);
+}
+
+st_status_t st_check_attach(const st_coll_args_t *args, st_op_t **op_p)
+{
+    st_comm_t  *comm = args->comm;
+    st_check_t *check;
+    int         nrounds = 0, name;
+
+    if (!st_core_config.check_mismatch || comm->nranks < 2 || args->type == ST_COLL_SEND ||
+        args->type == ST_COLL_RECV) {
+        return ST_OK;
+    }
+    while ((1L << nrounds) < comm->nranks) {
+        nrounds++;
+    }
+    check = calloc(1, sizeof(*check));
+    if (check == NULL) {
+        goto err_nomem;
+    }
+    if (*op_p == NULL) {
+        st_op_t *op = calloc(1, sizeof(*op));
+
+        if (op == NULL) {
+            free(check);
+            goto err_nomem;
+        }
+        op->comm      = comm;
+        op->coll      = st_coll_name(args->type);
+        op->seq       = args->seq;
+        op->phase     = "mismatch check";
+        op->wait_peer = -1;
+        op->times_set = 1; /* nothing to time, as without the check */
+        op->algo      = "none";
+        op->progress  = st_check_op_progress;
+        op->destroy   = st_check_op_destroy;
+        *op_p         = op;
+    }
+    check->comm        = comm;
+    check->seq         = args->seq;
+    check->nrounds     = nrounds;
+    check->result      = ST_INPROGRESS;
+    check->cur.min.seq   = args->seq;
+    check->cur.min.count = args->count;
+    check->cur.min.type  = (int32_t)args->type;
+    check->cur.min.dtype = (int32_t)args->dtype;
+    check->cur.min.op    = st_check_op_code(args, &name);
+    check->cur.min.name  = name;
+    check->cur.min.root  = (args->type == ST_COLL_BROADCAST || args->type == ST_COLL_REDUCE)
+                               ? args->root : -1;
+    check->cur.min.rank  = comm->rank;
+    check->cur.max       = check->cur.min;
+    (*op_p)->check       = check;
+    return ST_OK;
+
+err_nomem:
+    st_error(ST_SUB_COLL, "%s #%llu on %s rank %d: no memory for the mismatch check",
+             st_coll_name(args->type), (unsigned long long)args->seq, comm->name, comm->rank);
+    if (*op_p != NULL) {
+        pthread_mutex_lock(&comm->lock);
+        (*op_p)->destroy(*op_p);
+        pthread_mutex_unlock(&comm->lock);
+        *op_p = NULL;
+    }
+    return ST_ERR_NO_MEMORY;
+}
