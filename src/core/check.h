@@ -35,6 +35,9 @@ st_status_t st_check_attach(const st_coll_args_t *args, st_op_t **op_p);
  * of a failed transfer (logged). Sets op->progressed when a round completed; when data_done, also
  * op's phase, step and peer for stall and timeout messages. Caller holds the comm's lock. */
 st_status_t st_check_progress(st_check_t *check, st_op_t *op, int data_done);
+/* The data part already failed with its own logged error: from now on the check's transfer
+ * failures are returned without being logged (a mismatch still is). */
+void        st_check_quiet(st_check_t *check);
 
 /* The op stalled for STRATA_STALL_WARN seconds: rank != 0 sends rank 0 a notice; rank 0 starts
  * collecting notices and, a moment later (from st_check_progress), logs at WARN the ranks that sent

@@ -27,6 +27,8 @@
 #include "core/socket.h"
 
 #define ST_EXEC_MAX_POLL_MS 100
+/* how long a data part that failed on a broken connection waits for the mismatch check */
+#define ST_EXEC_CHECK_GRACE_S 0.5
 #define ST_EXEC_MAX_FDS     64
 
 static int st_exec_comm_aborted(const st_comm_t *comm)
@@ -194,14 +196,27 @@ static st_status_t st_exec_step(st_op_t *op)
         if (status != ST_INPROGRESS) {
             op->data_done   = 1;
             op->data_status = status;
+            op->data_end    = st_time_now();
         }
     }
     if (op->check == NULL) {
         return op->data_done ? op->data_status : ST_INPROGRESS;
     }
-    if (op->data_done && (op->data_status == ST_ERR_REMOTE || op->data_status == ST_ERR_TIMEOUT ||
-                          op->data_status == ST_ERR_CANCELED)) {
+    if (op->data_done && op->data_status == ST_ERR_TIMEOUT) {
         return op->data_status; /* a peer is gone: the agreement would wait for it too */
+    }
+    if (op->data_done && (op->data_status == ST_ERR_REMOTE || op->data_status == ST_ERR_CANCELED)) {
+        /* A peer that found a mismatch first cancels its transfers and so may break the
+         * connection under ours: give the agreement (whose messages that peer sent before) a
+         * moment to say so, rather than report a dead peer that is alive. Otherwise the data
+         * part's error (logged, naming the peer and phase) stands. */
+        st_check_quiet(op->check);
+        status = st_check_progress(op->check, op, 1);
+        if (status == ST_ERR_USAGE) {
+            return status;
+        }
+        return (status == ST_INPROGRESS && st_time_now() - op->data_end < ST_EXEC_CHECK_GRACE_S)
+                   ? ST_INPROGRESS : op->data_status;
     }
     status = st_check_progress(op->check, op, op->data_done);
     if (status < 0) {

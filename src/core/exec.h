@@ -62,6 +62,7 @@ struct st_op {
      * current wait was reported (STRATA_STALL_WARN). */
     int          data_done;
     st_status_t  data_status;
+    double       data_end;    /* when the data part ended */
     int          stall_warned;
     double       stall_after; /* seconds without progress before the report; 0: none */
 };
