@@ -2,7 +2,7 @@
 # run.sh - runs each libFuzzer harness of tests/fuzz/ for a bounded time over its seed corpus.
 #   tests/fuzz/run.sh BUILD_DIR [SECONDS]
 # BUILD_DIR was configured with CC=clang --enable-fuzzers and holds tests/fuzz/fuzz_* (built by
-# `make`). SECONDS per harness: the argument, else FUZZ_SECONDS, else 55. New inputs go to a
+# `make`). SECONDS per harness: the argument, else FUZZ_SECONDS, else 30. New inputs go to a
 # scratch folder that is removed afterwards: the committed corpus (corpus/<harness>/) only
 # changes by hand. A crash, sanitizer report, leak or timeout of any harness fails the run; its
 # input is kept in BUILD_DIR/tests/fuzz/artifacts/ and named in the output.
@@ -10,7 +10,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=${1:?usage: run.sh BUILD_DIR [SECONDS]}
-secs=${2:-${FUZZ_SECONDS:-55}}
+secs=${2:-${FUZZ_SECONDS:-30}}
 harnesses="fuzz_wire fuzz_root fuzz_records"
 failed=0
 
