@@ -102,9 +102,11 @@ typedef struct st_net_ops {
     st_status_t (*irecv)(st_net_ep_t *ep, void *buf, size_t len, uint64_t tag, st_memh_t *memh,
                          st_request_t *req);
     /* Cancels an in-flight request (of any context of the caller's: the request knows its own);
-     * it completes (done = 1) with ST_ERR_CANCELED at a later
-     * progress call, or at once. Harmless on a completed request. */
-    void        (*cancel)(st_net_ctx_t *ctx, st_request_t *req);
+     * it completes (done = 1) with ST_ERR_CANCELED at a later progress call, or at once.
+     * Harmless on a completed request. force 0: only what the transport can take back alone
+     * (a send or a matched receive may then wait for its peer); force 1: also what needs the
+     * peer, by breaking the request's connection (the caller's communicator must be failed). */
+    void        (*cancel)(st_net_ctx_t *ctx, st_request_t *req, int force);
     /* Moves everything it can; returns at once. ST_OK when something happened, ST_INPROGRESS when
      * nothing did. */
     st_status_t (*progress)(st_net_ctx_t *ctx);

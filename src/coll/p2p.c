@@ -138,7 +138,7 @@ static void st_p2p_destroy(st_op_t *op)
     st_request_t      *req = &p->req;
 
     if (p->posted && !p->req.done) {
-        op->comm->net->cancel(op->comm->net_ctx, req);
+        op->comm->net->cancel(op->comm->net_ctx, req, 1);
         if (!st_exec_drain(op->comm, &req, 1, 2.0)) {
             st_warn(ST_SUB_P2P, "%s #%llu did not cancel; leaking it", op->coll,
                     (unsigned long long)p->args.seq);

@@ -29,6 +29,8 @@
 #define ST_EXEC_MAX_POLL_MS 100
 /* how long a data part that failed on a broken connection waits for the mismatch check */
 #define ST_EXEC_CHECK_GRACE_S 0.5
+/* how long transfers cancelled after a mismatch may finish before their connections break */
+#define ST_EXEC_CANCEL_GRACE_S 0.3
 #define ST_EXEC_MAX_FDS     64
 
 static int st_exec_comm_aborted(const st_comm_t *comm)
@@ -238,6 +240,7 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
         ops[i]->t_start       = now;
         ops[i]->finished      = 0;
         ops[i]->data_done     = 0;
+        ops[i]->end_status    = ST_INPROGRESS;
         ops[i]->stall_warned  = 0;
         ops[i]->stall_after   = st_exec_stall_after(ops[i]->comm); /* warns at once when off */
         __atomic_add_fetch(&ops[i]->comm->active, 1, __ATOMIC_SEQ_CST);
@@ -282,7 +285,8 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
             if (status == ST_INPROGRESS) {
                 continue;
             }
-            op->finished = 1;
+            op->finished   = 1;
+            op->end_status = status;
             remaining--;
             if (status == ST_OK && !op->times_set) {
                 st_exec_record_times(op, now);
@@ -341,14 +345,26 @@ int st_exec_cancel(st_op_t *op, st_request_t *const *reqs, int n, double timeout
 {
     st_comm_t *comm = op->comm;
     int        pending = 0;
+    /* After a mismatch every peer is alive and still finishing its own check, whose last
+     * messages may share a connection with our stuck transfers: break connections only after a
+     * moment. Otherwise (a failure, a timeout, an abort) at once: the peer may be dead. */
+    double     grace = (op->end_status == ST_ERR_USAGE) ? ST_EXEC_CANCEL_GRACE_S : 0.0;
 
     for (int i = 0; i < n; i++) {
         if (!reqs[i]->done) {
-            comm->net->cancel(comm->net_ctx, reqs[i]);
+            comm->net->cancel(comm->net_ctx, reqs[i], 0);
             pending++;
         }
     }
-    if (pending == 0 || st_exec_drain(comm, reqs, n, timeout)) {
+    if (pending == 0 || st_exec_drain(comm, reqs, n, grace)) {
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!reqs[i]->done) {
+            comm->net->cancel(comm->net_ctx, reqs[i], 1);
+        }
+    }
+    if (st_exec_drain(comm, reqs, n, timeout)) {
         return 1;
     }
     st_warn(ST_SUB_COLL, "%s #%llu: %d transfers did not cancel; leaking their buffers", op->coll,

@@ -63,6 +63,7 @@ struct st_op {
     int          data_done;
     st_status_t  data_status;
     double       data_end;    /* when the data part ended */
+    st_status_t  end_status;  /* how the op ended (set before destroy; ST_INPROGRESS before) */
     int          stall_warned;
     double       stall_after; /* seconds without progress before the report; 0: none */
 };

@@ -531,7 +531,7 @@ static st_status_t st_ucx_irecv(st_net_ep_t *ep, void *buf, size_t len, uint64_t
     return ST_OK;
 }
 
-static void st_ucx_cancel(st_net_ctx_t *ctx, st_request_t *req)
+static void st_ucx_cancel(st_net_ctx_t *ctx, st_request_t *req, int force)
 {
     st_net_ep_t *ep = req->tl_ep;
 
@@ -543,7 +543,7 @@ static void st_ucx_cancel(st_net_ctx_t *ctx, st_request_t *req)
     /* An unmatched receive completes inside ucp_request_cancel. A send, or a receive already
      * matched to a rendezvous, would wait for its peer, which may be dead or stuck: waiting for
      * it would hold an abort or a failed call for the drain's whole bound. */
-    if (!req->done && ep != NULL) {
+    if (force && !req->done && ep != NULL) {
         st_ucx_ep_kill(ep);
     }
 }
