@@ -50,6 +50,13 @@ timeout 60 "$collbench" --help >/dev/null 2>&1
 good "--help documents the strata options" '^  -A,--algo <algo> +ring hier small auto' \
     '^      --phases ' '^      --mem-alloc ' -- --help
 
+# model: no rank; its own options (tests/unit/test_model checks every figure)
+good "--help documents model" '^ +[^ ]+ model \[--preset seed\]' -- --help
+good "model --preset seed: the texts' figures, then the faithful model" \
+    '^gradient +28\.0 GB$' 'reduced 110x$' '^# Faithful model' -- model --preset seed
+want="model: invalid preset (seed) 'x'"; bad model --preset x
+want="model: invalid option '--bogus'";  bad model --bogus
+
 # -A: unknown names, before any rank starts (-np 2 would start ranks otherwise)
 want="invalid algorithm (ring, hier, small or auto) 'tree'"; bad -np 2 -A tree
 want="invalid algorithm (ring, hier, small or auto) 'tree'"; bad -np 2 --algo=tree

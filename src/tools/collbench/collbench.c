@@ -118,6 +118,7 @@ static void cb_usage(FILE *out, const char *prog)
     fprintf(out,
 "Usage: %s [COLL] [options]\n"
 "       %s topo [--topo-file F] [--json] [launch options]\n"
+"       %s model [--preset seed] [parameters]   (first argument; model --help)\n"
 "  COLL: all_reduce reduce_scatter all_gather broadcast reduce sendrecv all (default all_reduce;\n"
 "        also all-reduce, all_reduce_perf ...; several with commas)\n"
 "  topo: print the topology instead: per node its ranks by NUMA domain with GPU, NIC and rail,\n"
@@ -126,6 +127,8 @@ static void cb_usage(FILE *out, const char *prog)
 "        (per NUMA domain without GPU) and its GPU -> NIC -> NUMA mapping; with neither, the\n"
 "        same for this machine\n"
 "      --json                  machine-readable output (topo)\n"
+"  model: print step-time tables of the cost model (docs/model.md); no rank is started.\n"
+"        --preset seed: first the communication texts' figures, then the faithful model\n"
 "\n"
 "nccl-tests options:\n"
 "  -t,--coll <COLL>            collective, as the COLL argument (-t 1: nccl-tests' thread count)\n"
@@ -172,7 +175,7 @@ static void cb_usage(FILE *out, const char *prog)
 "  --print-config              print every STRATA_* parameter and exit\n"
 "\n"
 "Exit status: 0 when every result is right, 1 when some #wrong is not 0, 2 when a call fails.\n",
-            prog, prog,
+            prog, prog, prog,
 #ifdef HAVE_MPI
             " or, when unset, MPI_Bcast"
 #else
@@ -603,6 +606,10 @@ int main(int argc, char **argv)
     int              print_config = 0, ret;
     strataResult_t   res;
 
+    /* a subcommand with its own options, which launches nothing */
+    if (argc > 1 && strcmp(argv[1], "model") == 0) {
+        return cb_model_run(stdout, stderr, argc - 1, argv + 1, argv[0]);
+    }
     cb_opts_default(&opts, argv[0]);
     cb_rewrite_np(argc, argv);
     ret = cb_parse_args(argc, argv, &opts, &print_config);

@@ -6,15 +6,18 @@
  * --rank) and hands each of them the unique id; bench.c runs the benchmark of one rank (sizes,
  * timing, checks, the nccl-tests table); data.c builds inputs whose exact results are known for
  * every datatype and op, and counts the wrong elements; topo.c is the `topo` subcommand, which
- * prints the topology of a communicator or of an hwloc XML file. The tool uses only the public API
+ * prints the topology of a communicator or of an hwloc XML file; model.c is the `model`
+ * subcommand, the step-time tables of the cost model. The tool uses only the public API
  * (strata.h) plus the header-only fp16/bf16 conversions of reduce/half.h, so it is also an
- * example of a port from nccl-tests.
+ * example of a port from nccl-tests; the exception is the cost model (src/tune/model.c, pure
+ * functions, no state), which collbench compiles in because libstrata.so hides it.
  */
 #ifndef CB_COLLBENCH_H
 #define CB_COLLBENCH_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "strata.h"
 
@@ -93,6 +96,13 @@ int cb_topo_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataU
 /* `collbench topo --topo-file F` (or without launch options: this machine), no ranks. Returns 0,
  * or 2 with a one-line reason on stderr. */
 int cb_topo_file(const cb_opts_t *opts);
+
+/* ---- model.c --------------------------------------------------------------------------------- */
+
+/* `collbench model ...`: argv[0] is "model", the rest its options (see its --help). Prints the
+ * tables to out, a one-line error to err; returns the exit status (0, or 2 for a bad option).
+ * No rank is started. */
+int cb_model_run(FILE *out, FILE *err, int argc, char **argv, const char *prog);
 
 /* Seconds of CLOCK_MONOTONIC. */
 double cb_now(void);

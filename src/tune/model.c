@@ -1,0 +1,456 @@
+/*
+ * model.c - the alpha-beta-gamma cost model of strata's all-reduce algorithms (see model.h and
+ * docs/model.md, which give every formula with its units and source).
+ *
+ * The model prices what the code does, phase by phase: a phase is alpha times its steps plus its
+ * bytes over the bandwidth of the link it crosses plus the bytes it reduces over gamma. hier's
+ * three phases run as a pipeline over chunks, so its time is the slowest phase in steady state
+ * plus the fill and drain of the others. Nothing here reads a file, the clock or the environment:
+ * the library can call it to choose, and tests can check it against numbers worked out by hand.
+ *
+ * The second half keeps the arithmetic of the communication texts strata grew from, with their
+ * simplifications, in the order they compute it: `collbench model --preset seed` must print their
+ * figures to the digit, and the figures sit on rounding edges (8.205 s prints 8.21 only because
+ * the double nearest 2.205 lies above it), so the operations below are not to be reordered.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "tune/model.h"
+
+st_status_t st_model_fabric_check(const st_model_fabric_t *fabric)
+{
+    int r;
+
+    if (fabric == NULL || fabric->ranks_per_node < 1 || fabric->nodes < 1 ||
+        fabric->nrails < 1 || fabric->nrails > ST_MODEL_MAX_RAILS ||
+        !(fabric->intra.beta > 0) || !(fabric->intra.alpha >= 0) ||
+        !(fabric->inter.alpha >= 0) || !(fabric->intra.gamma >= 0) ||
+        !(fabric->inter.gamma >= 0)) {
+        return ST_ERR_INVALID;
+    }
+    for (r = 0; r < fabric->nrails; r++) {
+        if (!(st_model_rail_beta(fabric, r) > 0)) {
+            return ST_ERR_INVALID;
+        }
+    }
+    return ST_OK;
+}
+
+double st_model_rail_beta(const st_model_fabric_t *fabric, int rail)
+{
+    return (fabric->rail_beta[rail] > 0) ? fabric->rail_beta[rail] : fabric->inter.beta;
+}
+
+/* bytes / gamma, or 0 when the reduction is not counted */
+static double st_model_reduce_time(double bytes, double gamma)
+{
+    return (gamma > 0) ? bytes / gamma : 0.0;
+}
+
+/* Thakur, Rabenseifner & Gropp 2005, section 4 (ring / "Rabenseifner" reduce-scatter + all-gather):
+ * every rank sends and receives 2(n-1) messages of bytes/n; the reduce-scatter half reduces (n-1)
+ * of them. Patarasuk & Yuan 2009 show 2(n-1)/n bytes per rank is the least any all-reduce sends. */
+double st_model_ring_allreduce(int n, double bytes, const st_model_level_t *level)
+{
+    if (n <= 1) {
+        return 0.0;
+    }
+    return 2.0 * (n - 1) * level->alpha + 2.0 * (n - 1) / n * bytes / level->beta +
+           st_model_reduce_time((double)(n - 1) / n * bytes, level->gamma);
+}
+
+/* Thakur et al. 2005: ring reduce-scatter, (n-1) steps of bytes/n, each reduced. */
+double st_model_ring_reduce_scatter(int n, double bytes, const st_model_level_t *level)
+{
+    if (n <= 1) {
+        return 0.0;
+    }
+    return (n - 1) * level->alpha + (double)(n - 1) / n * bytes / level->beta +
+           st_model_reduce_time((double)(n - 1) / n * bytes, level->gamma);
+}
+
+/* Thakur et al. 2005: ring all-gather, (n-1) steps of bytes/n. */
+double st_model_ring_allgather(int n, double bytes, const st_model_level_t *level)
+{
+    if (n <= 1) {
+        return 0.0;
+    }
+    return (n - 1) * level->alpha + (double)(n - 1) / n * bytes / level->beta;
+}
+
+/* This project's own: the classic pipeline bound. The first chunk passes every stage (fill), the
+ * last leaves the slowest stage and passes the ones after it (drain); in between one chunk leaves
+ * the slowest stage per its time. Exact for equal chunks and a stage that never waits. */
+double st_model_pipeline(const double *phase, int nphases, double chunks)
+{
+    double sum = 0.0, max = 0.0;
+    int    i;
+
+    for (i = 0; i < nphases; i++) {
+        sum += phase[i];
+        max  = (phase[i] > max) ? phase[i] : max;
+    }
+    return (chunks > 1) ? sum + (chunks - 1) * max : sum;
+}
+
+/* Share of the inter-node bytes rail r carries: split->rail_share, or 1/R. */
+static double st_model_share(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                             int rail)
+{
+    double sum = 0.0;
+    int    r;
+
+    for (r = 0; r < fabric->nrails; r++) {
+        sum += split->rail_share[r];
+    }
+    return (sum > 0) ? split->rail_share[rail] / sum : 1.0 / fabric->nrails;
+}
+
+/* Flat ring (ring.c) over n = g N ranks in node order, `channels` rings at once, channel c on rail
+ * c % R. Each ring carries bytes/channels and its slowest link sets its pace: a node boundary, on a
+ * rail shared by the channels mapped to it (or the window copy when there is one node). Latency:
+ * every step waits for the slowest hop. The level one channel sees: */
+static void st_model_flat_level(const st_model_fabric_t *fabric, int channels, int c,
+                                st_model_level_t *level)
+{
+    int on_rail;
+
+    level->gamma = 0.0; /* counted once per rank by the callers */
+    if (fabric->nodes > 1) {
+        on_rail = channels / fabric->nrails +
+                  ((c % fabric->nrails < channels % fabric->nrails) ? 1 : 0);
+        level->beta  = fmin(st_model_rail_beta(fabric, c % fabric->nrails) / on_rail,
+                            fabric->intra.beta / channels);
+        level->alpha = fmax(fabric->inter.alpha, fabric->intra.alpha);
+    } else {
+        level->beta  = fabric->intra.beta / channels;
+        level->alpha = fabric->intra.alpha;
+    }
+}
+
+/* The flat ring all-reduce: the slowest channel, plus the rank's reduction of all channels. */
+static double st_model_ring_flat(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                                 double bytes)
+{
+    int              n        = fabric->ranks_per_node * fabric->nodes;
+    int              channels = (split->channels > 0) ? split->channels : 1;
+    double           worst    = 0.0;
+    st_model_level_t level;
+    int              c;
+
+    if (n <= 1) {
+        return 0.0;
+    }
+    for (c = 0; c < channels; c++) {
+        st_model_flat_level(fabric, channels, c, &level);
+        worst = fmax(worst, st_model_ring_allreduce(n, bytes / channels, &level));
+    }
+    return worst + st_model_reduce_time((double)(n - 1) / n * bytes,
+                                        fabric->nodes > 1 ? fabric->inter.gamma
+                                                          : fabric->intra.gamma);
+}
+
+/* hier (hier.c) on one chunk of `bytes`, phase by phase. This project's own composition of
+ * Thakur et al.'s terms:
+ *   intra reduce-scatter: local rank l reads shard l (bytes/g) from each of its g-1 peers' windows
+ *     and reduces it: alpha_intra + (g-1)/g bytes/beta_intra + (g-1)/g bytes/gamma_intra;
+ *   inter all-reduce: every local rank runs a ring over the N nodes on its shard; rail r carries
+ *     the shards of the local ranks mapped to it, share_r of the bytes, so the phase lasts as long
+ *     as the slowest rail: max_r 2(N-1) alpha_inter + 2(N-1)/N share_r bytes/beta_r, plus each
+ *     rank's reduction (N-1)/N (bytes/g)/gamma_inter;
+ *   intra all-gather: alpha_intra + (g-1)/g bytes/beta_intra. */
+static void st_model_hier_chunk(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                                double bytes, double *phase)
+{
+    int              g = fabric->ranks_per_node, N = fabric->nodes, r;
+    st_model_level_t level;
+    double           t, share;
+
+    phase[ST_MODEL_PH_INTRA_RS] = 0.0;
+    phase[ST_MODEL_PH_INTRA_AG] = 0.0;
+    phase[ST_MODEL_PH_INTER]    = 0.0;
+    if (g > 1) {
+        phase[ST_MODEL_PH_INTRA_RS] =
+            fabric->intra.alpha + (double)(g - 1) / g * bytes / fabric->intra.beta +
+            st_model_reduce_time((double)(g - 1) / g * bytes, fabric->intra.gamma);
+        phase[ST_MODEL_PH_INTRA_AG] =
+            fabric->intra.alpha + (double)(g - 1) / g * bytes / fabric->intra.beta;
+    }
+    if (N > 1) {
+        for (r = 0; r < fabric->nrails; r++) {
+            share = st_model_share(fabric, split, r);
+            if (share <= 0) {
+                continue; /* an idle rail costs no latency either */
+            }
+            level.alpha = fabric->inter.alpha;
+            level.beta  = st_model_rail_beta(fabric, r);
+            level.gamma = 0.0;
+            t = st_model_ring_allreduce(N, share * bytes, &level);
+            phase[ST_MODEL_PH_INTER] = fmax(phase[ST_MODEL_PH_INTER], t);
+        }
+        phase[ST_MODEL_PH_INTER] +=
+            st_model_reduce_time((double)(N - 1) / N * bytes / g, fabric->inter.gamma);
+    }
+}
+
+/* small (small.c), this project's own: every rank writes its bytes to its window (one
+ * synchronisation), reads and reduces the g-1 others; with several nodes the leader then sends its
+ * partial to the N-1 other leaders and receives theirs over rail 0 (one latency, all messages in
+ * flight), reduces them, and the node reads the result (one more synchronisation). */
+static double st_model_small(const st_model_fabric_t *fabric, double bytes)
+{
+    int    g = fabric->ranks_per_node, N = fabric->nodes;
+    double t;
+
+    t = fabric->intra.alpha + (g - 1) * bytes / fabric->intra.beta +
+        st_model_reduce_time((g - 1) * bytes, fabric->intra.gamma);
+    if (N > 1) {
+        t += fabric->inter.alpha + (N - 1) * bytes / st_model_rail_beta(fabric, 0) +
+             st_model_reduce_time((N - 1) * bytes, fabric->inter.gamma) + fabric->intra.alpha +
+             bytes / fabric->intra.beta;
+    }
+    return t;
+}
+
+st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                               st_model_algo_t algo, double bytes, st_model_time_t *time_p)
+{
+    st_model_time_t time;
+    double          chunk_phase[ST_MODEL_NPHASES], chunks = 1.0;
+    int             i;
+
+    if (st_model_fabric_check(fabric) != ST_OK || split == NULL || !(bytes >= 0)) {
+        return ST_ERR_INVALID;
+    }
+    for (i = 0; i < fabric->nrails; i++) {
+        if (!(split->rail_share[i] >= 0)) {
+            return ST_ERR_INVALID;
+        }
+    }
+    memset(&time, 0, sizeof(time));
+    switch (algo) {
+    case ST_MODEL_RING:
+        time.phase[ST_MODEL_PH_INTER] = st_model_ring_flat(fabric, split, bytes);
+        time.total                    = time.phase[ST_MODEL_PH_INTER];
+        break;
+    case ST_MODEL_HIER:
+        if (split->chunk > 0 && bytes > (double)split->chunk) {
+            chunks = ceil(bytes / (double)split->chunk);
+        }
+        st_model_hier_chunk(fabric, split, bytes / chunks, chunk_phase);
+        for (i = 0; i < ST_MODEL_NPHASES; i++) {
+            time.phase[i] = chunk_phase[i] * chunks;
+        }
+        time.total = st_model_pipeline(chunk_phase, ST_MODEL_NPHASES, chunks);
+        break;
+    case ST_MODEL_SMALL:
+        if (bytes > (double)split->small_max) {
+            return ST_ERR_UNSUPPORTED;
+        }
+        time.phase[ST_MODEL_PH_INTER] = st_model_small(fabric, bytes);
+        time.total                    = time.phase[ST_MODEL_PH_INTER];
+        break;
+    default:
+        return ST_ERR_INVALID;
+    }
+    time.chunks = chunks;
+    *time_p     = time;
+    return ST_OK;
+}
+
+st_status_t st_model_choose(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                            double bytes, st_model_algo_t *algo_p, st_model_time_t *time_p)
+{
+    st_model_time_t best, t;
+    st_model_algo_t best_algo = ST_MODEL_NALGOS;
+    int             a;
+
+    memset(&best, 0, sizeof(best));
+    for (a = 0; a < ST_MODEL_NALGOS; a++) {
+        if (st_model_allreduce(fabric, split, (st_model_algo_t)a, bytes, &t) != ST_OK) {
+            continue;
+        }
+        if (best_algo == ST_MODEL_NALGOS || t.total < best.total) {
+            best      = t;
+            best_algo = (st_model_algo_t)a;
+        }
+    }
+    if (best_algo == ST_MODEL_NALGOS) {
+        return ST_ERR_INVALID;
+    }
+    *algo_p = best_algo;
+    *time_p = best;
+    return ST_OK;
+}
+
+st_status_t st_model_best_chunk(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                                double bytes, size_t min_chunk, size_t max_chunk,
+                                size_t *chunk_p, st_model_time_t *time_p)
+{
+    st_model_split_t s = *split;
+    st_model_time_t  best, t;
+    size_t           chunk, best_chunk = 0;
+    st_status_t      status;
+
+    memset(&best, 0, sizeof(best));
+    if (min_chunk == 0 || min_chunk > max_chunk) {
+        return ST_ERR_INVALID;
+    }
+    for (chunk = min_chunk; chunk <= max_chunk && chunk != 0; chunk *= 2) {
+        s.chunk = chunk;
+        status  = st_model_allreduce(fabric, &s, ST_MODEL_HIER, bytes, &t);
+        if (status != ST_OK) {
+            return status;
+        }
+        if (best_chunk == 0 || t.total < best.total) {
+            best       = t;
+            best_chunk = chunk;
+        }
+        if ((double)chunk >= bytes) {
+            break; /* larger chunks are all one chunk */
+        }
+    }
+    *chunk_p = best_chunk;
+    *time_p  = best;
+    return ST_OK;
+}
+
+/* Thakur et al. 2005 ring all-gather of n * bytes_per_rank (every rank ends with all of it), over
+ * the flat ring's channels: the same links and pace as st_model_ring_flat, no reduction. */
+double st_model_flat_allgather(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                               double bytes_per_rank)
+{
+    int              n        = fabric->ranks_per_node * fabric->nodes;
+    int              channels = (split->channels > 0) ? split->channels : 1;
+    double           worst    = 0.0;
+    st_model_level_t level;
+    int              c;
+
+    for (c = 0; c < channels; c++) {
+        st_model_flat_level(fabric, channels, c, &level);
+        worst = fmax(worst, st_model_ring_allgather(n, n * bytes_per_rank / channels, &level));
+    }
+    return worst;
+}
+
+/* This project's own: `buckets` equal buckets of comm/buckets each; bucket i (1-based) is ready at
+ * i backward/buckets and goes after bucket i-1, so the last one ends at
+ * max_i (i backward/buckets + (buckets - i + 1) comm/buckets), at i = 1 when comm >= backward and
+ * at i = buckets otherwise. Exposed = that end - backward. */
+double st_model_bucket_exposed(double comm, double backward, int buckets)
+{
+    double b = (buckets > 0) ? buckets : 1;
+
+    return fmax(comm / b, comm - backward * (b - 1) / b);
+}
+
+/* Vogels, Karimireddy & Jaggi 2019 (PowerSGD): a rows x cols gradient matrix M is sent as
+ * P = M Q (rows x r) and Q = M^T P (cols x r), two all-reduces; vectors are all-reduced as they
+ * are. Elements per matrix: r (rows + cols) instead of rows cols. */
+void st_model_powersgd(const st_model_matrix_t *m, int n, int rank, double *p_elems_p,
+                       double *q_elems_p, double *dense_p)
+{
+    double p = 0.0, q = 0.0, dense = 0.0;
+    int    i;
+
+    for (i = 0; i < n; i++) {
+        dense += m[i].rows * m[i].cols * m[i].count;
+        if (m[i].cols <= 1 || m[i].rows <= 1) {
+            p += m[i].rows * m[i].cols * m[i].count;
+        } else {
+            p += (double)rank * m[i].rows * m[i].count;
+            q += (double)rank * m[i].cols * m[i].count;
+        }
+    }
+    *p_elems_p = p;
+    *q_elems_p = q;
+    *dense_p   = dense;
+}
+
+/* ---- the communication texts' arithmetic ----------------------------------------------------- */
+
+void st_model_seed_preset(st_model_seed_in_t *in)
+{
+    static const double ratio[ST_MODEL_SEED_NCOMP] = {1, 100, 1000, 4, 32, 1};
+    static const double over[ST_MODEL_SEED_NCOMP]  = {0, 20e-3, 25e-3, 10e-3, 15e-3, 30e-3};
+
+    memset(in, 0, sizeof(*in));
+    in->ranks_per_node = 8;
+    in->nodes          = 8;
+    in->params         = 7e9;
+    in->dtype_bytes    = 4;
+    in->intra_beta     = 600e9;
+    in->inter_beta     = 25e9;
+    in->forward        = 2.0;
+    in->backward       = 4.0;
+    in->buckets        = 20;
+    in->overlap_half   = 0.5;
+    memcpy(in->comp_ratio, ratio, sizeof(ratio));
+    memcpy(in->comp_overhead, over, sizeof(over));
+}
+
+/* One step of the texts: compute + comm + overhead, compared with the baseline step. */
+static void st_model_seed_step(const st_model_seed_out_t *out, double compute, double bytes,
+                               double comm, double overhead, st_model_seed_step_t *s)
+{
+    s->bytes   = bytes;
+    s->comm    = comm;
+    s->step    = compute + comm + overhead;
+    s->speedup = out->step / s->step;
+}
+
+/* The texts' formulas, simplifications kept (docs/model.md, "The seed preset"):
+ *   flat ring: 2(n-1)/n of the gradient per GPU, all of it at the inter-node beta, no alpha;
+ *   compression: bytes and time divided by the ratio, overhead added, nothing else changes;
+ *   overlap: exposed = (1 - overlap) comm, with full bucketing at (buckets-1)/buckets;
+ *   hierarchical: the shard is gradient / nodes, and the intra-node phases move (g-1)/g of that
+ *   shard (not of the gradient) at the intra-node beta. */
+void st_model_seed_compute(const st_model_seed_in_t *in, st_model_seed_out_t *out)
+{
+    int    n = in->ranks_per_node * in->nodes, g = in->ranks_per_node, N = in->nodes, i;
+    double compute, shard, hier_comm;
+
+    memset(out, 0, sizeof(*out));
+    out->gradient   = in->params * in->dtype_bytes;
+    out->ring_bytes = 2 * (n - 1) / (double)n * out->gradient;
+    out->ring_time  = out->ring_bytes / in->inter_beta;
+    compute         = in->forward + in->backward;
+    out->step       = compute + out->ring_time;
+    out->comm_share = out->ring_time / out->step;
+
+    for (i = 0; i < ST_MODEL_SEED_NCOMP; i++) {
+        st_model_seed_step(out, compute, out->gradient / in->comp_ratio[i],
+                           out->ring_time / in->comp_ratio[i], in->comp_overhead[i],
+                           &out->comp[i]);
+    }
+
+    out->overlap[0] = 0.0;
+    out->overlap[1] = in->overlap_half;
+    out->overlap[2] = (in->buckets - 1) / (double)in->buckets;
+    for (i = 0; i < ST_MODEL_SEED_NOVERLAP; i++) {
+        st_model_seed_step(out, compute, out->gradient, (1 - out->overlap[i]) * out->ring_time,
+                           0.0, &out->over[i]);
+    }
+
+    shard              = out->gradient / N;
+    out->hier_phase[0] = (g - 1) / (double)g * shard / in->intra_beta;
+    out->hier_phase[1] = 2 * (N - 1) / (double)N * shard / in->inter_beta;
+    out->hier_phase[2] = out->hier_phase[0];
+    out->hier_time     = out->hier_phase[0] + out->hier_phase[1] + out->hier_phase[2];
+    out->hier_speedup  = out->ring_time / out->hier_time;
+
+    /* flat ring; hierarchical; hierarchical + top-1%; the same with full bucketing */
+    st_model_seed_step(out, compute, out->gradient, out->ring_time, 0.0, &out->combined[0]);
+    st_model_seed_step(out, compute, out->gradient, out->hier_time, 0.0, &out->combined[1]);
+    hier_comm = out->hier_time / in->comp_ratio[1];
+    st_model_seed_step(out, compute, out->gradient / in->comp_ratio[1], hier_comm,
+                       in->comp_overhead[1], &out->combined[2]);
+    st_model_seed_step(out, compute, out->gradient / in->comp_ratio[1],
+                       (1 - out->overlap[2]) * hier_comm, in->comp_overhead[1],
+                       &out->combined[3]);
+    out->comm_overhead_final = out->combined[3].comm + in->comp_overhead[1];
+    out->comm_reduction      = out->ring_time / out->comm_overhead_final;
+}

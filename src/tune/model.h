@@ -1,0 +1,187 @@
+/*
+ * model.h - the alpha-beta-gamma cost model of strata's all-reduce algorithms (issue 6).
+ *
+ * Pure functions of their arguments: no I/O, no logging, no global state, so the library's
+ * algorithm selection, collbench and the tests call the same code. Every time is in seconds, every
+ * size in bytes, every bandwidth (beta) and reduction throughput (gamma) in bytes per second, every
+ * latency (alpha) in seconds per step. docs/model.md states each formula, its units and its source.
+ *
+ * The fabric is described per level, as `collbench calibrate` will measure it: the node-local
+ * level (windows: copy bandwidth, reduce throughput, synchronisation latency) and the inter-node
+ * level (network latency and reduce throughput, and each rail's own bandwidth, since a node may
+ * have a fast and a slow NIC). How the data is spread over phases, chunks, channels and rails is a
+ * separate input, the split, which `collbench tune` will sweep.
+ *
+ * This file also keeps the simplified arithmetic of the communication texts strata grew from
+ * (st_model_seed_*): `collbench model --preset seed` prints it to check the figures those texts
+ * quote, next to the faithful model that corrects them.
+ */
+#ifndef ST_TUNE_MODEL_H
+#define ST_TUNE_MODEL_H
+
+#include <stddef.h>
+
+#include "core/status.h"
+
+#define ST_MODEL_MAX_RAILS 16
+
+/* One level of the fabric. */
+typedef struct st_model_level {
+    double alpha; /* seconds per step: one message (inter) or one flag synchronisation (intra) */
+    double beta;  /* bytes/s one rank moves on this level, each direction (intra); the default
+                   * rail bandwidth (inter) for rails whose rail_beta is 0 */
+    double gamma; /* bytes/s one rank reduces; 0: reduction not counted (fused, or unknown) */
+} st_model_level_t;
+
+/* The machine: what a measured fabric profile will fill in. */
+typedef struct st_model_fabric {
+    int              ranks_per_node; /* g >= 1 */
+    int              nodes;          /* N >= 1 */
+    int              nrails;         /* R NICs per node, 1 .. ST_MODEL_MAX_RAILS */
+    st_model_level_t intra;          /* node-local windows */
+    st_model_level_t inter;          /* the network */
+    double           rail_beta[ST_MODEL_MAX_RAILS]; /* bytes/s of rail r, each direction;
+                                                     * 0: inter.beta */
+} st_model_fabric_t;
+
+/* How an all-reduce is split over phases, chunks, channels and rails: what tune will sweep. */
+typedef struct st_model_split {
+    size_t chunk;      /* hier pipeline chunk in bytes; 0: the whole buffer is one chunk */
+    int    channels;   /* flat ring: concurrent rings, channel c on rail c % R; 0 is taken as 1 */
+    size_t small_max;  /* largest all-reduce the small-message algorithm takes; 0: none */
+    double rail_share[ST_MODEL_MAX_RAILS]; /* share of the inter-node bytes rail r carries;
+                                            * all 0: an even split (what hier does today) */
+} st_model_split_t;
+
+typedef enum {
+    ST_MODEL_RING = 0, /* flat ring over all ranks (coll/ring.c) */
+    ST_MODEL_HIER,     /* intra reduce-scatter, inter ring per rail, intra all-gather (hier.c) */
+    ST_MODEL_SMALL,    /* one round through the windows, leaders exchange directly (small.c) */
+    ST_MODEL_NALGOS
+} st_model_algo_t;
+
+/* Phases of one algorithm. */
+enum { ST_MODEL_PH_INTRA_RS = 0, ST_MODEL_PH_INTER, ST_MODEL_PH_INTRA_AG, ST_MODEL_NPHASES };
+
+typedef struct st_model_time {
+    double phase[ST_MODEL_NPHASES]; /* seconds of each phase over the whole buffer, as if alone;
+                                     * ring and small put everything in ST_MODEL_PH_INTER */
+    double chunks;                  /* pipeline chunks (hier), 1 otherwise */
+    double total;                   /* seconds, pipelining counted */
+} st_model_time_t;
+
+/* ST_OK, or ST_ERR_INVALID when a count is out of range or a bandwidth is not positive. */
+st_status_t st_model_fabric_check(const st_model_fabric_t *fabric);
+/* Bandwidth of rail r in bytes/s (rail_beta[r], or inter.beta when that is 0). */
+double st_model_rail_beta(const st_model_fabric_t *fabric, int rail);
+
+/* ---- the textbook terms (Thakur, Rabenseifner & Gropp 2005) ---------------------------------- */
+
+/* Ring all-reduce of `bytes` over n ranks on one level: reduce-scatter then all-gather,
+ * 2(n-1) alpha + 2(n-1)/n bytes/beta + (n-1)/n bytes/gamma. */
+double st_model_ring_allreduce(int n, double bytes, const st_model_level_t *level);
+/* Ring reduce-scatter of `bytes` (the whole vector) over n ranks:
+ * (n-1) alpha + (n-1)/n bytes/beta + (n-1)/n bytes/gamma. */
+double st_model_ring_reduce_scatter(int n, double bytes, const st_model_level_t *level);
+/* Ring all-gather ending with `bytes` on every rank (bytes/n from each):
+ * (n-1) alpha + (n-1)/n bytes/beta. */
+double st_model_ring_allgather(int n, double bytes, const st_model_level_t *level);
+/* A pipeline of nphases stages over `chunks` equal chunks, phase[i] the time of one chunk in stage
+ * i: fill and drain plus the steady state of the slowest stage,
+ * sum_i phase[i] + (chunks - 1) max_i phase[i]. */
+double st_model_pipeline(const double *phase, int nphases, double chunks);
+
+/* ---- strata's algorithms --------------------------------------------------------------------- */
+
+/* Time of an all-reduce of `bytes` with `algo` on this fabric and split. ST_ERR_INVALID for a bad
+ * fabric or algorithm, ST_ERR_UNSUPPORTED for small above split->small_max. */
+st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                               st_model_algo_t algo, double bytes, st_model_time_t *time_p);
+/* The fastest algorithm for `bytes` (ties to the lower enum value) and its time. */
+st_status_t st_model_choose(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                            double bytes, st_model_algo_t *algo_p, st_model_time_t *time_p);
+/* The hier chunk among powers of two from min_chunk to max_chunk that gives the least time (the
+ * first one on ties); split->chunk is ignored. */
+st_status_t st_model_best_chunk(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                                double bytes, size_t min_chunk, size_t max_chunk,
+                                size_t *chunk_p, st_model_time_t *time_p);
+/* Ring all-gather over all ranks, flat ring over split->channels channels, every rank
+ * contributing `bytes_per_rank` (what a sparse all-reduce by all-gather sends). */
+double st_model_flat_allgather(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                               double bytes_per_rank);
+
+/* ---- data-parallel training step ------------------------------------------------------------- */
+
+/* Communication left exposed when the gradient is all-reduced in `buckets` equal buckets, each
+ * started as backward produces it: bucket i is ready at i*backward/buckets and the buckets share
+ * the links in order, so exposed = max(comm/buckets, comm - backward*(buckets-1)/buckets), where
+ * comm is the time of all buckets back to back. */
+double st_model_bucket_exposed(double comm, double backward, int buckets);
+
+/* A weight matrix of a model, rows x cols, `count` of them; cols == 1 for vectors (norms, biases),
+ * which PowerSGD sends uncompressed. */
+typedef struct st_model_matrix {
+    const char *name;
+    double      rows;
+    double      cols;
+    int         count;
+} st_model_matrix_t;
+
+/* PowerSGD of rank r (Vogels, Karimireddy & Jaggi 2019) over `n` matrix kinds: elements sent as P
+ * (rows x r, plus the uncompressed vectors) and as Q (cols x r), and the dense element count. */
+void st_model_powersgd(const st_model_matrix_t *m, int n, int rank, double *p_elems_p,
+                       double *q_elems_p, double *dense_p);
+
+/* ---- the communication texts' arithmetic (collbench model --preset seed) --------------------- */
+
+#define ST_MODEL_SEED_NCOMP 6 /* none, top-1%, top-0.1%, 8-bit, 1-bit, PowerSGD */
+
+typedef struct st_model_seed_in {
+    int    ranks_per_node;
+    int    nodes;
+    double params;          /* parameters */
+    double dtype_bytes;     /* bytes per gradient element */
+    double intra_beta;      /* bytes/s */
+    double inter_beta;      /* bytes/s */
+    double forward;         /* seconds */
+    double backward;        /* seconds */
+    int    buckets;
+    double comp_ratio[ST_MODEL_SEED_NCOMP];    /* bytes divided by; 1 for none */
+    double comp_overhead[ST_MODEL_SEED_NCOMP]; /* seconds added to the step; 0 for none */
+    double overlap_half;    /* the "50 %" overlap row, as a fraction */
+} st_model_seed_in_t;
+
+typedef struct st_model_seed_step {
+    double bytes;   /* sent per rank, before the ring factor */
+    double comm;    /* seconds of communication (compression rows) or exposed (overlap rows) */
+    double step;    /* seconds */
+    double speedup; /* baseline step / step */
+} st_model_seed_step_t;
+
+#define ST_MODEL_SEED_NOVERLAP  3 /* none, overlap_half, bucketing (buckets-1)/buckets */
+#define ST_MODEL_SEED_NCOMBINED 4 /* flat ring; hier; hier + top-1%; hier + top-1% + bucketing */
+
+typedef struct st_model_seed_out {
+    double gradient;      /* bytes */
+    double ring_bytes;    /* bytes each rank sends in the flat ring: 2(n-1)/n gradient */
+    double ring_time;     /* seconds */
+    double step;          /* forward + backward + ring_time */
+    double comm_share;    /* ring_time / step */
+    st_model_seed_step_t comp[ST_MODEL_SEED_NCOMP];
+    double overlap[ST_MODEL_SEED_NOVERLAP];  /* fractions of the rows below */
+    st_model_seed_step_t over[ST_MODEL_SEED_NOVERLAP];
+    double hier_phase[3]; /* seconds: intra reduce-scatter, inter all-reduce, intra all-gather */
+    double hier_time;     /* their sum */
+    double hier_speedup;  /* ring_time / hier_time */
+    st_model_seed_step_t combined[ST_MODEL_SEED_NCOMBINED];
+    double comm_overhead_final; /* step - compute of the last combined row, seconds */
+    double comm_reduction;      /* ring_time / comm_overhead_final */
+} st_model_seed_out_t;
+
+/* The preset of issue 6: 8 nodes x 8 GPUs, 7e9 fp32 parameters, 600 / 25 GB/s, 2 + 4 s, 20 buckets,
+ * overheads 20/25/10/15/30 ms. */
+void st_model_seed_preset(st_model_seed_in_t *in);
+/* The texts' arithmetic, simplifications included (docs/model.md lists them). */
+void st_model_seed_compute(const st_model_seed_in_t *in, st_model_seed_out_t *out);
+
+#endif

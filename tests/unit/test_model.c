@@ -1,0 +1,380 @@
+/*
+ * test_model.c - the cost model (src/tune/model.c) and `collbench model`'s tables.
+ *
+ * Two kinds of checks. The faithful formulas against cases worked out by hand in the comments
+ * (small numbers, so a wrong factor of (n-1)/n, a lost alpha or a rail share applied to the wrong
+ * rail shows). And the seed preset's printed figures, which issue 6 lists to the digit: the test
+ * runs `collbench model --preset seed` into a memory stream and compares every figure as printed,
+ * table by table, so a change of formula, of the order of the floating-point operations or of a
+ * format that moves one digit fails here.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tools/collbench/collbench.h"
+#include "tune/model.h"
+
+/* relative tolerance: the hand computations are exact decimals, the model's doubles are not */
+#define assert_close(_got, _want)                                                              \
+    do {                                                                                       \
+        double _g = (_got), _w = (_want);                                                      \
+        if (!(fabs(_g - _w) <= 1e-9 * fabs(_w) + 1e-15)) {                                     \
+            fail_msg("%s = %.12g, want %.12g", #_got, _g, _w);                                 \
+        }                                                                                      \
+    } while (0)
+
+/* ---- textbook terms -------------------------------------------------------------------------- */
+
+static void test_ring_allreduce(void **state)
+{
+    st_model_level_t l = {.alpha = 10e-6, .beta = 1e9, .gamma = 0};
+
+    /* n = 4, S = 1 MiB = 1048576 B, alpha 10 us, beta 1e9 B/s:
+     * 2(n-1) alpha = 6 x 10 us = 60 us; 2(n-1)/n S/beta = 1.5 x 1048576 / 1e9 = 1572.864 us;
+     * total 1632.864 us */
+    assert_close(st_model_ring_allreduce(4, 1048576, &l), 1632.864e-6);
+    /* gamma 2e9 B/s adds (n-1)/n S/gamma = 0.75 x 1048576 / 2e9 = 393.216 us: 2026.08 us */
+    l.gamma = 2e9;
+    assert_close(st_model_ring_allreduce(4, 1048576, &l), 2026.08e-6);
+    /* one rank: nothing moves */
+    assert_close(st_model_ring_allreduce(1, 1048576, &l), 0.0);
+    l.gamma = 0;
+    /* reduce-scatter: (n-1) alpha + (n-1)/n S/beta = 30 us + 786.432 us = 816.432 us;
+     * all-gather the same without reduction */
+    assert_close(st_model_ring_reduce_scatter(4, 1048576, &l), 816.432e-6);
+    assert_close(st_model_ring_allgather(4, 1048576, &l), 816.432e-6);
+}
+
+static void test_pipeline(void **state)
+{
+    const double ph[3] = {1, 3, 2};
+
+    /* fill + drain 1 + 3 + 2 = 6, then 3 more chunks at the slowest phase, 3 each: 15 */
+    assert_close(st_model_pipeline(ph, 3, 4), 15.0);
+    assert_close(st_model_pipeline(ph, 3, 1), 6.0);
+}
+
+/* 2 nodes x 4 ranks, rails of 10e9 and 5e9 B/s, windows 100e9 B/s; alpha 1 us intra, 5 us inter */
+static void fabric_2x4(st_model_fabric_t *f, st_model_split_t *s)
+{
+    memset(f, 0, sizeof(*f));
+    memset(s, 0, sizeof(*s));
+    f->ranks_per_node = 4;
+    f->nodes          = 2;
+    f->nrails         = 2;
+    f->intra.alpha    = 1e-6;
+    f->intra.beta     = 100e9;
+    f->inter.alpha    = 5e-6;
+    f->inter.beta     = 10e9;
+    f->rail_beta[1]   = 5e9;
+    s->channels       = 1;
+    s->small_max      = 128 << 10;
+}
+
+static void test_hier(void **state)
+{
+    st_model_fabric_t f;
+    st_model_split_t  s;
+    st_model_time_t   t;
+
+    fabric_2x4(&f, &s);
+    /* S = 8e6 B, one chunk, even split.
+     * intra RS: alpha + (g-1)/g S/beta = 1 us + 0.75 x 8e6 / 100e9 = 1 + 60 = 61 us; AG the same.
+     * inter: each rail carries half, 4e6 B; ring over N = 2: 2(N-1) alpha + 2(N-1)/N 4e6/beta_r:
+     * rail 0: 10 us + 4e6 / 10e9 = 410 us; rail 1: 10 us + 4e6 / 5e9 = 810 us; the slow one sets
+     * the phase: 810 us. Total 61 + 810 + 61 = 932 us. */
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 8e6, &t), ST_OK);
+    assert_close(t.phase[ST_MODEL_PH_INTRA_RS], 61e-6);
+    assert_close(t.phase[ST_MODEL_PH_INTER], 810e-6);
+    assert_close(t.phase[ST_MODEL_PH_INTRA_AG], 61e-6);
+    assert_close(t.total, 932e-6);
+
+    /* shares 2:1, as the rails' rates: 16/3e6 B on rail 0 -> 10 + 533.333 us, 8/3e6 B on rail 1
+     * -> 10 + 533.333 us; both 543.333 us; total 61 + 543.333 + 61 = 665.333 us */
+    s.rail_share[0] = 2;
+    s.rail_share[1] = 1;
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 8e6, &t), ST_OK);
+    assert_close(t.phase[ST_MODEL_PH_INTER], 10e-6 + 16e6 / 3 / 10e9);
+    assert_close(t.total, 122e-6 + 10e-6 + 16e6 / 3 / 10e9);
+
+    /* even split, chunks of 2e6 B: 4 chunks. Per chunk: RS 1 + 15 = 16 us, inter (rail 1)
+     * 10 + 1e6 / 5e9 = 210 us, AG 16 us. Pipeline: 16 + 210 + 16 + 3 x 210 = 872 us; the inter
+     * phase over the buffer 4 x 210 = 840 us. */
+    s.rail_share[0] = 0;
+    s.rail_share[1] = 0;
+    s.chunk         = 2000000;
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 8e6, &t), ST_OK);
+    assert_close(t.chunks, 4);
+    assert_close(t.phase[ST_MODEL_PH_INTER], 840e-6);
+    assert_close(t.total, 872e-6);
+}
+
+static void test_ring_channels(void **state)
+{
+    st_model_fabric_t f;
+    st_model_split_t  s;
+    st_model_time_t   t;
+
+    fabric_2x4(&f, &s);
+    /* n = 8, S = 8e6 B, one channel on rail 0 (10e9, the windows are faster): per step the inter
+     * alpha 5 us: 2 x 7 x 5 = 70 us, + 2 x 7/8 x 8e6 / 10e9 = 1400 us: 1470 us */
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_RING, 8e6, &t), ST_OK);
+    assert_close(t.total, 1470e-6);
+    /* two channels, 4e6 B each: on rail 0 70 + 700 = 770 us, on rail 1 (5e9) 70 + 1400 =
+     * 1470 us: equal channels are paced by the slow rail, no gain */
+    s.channels = 2;
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_RING, 8e6, &t), ST_OK);
+    assert_close(t.total, 1470e-6);
+    /* equal rails of 10e9: 2 channels halve the bandwidth term: 70 + 700 = 770 us */
+    f.rail_beta[1] = 0;
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_RING, 8e6, &t), ST_OK);
+    assert_close(t.total, 770e-6);
+    /* 4 channels on 2 rails share them: each 2e6 B at 5e9: 70 + 1.75 x 400 = 770 us again */
+    s.channels = 4;
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_RING, 8e6, &t), ST_OK);
+    assert_close(t.total, 770e-6);
+}
+
+static void test_small_and_choose(void **state)
+{
+    st_model_fabric_t f;
+    st_model_split_t  s;
+    st_model_time_t   t;
+    st_model_algo_t   a;
+
+    fabric_2x4(&f, &s);
+    /* 64 KiB = 65536 B: windows alpha 1 us + 3 x 65536 / 100e9 = 1.96608 us; leaders 5 us +
+     * 65536 / 10e9 = 6.5536 us; the node reads the result: 1 us + 0.65536 us. Total 16.17504 us */
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 65536, &t), ST_OK);
+    assert_close(t.total, 16.17504e-6);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 1 << 20, &t),
+                     ST_ERR_UNSUPPORTED);
+    assert_int_equal(st_model_choose(&f, &s, 65536, &a, &t), ST_OK);
+    assert_int_equal(a, ST_MODEL_SMALL);
+    /* 64 MB: hier's rails carry 2 x 7/8 x ... less than the one ring's link: hier */
+    assert_int_equal(st_model_choose(&f, &s, 64e6, &a, &t), ST_OK);
+    assert_int_equal(a, ST_MODEL_HIER);
+    f.nrails = 0;
+    assert_int_equal(st_model_choose(&f, &s, 64e6, &a, &t), ST_ERR_INVALID);
+    fabric_2x4(&f, &s);
+    f.intra.beta = 0;
+    assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
+}
+
+static void test_allgather_bucket_powersgd(void **state)
+{
+    st_model_fabric_t f;
+    st_model_split_t  s;
+    st_model_matrix_t m[2] = {{"w", 4096, 4096, 1}, {"norm", 4096, 1, 1}};
+    double            p, q, dense;
+
+    /* 4 nodes of 1 rank, 1e9 B/s, alpha 10 us; each rank gives 1e6 B: a ring all-gather of 4e6 B,
+     * (n-1) alpha + (n-1)/n 4e6 / 1e9 = 30 us + 3000 us = 3030 us */
+    memset(&f, 0, sizeof(f));
+    memset(&s, 0, sizeof(s));
+    f.ranks_per_node = 1;
+    f.nodes          = 4;
+    f.nrails         = 1;
+    f.intra.beta     = 100e9;
+    f.inter.alpha    = 10e-6;
+    f.inter.beta     = 1e9;
+    s.channels       = 1;
+    assert_close(st_model_flat_allgather(&f, &s, 1e6), 3030e-6);
+
+    /* comm 2.205 s under 4 s of backward in 20 buckets: only the last bucket shows, 0.11025 s;
+     * comm 5 s over 4 s in 4 buckets: 5 - 4 x 3/4 = 2 s (more than 5/4) */
+    assert_close(st_model_bucket_exposed(2.205, 4.0, 20), 0.11025);
+    assert_close(st_model_bucket_exposed(5.0, 4.0, 4), 2.0);
+
+    /* rank 4 on 4096 x 4096: P 4 x 4096, Q 4 x 4096 = 32768 of 16777216 elements (1/512); the
+     * 4096 norm weights go uncompressed with P */
+    st_model_powersgd(m, 2, 4, &p, &q, &dense);
+    assert_close(p, 16384 + 4096);
+    assert_close(q, 16384);
+    assert_close(dense, 16777216 + 4096);
+}
+
+/* ---- the seed preset, as printed ------------------------------------------------------------- */
+
+/* Runs `collbench model ARGS` into a string (caller frees); *rc_p its exit status. */
+static char *run_model(int argc, const char **argv, int *rc_p, char **err_p)
+{
+    char  *out = NULL, *err = NULL;
+    size_t len, elen;
+    FILE  *fo  = open_memstream(&out, &len);
+    FILE  *fe  = open_memstream(&err, &elen);
+
+    assert_non_null(fo);
+    assert_non_null(fe);
+    *rc_p = cb_model_run(fo, fe, argc, (char **)argv, "collbench");
+    fclose(fo);
+    fclose(fe);
+    if (err_p != NULL) {
+        *err_p = err;
+    } else {
+        free(err);
+    }
+    return out;
+}
+
+/* The line after `section` (a line that starts with it) that starts with `label` followed by two
+ * spaces; its whitespace-separated figures must be want[0..n). */
+static void check_row(const char *out, const char *section, const char *label, int n,
+                      const char *const *want)
+{
+    const char *p = out, *line = NULL;
+    char        buf[256], *tok, *save = NULL;
+    size_t      llen = strlen(label);
+    int         i;
+
+    if (section != NULL) {
+        p = strstr(out, section);
+        if (p == NULL) {
+            fail_msg("no section '%s' in:\n%s", section, out);
+        }
+    }
+    for (; p != NULL && *p != '\0'; p = strchr(p, '\n'), p = (p != NULL) ? p + 1 : NULL) {
+        if (strncmp(p, label, llen) == 0 && strncmp(p + llen, "  ", 2) == 0) {
+            line = p;
+            break;
+        }
+    }
+    if (line == NULL) {
+        fail_msg("no row '%s' after '%s' in:\n%s", label, section ? section : "", out);
+    }
+    snprintf(buf, sizeof(buf), "%.*s", (int)strcspn(line + llen, "\n"), line + llen);
+    for (i = 0, tok = strtok_r(buf, " ", &save); i < n; i++, tok = strtok_r(NULL, " ", &save)) {
+        if (tok == NULL || strcmp(tok, want[i]) != 0) {
+            fail_msg("row '%s': figure %d is '%s', issue 6 says '%s'", label, i,
+                     tok ? tok : "(none)", want[i]);
+        }
+    }
+}
+
+#define ROW(_out, _sec, _label, ...)                                                           \
+    do {                                                                                       \
+        const char *const _w[] = {__VA_ARGS__};                                                \
+        check_row(_out, _sec, _label, (int)(sizeof(_w) / sizeof(_w[0])), _w);                 \
+    } while (0)
+
+static void test_seed_preset_printed(void **state)
+{
+    const char *argv[] = {"model", "--preset", "seed", "--only", "texts"};
+    int         rc;
+    char       *out    = run_model(5, argv, &rc, NULL);
+
+    assert_int_equal(rc, 0);
+    /* every figure issue 6 lists */
+    ROW(out, NULL, "gradient", "28.0", "GB");
+    ROW(out, NULL, "ring data per GPU, 2(n-1)/n x gradient", "55.1", "GB");
+    ROW(out, NULL, "flat ring all-reduce, data / inter bw", "2205", "ms");
+    ROW(out, NULL, "step = forward + backward + comm", "8205", "ms");
+    ROW(out, NULL, "communication", "26.9", "%");
+
+    ROW(out, "compression", "none", "28.00", "2.21", "8.21", "1.00x");
+    ROW(out, "compression", "top-1%", "0.28", "0.02", "6.04", "1.36x");
+    ROW(out, "compression", "top-0.1%", "0.03", "0.00", "6.03", "1.36x");
+    ROW(out, "compression", "8-bit", "7.00", "0.55", "6.56", "1.25x");
+    ROW(out, "compression", "1-bit", "0.88", "0.07", "6.08", "1.35x");
+    ROW(out, "compression", "PowerSGD rank 4 (texts' formula)", "28.00", "2.21", "8.23",
+        "1.00x");
+
+    ROW(out, "overlap", "none", "2.21", "8.21", "1.00x");
+    ROW(out, "overlap", "50%", "1.10", "7.10", "1.16x");
+    ROW(out, "overlap", "full bucketing (95%)", "0.11", "6.11", "1.34x");
+
+    assert_non_null(strstr(out, "\n    5.1 ms + 245.0 ms + 5.1 ms = 255.2 ms, 8.6x over the "
+                                "flat ring\n"));
+
+    ROW(out, "combined scenarios", "flat ring", "8.21", "1.00x");
+    ROW(out, "combined scenarios", "hierarchical", "6.26", "1.31x");
+    ROW(out, "combined scenarios", "hierarchical + top-1%", "6.02", "1.36x");
+    ROW(out, "combined scenarios", "hierarchical + top-1% + full bucketing (95%)", "6.02",
+        "1.36x");
+    assert_non_null(strstr(out, "\ncommunication overhead (step - compute) 2205 ms -> 20.1 ms: "
+                                "reduced 110x\n"));
+    /* --only texts prints no faithful table */
+    assert_null(strstr(out, "Faithful"));
+    free(out);
+}
+
+static void test_seed_values(void **state)
+{
+    st_model_seed_in_t  in;
+    st_model_seed_out_t r;
+
+    /* the same figures unrounded, as the texts' arithmetic gives them */
+    st_model_seed_preset(&in);
+    st_model_seed_compute(&in, &r);
+    assert_close(r.gradient, 28e9);
+    assert_close(r.ring_bytes, 126.0 / 64 * 28e9);           /* 55.125 GB */
+    assert_close(r.ring_time, 2.205);
+    assert_close(r.step, 8.205);
+    assert_close(r.comp[5].step, 8.235);                     /* prints 8.23: see docs */
+    assert_close(r.hier_phase[0], 0.875 * 3.5e9 / 600e9);    /* 5.104 ms */
+    assert_close(r.hier_phase[1], 1.75 * 3.5e9 / 25e9);      /* 245 ms */
+    assert_close(r.comm_overhead_final, 20e-3 + 0.05 * r.hier_time / 100);
+}
+
+static void test_faithful_printed(void **state)
+{
+    const char *argv[] = {"model", "--preset", "seed"};
+    const char *bad[]  = {"model", "--rails", "0"};
+    char       *out, *err;
+    int         rc;
+
+    out = run_model(3, argv, &rc, NULL);
+    assert_int_equal(rc, 0);
+    /* both, texts first */
+    assert_non_null(strstr(out, "reduced 110x"));
+    assert_true(strstr(out, "reduced 110x") < strstr(out, "Faithful"));
+    /* by hand: 2205 ms + 2 x 63 x 5 us = 2205.63 ms */
+    ROW(out, "all-reduce of the gradient", "flat ring, 1 channel", "2205.6");
+    /* 8 channels on 8 rails of 25 GB/s: 1.96875 x 3.5e9 / 25e9 = 275.625 ms + 0.63 ms */
+    ROW(out, "all-reduce of the gradient", "flat ring, one channel per NIC", "276.3");
+    /* intra RS: 1 us + 7/8 x 28e9 / 600e9 = 40.834 ms; inter: shard 28e9 / 8 ranks per node on
+     * each rail, 2 x 7/8 x 3.5e9 / 25e9 = 245 ms + 2 x 7 x 5 us = 245.07 ms */
+    assert_non_null(strstr(out, "\n    intra reduce-scatter 40.8 ms + inter all-reduce 245.1 ms "
+                                "+ intra all-gather 40.8 ms\n"));
+    /* each correction says what it corrects */
+    assert_non_null(strstr(out, "    corrects: inter-node shard = gradient / 8 ranks per node, per "
+                                "rail (3.50 GB;\n    the texts divide by the 8 nodes"));
+    assert_non_null(strstr(out, "the texts' 8.6x holds only against one ring"));
+    assert_non_null(strstr(out, "4 B of index with each value"));
+    assert_non_null(strstr(out, "r(m+n)/(mn) per weight matrix"));
+    free(out);
+
+    out = run_model(3, bad, &rc, &err);
+    assert_int_equal(rc, 2);
+    assert_string_equal(out, "");
+    assert_non_null(strstr(err, "invalid count '0'"));
+    free(out);
+    free(err);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ring_allreduce),
+        cmocka_unit_test(test_pipeline),
+        cmocka_unit_test(test_hier),
+        cmocka_unit_test(test_ring_channels),
+        cmocka_unit_test(test_small_and_choose),
+        cmocka_unit_test(test_allgather_bucket_powersgd),
+        cmocka_unit_test(test_seed_preset_printed),
+        cmocka_unit_test(test_seed_values),
+        cmocka_unit_test(test_faithful_printed),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
