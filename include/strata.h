@@ -130,7 +130,8 @@ typedef struct strataConfig_v1 {
     int          blocking;  /* 1 (default): init returns when done; 0: returns strataInProgress,
                                poll strataCommGetAsyncError until it says strataSuccess */
     int          timeoutMs; /* deadline of every blocking wait of this communicator, in
-                               milliseconds; default STRATA_TIMEOUT (seconds) */
+                               milliseconds; default STRATA_TIMEOUT (seconds; 0 there: no
+                               deadline) */
     const char  *name;      /* a label for logs and errors; default "strata" */
 } strataConfig_t;
 
@@ -281,9 +282,10 @@ STRATA_API strataResult_t strataRedOpDestroy(strataRedOp_t op, strataComm_t comm
  *     (default) every rank checks this next to the data transfer and, on a mismatch, every rank
  *     returns strataInvalidUsage and strataGetLastError names both calls ("AllReduce #3 count 1000
  *     float sum on rank 0 vs AllReduce #3 count 1024 float sum on rank 1"), however far the data
- *     got. With STRATA_CHECK_MISMATCH=0 a mismatch that changes the bytes moved ends in an error
- *     (invalid usage, invalid argument or timeout) on every rank within the deadline, but one that
- *     does not (op max vs sum, int32 vs float) returns strataSuccess with undefined results.
+ *     got. With STRATA_CHECK_MISMATCH=0 a mismatch is undefined: it may end in an error (a
+ *     timeout or invalid usage) or return strataSuccess with wrong results (one node, small
+ *     counts: count 10 against 8 succeeds with unreduced tail elements); never turn the check
+ *     off while calls may differ.
  *   Stall reports: after STRATA_STALL_WARN seconds (unset: 60 s or half the deadline,
  *     whichever is shorter) without progress a waiting rank
  *     logs one WARN line naming the collective, its sequence number, phase, step and the rank it

@@ -292,6 +292,9 @@ static strataResult_t st_api_init_rank(strataComm_t *comm_p, int nranks, strataU
             name = config->name;
         }
     }
+    if (op_timeout <= 0) {
+        op_timeout = ST_TIMEOUT_NONE; /* STRATA_TIMEOUT=0: no deadline */
+    }
     comm = st_comm_alloc(rank, nranks, op_timeout, name);
     if (comm == NULL) {
         st_error(ST_SUB_INIT, "%s: out of memory", fn);

@@ -8,6 +8,9 @@
 #include <pthread.h>
 #include <stdint.h>
 
+/* a communicator timeout meaning "no deadline" (STRATA_TIMEOUT=0) */
+#define ST_TIMEOUT_NONE 1e30
+
 #include "core/status.h"
 #include "reduce/reduce.h"
 #include "strata.h"

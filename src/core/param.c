@@ -43,7 +43,8 @@ static const st_config_field_t st_core_config_fields[] = {
      "and the ring order", offsetof(st_core_config_t, gpu_busid), ST_CFG_STRING},
     {"BOOTSTRAP_TIMEOUT", "120s", "deadline for all ranks to join a communicator",
      offsetof(st_core_config_t, bootstrap_timeout), ST_CFG_TIME},
-    {"TIMEOUT", "600s", "deadline of every blocking wait in a collective or send/recv",
+    {"TIMEOUT", "600s", "deadline of every blocking wait in a collective or send/recv, and of "
+     "the internal exchanges of init and split; 0: no deadline",
      offsetof(st_core_config_t, timeout), ST_CFG_TIME},
     {"SPIN_TIME", "50us", "how long a waiting rank spins before it blocks in the kernel",
      offsetof(st_core_config_t, spin_time), ST_CFG_TIME},

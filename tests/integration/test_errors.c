@@ -317,6 +317,18 @@ static int bad_input_table(it_ctx_t *c)
     return 0;
 }
 
+/* STRATA_TIMEOUT=0 means no deadline (strata.h): init, split's exchanges and collectives work */
+static int timeout_zero(it_ctx_t *c)
+{
+    still_works(c->comm, "init with STRATA_TIMEOUT=0");
+    return 0;
+}
+
+static void test_timeout_zero_n2(void **state)
+{
+    assert_int_equal(it_run_simple(2, "1+1", "STRATA_TIMEOUT=0", timeout_zero, NULL), 0);
+}
+
 static void test_bad_input_table_n2(void **state)
 {
     assert_int_equal(it_run_simple(2, "1+1", QUIET, bad_input_table, NULL), 0);
@@ -675,6 +687,7 @@ int main(void)
         cmocka_unit_test(test_bad_args_n3),
         cmocka_unit_test(test_bad_input_table_n2),
         cmocka_unit_test(test_bad_input_table_n3),
+        cmocka_unit_test(test_timeout_zero_n2),
         cmocka_unit_test(test_bad_root_args_n1),
         cmocka_unit_test(test_group_errors_n1),
         cmocka_unit_test(test_last_error_persists),

@@ -182,7 +182,7 @@ st_status_t st_mem_free(void *ptr)
     }
     pthread_mutex_unlock(&st_mem_lock);
     if (rec == NULL || ptr == NULL) {
-        st_error(ST_SUB_SHM, "free of shareable memory %p: not an allocation of strataMemAlloc "
+        st_error(ST_SUB_SHM, "strataMemFree: %p is not an allocation of strataMemAlloc "
                  "(or freed already); nothing freed", ptr);
         return ST_ERR_INVALID;
     }
