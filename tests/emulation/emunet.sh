@@ -347,10 +347,12 @@ emunet_up()
     fi
     # State first: whatever is created after it can be found and removed by cleanup-stale.
     mkdir -p "$EMUNET_STATE_DIR"
+    # Written whole, then renamed: a concurrent cleanup-stale must never read it half-written
+    # (an empty owner reads as a dead one).
     printf 'owner=%s\nowner_start=%s\nnodes=%s\nrate=%s\nif=%s\nlinks=%s\nmtu=%s\n' \
         "$owner" "$(emunet_starttime "$owner")" "$n" "$ratespec" "$EMUNET_IF" "$nlinks" \
         "${mtu:-1500}" \
-        >"$EMUNET_STATE_DIR/$id"
+        >"$EMUNET_STATE_DIR/.$id.tmp" && mv -f "$EMUNET_STATE_DIR/.$id.tmp" "$EMUNET_STATE_DIR/$id"
     for ((l = 0; l < nlinks; l++)); do
         sw=$(emunet_switch_ns "$l" "$id")
         {

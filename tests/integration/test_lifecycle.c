@@ -128,7 +128,7 @@ static lc_sample_t lc_sample_settled(const lc_sample_t *base)
     double      end = it_now() + LC_SETTLE_S;
     lc_sample_t s   = lc_sample();
 
-    while ((s.fds != base->fds || s.threads != base->threads) && it_now() < end) {
+    while ((s.fds > base->fds || s.threads > base->threads) && it_now() < end) {
         struct timespec ts = {0, 20 * 1000 * 1000};
 
         nanosleep(&ts, NULL);
@@ -215,9 +215,11 @@ static int lifecycle(it_ctx_t *c)
                c->nranks, c->rank, cycles, it_now() - t0, t_init, t_use, t_destroy, LC_WARMUP,
                base.fds, end.fds, base.threads, end.threads, base.rss_kb, end.rss_kb);
     }
-    IT_EXPECT(end.fds == base.fds, "open fds %d after cycle %d, %d after %d cycles", base.fds,
+    /* No growth. Fewer at the end is no leak: the sample after the warm-up can catch an fd or
+     * thread of the last destroy still closing (CI once saw 7 -> 6). */
+    IT_EXPECT(end.fds <= base.fds, "open fds %d after cycle %d, %d after %d cycles", base.fds,
               LC_WARMUP, end.fds, cycles);
-    IT_EXPECT(end.threads == base.threads, "threads %d after cycle %d, %d after %d cycles",
+    IT_EXPECT(end.threads <= base.threads, "threads %d after cycle %d, %d after %d cycles",
               base.threads, LC_WARMUP, end.threads, cycles);
     if (LC_CHECK_RSS) {
         IT_EXPECT(base.rss_kb > 0 && end.rss_kb - base.rss_kb < LC_RSS_GROWTH_KB,
