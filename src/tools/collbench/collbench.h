@@ -103,6 +103,9 @@ int cb_topo_file(const cb_opts_t *opts);
  * tables to out, a one-line error to err; returns the exit status (0, or 2 for a bad option).
  * No rank is started. */
 int cb_model_run(FILE *out, FILE *err, int argc, char **argv, const char *prog);
+/* Bytes with an optional k/M/G/T suffix (powers of 1024), optionally "B" or "iB" after it.
+ * Returns 0 and stores *size_p, or -1 for anything else (collbench.c). */
+int cb_parse_size(const char *arg, size_t *size_p);
 
 /* Seconds of CLOCK_MONOTONIC. */
 double cb_now(void);

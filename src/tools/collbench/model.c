@@ -168,31 +168,6 @@ static int cb_model_list(const char *arg, double min, double scale, double *valu
     return n;
 }
 
-/* Bytes with k/M/G suffixes (powers of 1024). */
-static int cb_model_size(const char *arg, size_t *size_p)
-{
-    unsigned long long v;
-    char              *end;
-    int                shift = 0;
-
-    errno = 0;
-    v     = strtoull(arg, &end, 10);
-    if (end == arg || errno != 0 || arg[0] == '-') {
-        return -1;
-    }
-    switch (tolower((unsigned char)*end)) {
-    case 'k': shift = 10; end++; break;
-    case 'm': shift = 20; end++; break;
-    case 'g': shift = 30; end++; break;
-    default: break;
-    }
-    if (*end != '\0' || v == 0 || v > (1ULL << 40) >> shift) {
-        return -1;
-    }
-    *size_p = (size_t)(v << shift);
-    return 0;
-}
-
 /* Returns 0 to print, 1 when done (help), -1 on error (one line on err). */
 static int cb_model_parse(int argc, char **argv, FILE *out, FILE *err, const char *prog,
                           cb_model_opts_t *o)
@@ -308,7 +283,8 @@ static int cb_model_parse(int argc, char **argv, FILE *out, FILE *err, const cha
             }
             break;
         case CB_MOPT_CHUNK:
-            if (cb_model_size(optarg, &o->chunk) != 0) {
+            if (cb_parse_size(optarg, &o->chunk) != 0 || o->chunk == 0 ||
+                o->chunk > ((size_t)1 << 40)) {
                 return cb_model_bad(err, prog, "--chunk", optarg);
             }
             break;
