@@ -169,10 +169,13 @@ static void st_exec_stall(st_op_t *op, double idle)
  * shorter (a user who shortens STRATA_TIMEOUT still gets a report before it, without a warning). */
 static double st_exec_stall_after(const st_comm_t *comm)
 {
-    static int warned;
+    static int warned, user_set = -1; /* whether the user set it: looked up once */
     double     after = st_core_config.stall_warn;
 
-    if (getenv("STRATA_STALL_WARN") == NULL) {
+    if (user_set < 0) {
+        user_set = getenv("STRATA_STALL_WARN") != NULL;
+    }
+    if (!user_set) {
         return (after < comm->timeout) ? after : comm->timeout / 2;
     }
     if (after <= 0) {

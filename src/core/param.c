@@ -74,7 +74,9 @@ static const st_config_field_t st_core_config_fields[] = {
      * out of place, 48.8 / 57.2 us in place (+9-10 us: the agreement's two rounds of 80 B
      * messages); 64 MiB (-n 5) 32.7 / 35.2 ms out of place,
      * 31.7 / 31.2 ms in place (within the noise). Runs at load 7-12 were too noisy to resolve
-     * the 8 B difference. Not negligible at 8 B, on by default anyway (issue 5). */
+     * the 8 B difference. A later set at load 1 (5 alternating runs of -n 3000 -w 200): medians
+     * 89 / 134 us, spread 54-113 / 65-138 us. Not negligible at 8 B, on by default anyway
+     * (issue 5). */
     {"CHECK_MISMATCH", "1", "every collective checks that all ranks made the same call "
      "(collective, count, datatype, op, root); a mismatch fails it on every rank with "
      "strataInvalidUsage naming both calls instead of hanging or returning wrong data",
