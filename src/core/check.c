@@ -55,7 +55,8 @@ typedef struct st_check_notice {
 
 struct st_check {
     st_comm_t      *comm;
-    int             quiet;  /* the data part failed first: its error stands, ours is not logged */
+    char            failure[192]; /* why a transfer of the check failed; logged by exec only
+                                   * when it is the error that stands (st_check_report) */
     uint64_t        seq;
     int             nrounds;
     int             started;
@@ -158,19 +159,22 @@ static inline int st_check_peer(const st_check_t *check, int round, int dir)
     return (int)(((long)check->comm->rank + dir * (1L << round) % n + n) % n);
 }
 
-/* A transfer of the check failed: logged (naming the peer) unless the data part's error stands. */
-static void st_check_fail(const st_check_t *check, const char *what, int peer, st_status_t status)
+/* A transfer of the check failed: kept, not logged. The data part usually fails on the same
+ * peer, and its error (naming the phase) is the one the user should read. */
+static void st_check_fail(st_check_t *check, const char *what, int peer, st_status_t status)
 {
-    if (!check->quiet) {
-        st_error(ST_SUB_COLL, "mismatch check of collective #%llu on %s rank %d: %s rank %d "
-                 "failed: %s", (unsigned long long)check->seq, check->comm->name,
-                 check->comm->rank, what, peer, st_status_str(status));
+    if (check->failure[0] == '\0') {
+        snprintf(check->failure, sizeof(check->failure), "mismatch check of collective #%llu on "
+                 "%s rank %d: %s rank %d failed: %s", (unsigned long long)check->seq,
+                 check->comm->name, check->comm->rank, what, peer, st_status_str(status));
     }
 }
 
-void st_check_quiet(st_check_t *check)
+void st_check_report(const st_check_t *check)
 {
-    check->quiet = 1;
+    if (check->failure[0] != '\0') {
+        st_error(ST_SUB_COLL, "%s", check->failure);
+    }
 }
 
 static st_status_t st_check_send(st_check_t *check, int round)

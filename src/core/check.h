@@ -32,12 +32,14 @@ st_status_t st_check_attach(const st_coll_args_t *args, st_op_t **op_p);
 
 /* Advances the agreement (posts its first messages at the first call). ST_INPROGRESS, ST_OK when
  * every rank made the same call, ST_ERR_USAGE (logged, naming both calls) when not, or the error
- * of a failed transfer (logged). Sets op->progressed when a round completed; when data_done, also
- * op's phase, step and peer for stall and timeout messages. Caller holds the comm's lock. */
+ * of a failed transfer (not logged: see st_check_report). Sets op->progressed when a round
+ * completed; when data_done, also op's phase, step and peer for stall and timeout messages.
+ * Caller holds the comm's lock. */
 st_status_t st_check_progress(st_check_t *check, st_op_t *op, int data_done);
-/* The data part already failed with its own logged error: from now on the check's transfer
- * failures are returned without being logged (a mismatch still is). */
-void        st_check_quiet(st_check_t *check);
+/* A transfer of the check failed (st_check_progress returned an error other than
+ * ST_ERR_USAGE): logs why. The check never logs such failures itself; exec calls this only when
+ * the data part succeeded, so that the data part's error (with its phase) is the one shown. */
+void        st_check_report(const st_check_t *check);
 
 /* The op stalled for STRATA_STALL_WARN seconds: rank != 0 sends rank 0 a notice; rank 0 starts
  * collecting notices and, a moment later (from st_check_progress), logs at WARN the ranks that sent

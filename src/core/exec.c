@@ -215,7 +215,6 @@ static st_status_t st_exec_step(st_op_t *op)
          * connection under ours: give the agreement (whose messages that peer sent before) a
          * moment to say so, rather than report a dead peer that is alive. Otherwise the data
          * part's error (logged, naming the peer and phase) stands. */
-        st_check_quiet(op->check);
         status = st_check_progress(op->check, op, 1);
         if (status == ST_ERR_USAGE) {
             return status;
@@ -224,8 +223,21 @@ static st_status_t st_exec_step(st_op_t *op)
                    ? ST_INPROGRESS : op->data_status;
     }
     status = st_check_progress(op->check, op, op->data_done);
+    if (status == ST_ERR_USAGE) {
+        return status; /* a mismatch, named by the check */
+    }
     if (status < 0) {
-        return status; /* mismatch (named), or the agreement's transfers failed */
+        /* The agreement's transfers failed (a peer died, or cancelled after a mismatch of its
+         * own). Keep driving the data part: its error, naming phase and peer, is the better
+         * one, and it ends by the deadline. Only if it succeeds does the check's error stand. */
+        if (!op->data_done) {
+            return ST_INPROGRESS;
+        }
+        if (op->data_status != ST_OK) {
+            return op->data_status;
+        }
+        st_check_report(op->check);
+        return status;
     }
     return (status == ST_OK && op->data_done) ? op->data_status : ST_INPROGRESS;
 }
