@@ -27,8 +27,10 @@
 #include "core/socket.h"
 
 #define ST_EXEC_MAX_POLL_MS 100
-/* how long a data part that failed on a broken connection waits for the mismatch check */
-#define ST_EXEC_CHECK_GRACE_S 0.5
+/* how long a data part that failed on a broken connection waits for the mismatch check (0.5 s
+ * was too short once on a loaded 2-core machine: test_mismatch saw the broken connection's error
+ * instead of the mismatch; a dead peer's error now comes up to 2 s later) */
+#define ST_EXEC_CHECK_GRACE_S 2.0
 /* how long transfers cancelled after a mismatch may finish before their connections break */
 #define ST_EXEC_CANCEL_GRACE_S 0.3
 #define ST_EXEC_MAX_FDS     64
