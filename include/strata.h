@@ -133,13 +133,20 @@ typedef struct strataConfig_v1 {
                                milliseconds; default STRATA_TIMEOUT (seconds; 0 there: no
                                deadline) */
     const char  *name;      /* a label for logs and errors; default "strata" */
+    const char  *tuneFile;  /* tuning table (JSON, written by `collbench tune`; format in
+                               docs/model.md) for this communicator's all-reduce choices; default
+                               STRATA_TUNE_FILE, and for a split its parent's. Every rank must
+                               give the same table: if the ranks' tuning differs, all use the
+                               built-in defaults (logged at WARN). A table that cannot be read or
+                               was tuned for another layout is logged at WARN and not used; init
+                               does not fail for it. Copied at init. */
 } strataConfig_t;
 
 #define STRATA_CONFIG_MAGIC 0x57a7a001u
 #define STRATA_CONFIG_INITIALIZER                                                          \
     {                                                                                      \
         sizeof(strataConfig_t), STRATA_CONFIG_MAGIC, STRATA_VERSION_CODE,                   \
-            STRATA_CONFIG_UNDEF_INT, STRATA_CONFIG_UNDEF_INT, NULL                         \
+            STRATA_CONFIG_UNDEF_INT, STRATA_CONFIG_UNDEF_INT, NULL, NULL                   \
     }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -21,7 +21,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 top=$(pwd)
 
-PKGS=(autoconf automake libtool pkg-config make gcc libucx-dev ucx-utils libhwloc-dev hwloc
+PKGS=(autoconf automake libtool pkg-config make gcc libucx-dev ucx-utils libhwloc-dev hwloc libjansson-dev
       libibverbs-dev libcmocka-dev openmpi-bin libopenmpi-dev iproute2 clang)
 JOBS=$(nproc 2>/dev/null || echo 2)
 

@@ -54,6 +54,8 @@ typedef struct st_coll_args {
     int              peer;   /* send, recv */
     uint64_t         seq;    /* collective or per-peer p2p sequence number */
     st_algo_t        algo;   /* forced algorithm (internal calls); ST_ALGO_AUTO: select */
+    size_t           hier_chunk; /* bytes per hier chunk from the tuning (select.c); 0: hier's
+                                  * own rule */
 } st_coll_args_t;
 
 const char *st_coll_name(st_coll_type_t type);

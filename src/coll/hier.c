@@ -47,6 +47,7 @@
 #include "core/param.h"
 #include "core/socket.h"
 #include "topo/topo.h"
+#include "tune/policy.h"
 
 typedef enum { ST_HIER_REDUCE = 0, ST_HIER_COPY } st_hier_mode_t;
 
@@ -106,18 +107,28 @@ typedef struct st_hier {
     double           t_start, t_inter_since, t_busy[3];
 } st_hier_t;
 
-/* Splits len elements into parts pieces on multiples of unit; piece i's offset and length. */
+/* Splits len elements into parts even pieces on multiples of unit; piece i's offset and length
+ * (the blocks of a shard's ring). */
 static void st_hier_split(size_t len, int parts, int i, size_t unit, size_t *off_p, size_t *cnt_p)
 {
     size_t units = ST_DIV_ROUND_UP(len, unit);
     size_t b = units / (size_t)parts, r = units % (size_t)parts;
     size_t u0 = (size_t)i * b + ST_MIN((size_t)i, r);
     size_t un = b + ((size_t)i < r);
-    size_t off = ST_MIN(u0 * unit, len);
-    size_t end = ST_MIN((u0 + un) * unit, len);
 
-    *off_p = off;
-    *cnt_p = end - off;
+    *off_p = ST_MIN(u0 * unit, len);
+    *cnt_p = ST_MIN((u0 + un) * unit, len) - *off_p;
+}
+
+/* Shard j of a chunk of len elements: offset and length, on multiples of h->unit. Even, or by
+ * the rails' shares of the communicator's tuning (tune/policy.h); the same on every rank. */
+static void st_hier_shard(const st_hier_t *h, size_t len, int j, size_t *off_p, size_t *cnt_p)
+{
+    size_t units = ST_DIV_ROUND_UP(len, h->unit), u0, un;
+
+    st_tune_policy_shard(h->comm, units, h->nshards, j, &u0, &un);
+    *off_p = ST_MIN(u0 * h->unit, len);
+    *cnt_p = ST_MIN((u0 + un) * h->unit, len) - *off_p;
 }
 
 static size_t st_hier_chunk_len(const st_hier_t *h, size_t k)
@@ -231,7 +242,7 @@ static void st_hier_reduce_scatter(st_hier_t *h, size_t k)
         size_t off, cnt;
         char  *res;
 
-        st_hier_split(len, h->nshards, h->owned[o], h->unit, &off, &cnt);
+        st_hier_shard(h, len, h->owned[o], &off, &cnt);
         if (cnt == 0) {
             continue;
         }
@@ -390,7 +401,7 @@ static st_status_t st_hier_inter_start(st_hier_t *h, size_t k)
         st_hier_ring_t *r = &s->rings[o];
 
         r->j    = h->owned[o];
-        st_hier_split(len, h->nshards, r->j, h->unit, &r->off, &r->cnt);
+        st_hier_shard(h, len, r->j, &r->off, &r->cnt);
         r->step = 0;
         r->sposted = r->rposted = 0;
         h->inter_bytes += r->cnt * h->es;
@@ -441,7 +452,7 @@ static void st_hier_deliver(st_hier_t *h, size_t k)
         size_t off, cnt, a, b;
         int    lr = j % h->m;
 
-        st_hier_split(len, h->nshards, j, h->unit, &off, &cnt);
+        st_hier_shard(h, len, j, &off, &cnt);
         a = ST_MAX(first + off, h->own_first);
         b = ST_MIN(first + off + cnt, h->own_first + h->own_count);
         if (a >= b || (h->zc && lr == h->l)) {
@@ -746,8 +757,12 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
     }
     h->unit  = ST_MAX(64 / h->es, 1);
     /* Chunks fill the window's slots for large buffers; a buffer of fewer than 2 x depth slots
-     * gets chunks down to half a slot, so that more of it is in flight at once. */
-    {
+     * gets chunks down to half a slot, so that more of it is in flight at once. A tuned chunk
+     * (args->hier_chunk, from the tuning table) is taken as it is, up to a slot. */
+    if (args->hier_chunk != 0) {
+        h->chunk = ST_MAX(ST_MIN(args->hier_chunk, intra->chunk_bytes) / h->es, 1);
+        h->chunk = ST_MAX(h->chunk / h->unit, 1) * h->unit;
+    } else {
         size_t bytes = ST_MIN(intra->chunk_bytes,
                               ST_MAX(h->total * h->es / (2 * (size_t)h->depth),
                                      intra->chunk_bytes / 2));
@@ -776,8 +791,9 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
     }
     /* rings and their staging (the largest block of a shard), per owned shard and slot */
     if (h->nnodes > 1) {
-        size_t shard_max = ST_DIV_ROUND_UP(ST_DIV_ROUND_UP(h->chunk, h->unit),
-                                           (size_t)h->nshards) * h->unit;
+        /* + 1 unit: a shorter last chunk's shard may round one unit up */
+        size_t shard_max = (st_tune_policy_shard_max(comm, ST_DIV_ROUND_UP(h->chunk, h->unit),
+                                                     h->nshards) + 1) * h->unit;
         size_t tmp_bytes = ST_DIV_ROUND_UP(shard_max * h->es, 64) * 64;
         size_t nrings = (size_t)h->nowned * (size_t)h->depth;
 

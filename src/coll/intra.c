@@ -16,6 +16,7 @@
 #include "core/comm.h"
 #include "core/log.h"
 #include "core/param.h"
+#include "tune/policy.h"
 
 #define ST_INTRA_CTRL_BYTES 4096
 /* network bytes per rail shard of a chunk under STRATA_HIER_CHUNK_SIZE=auto */
@@ -36,8 +37,11 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_t **intra_p)
     }
     intra->local_rank  = st_topo_local_rank(topo, comm->rank);
     intra->local_size  = st_topo_local_size(topo, comm->node);
-    intra->depth       = (int)st_core_config.pipeline_depth;
-    intra->chunk_bytes = st_core_config.hier_chunk_size;
+    /* STRATA_PIPELINE_DEPTH and STRATA_HIER_CHUNK_SIZE, or a tuning table's (tune/policy.h) */
+    intra->depth       = (int)(comm->tune != NULL ? comm->tune->depth
+                                                  : st_core_config.pipeline_depth);
+    intra->chunk_bytes = comm->tune != NULL ? comm->tune->window_chunk
+                                            : st_core_config.hier_chunk_size;
     if (intra->chunk_bytes == ST_SIZE_AUTO) {
         /* One node: chunks that stay in cache. Several: each rail's shard of a chunk is one
          * network message of ST_INTRA_NET_SHARD_BYTES, so a chunk is that times the number of

@@ -7,6 +7,9 @@
  *        rank) -> the flat ring (all-reduce, reduce-scatter, all-gather) or chain (broadcast,
  *        reduce). Every rank computes the same choice from the same count, layout and
  *        parameters, which all ranks must share.
+ * With a tuning table (STRATA_TUNE_FILE, strataConfig_t.tuneFile) or a fabric profile
+ * (STRATA_PROFILE_FILE), auto takes each all-reduce's algorithm and chunk from it instead
+ * (tune/policy.h); STRATA_SMALL_THRESHOLD, when set, still hands the small sizes over.
  * ring, hier, small force one; small applies to all-reduces that fit the windows' small area
  * (128 KiB) and the rest go as under auto.
  */
@@ -20,6 +23,7 @@
 #include "core/log.h"
 #include "core/param.h"
 #include "topo/topo.h"
+#include "tune/policy.h"
 
 static const char *const st_algo_names[] = {"auto", "ring", "hier", "small"};
 
@@ -83,8 +87,10 @@ static size_t st_coll_bytes(const st_coll_args_t *args)
     return bytes;
 }
 
-static st_algo_t st_coll_choose(const st_coll_args_t *args)
+/* The algorithm of a call; may set args->hier_chunk from the tuning. */
+static st_algo_t st_coll_choose(st_coll_args_t *args)
 {
+    st_tune_choice_t choice;
     st_comm_t *comm = args->comm;
     st_algo_t  algo = args->algo;
 
@@ -100,6 +106,12 @@ static st_algo_t st_coll_choose(const st_coll_args_t *args)
     if (algo == ST_ALGO_SMALL && !st_small_fits(args)) {
         algo = ST_ALGO_AUTO;
     }
+    if (algo == ST_ALGO_AUTO && args->type == ST_COLL_ALLREDUCE &&
+        st_tune_policy_allreduce(comm, st_coll_bytes(args), st_small_fits(args), &choice)) {
+        args->hier_chunk = choice.hier_chunk; /* a tuning table's, or the model's */
+        return choice.algo == ST_MODEL_SMALL ? ST_ALGO_SMALL
+               : choice.algo == ST_MODEL_HIER ? ST_ALGO_HIER : ST_ALGO_RING;
+    }
     if (algo == ST_ALGO_AUTO) {
         if (args->type == ST_COLL_ALLREDUCE && st_small_fits(args) &&
             st_coll_bytes(args) <= st_core_config.small_threshold) {
@@ -113,10 +125,12 @@ static st_algo_t st_coll_choose(const st_coll_args_t *args)
     return algo;
 }
 
-st_status_t st_coll_op_create(const st_coll_args_t *args, st_op_t **op_p)
+st_status_t st_coll_op_create(const st_coll_args_t *call, st_op_t **op_p)
 {
-    st_status_t status;
-    const char *name;
+    st_coll_args_t  copy = *call;
+    st_coll_args_t *args = &copy;
+    st_status_t     status;
+    const char     *name;
 
     switch (st_coll_choose(args)) {
     case ST_ALGO_LAST:

@@ -246,6 +246,7 @@ static strataResult_t st_api_init_rank(strataComm_t *comm_p, int nranks, strataU
 {
     double      op_timeout = st_core_config.timeout;
     const char *name = "strata";
+    const char *tune_file = NULL;
     int         blocking = 1;
     st_comm_t  *comm;
     st_status_t status;
@@ -291,11 +292,16 @@ static strataResult_t st_api_init_rank(strataComm_t *comm_p, int nranks, strataU
         if (config->name != NULL) {
             name = config->name;
         }
+        tune_file = config->tuneFile;
     }
     if (op_timeout <= 0) {
         op_timeout = ST_TIMEOUT_NONE; /* STRATA_TIMEOUT=0: no deadline */
     }
     comm = st_comm_alloc(rank, nranks, op_timeout, name);
+    if (comm != NULL && tune_file != NULL && (comm->tune_file = strdup(tune_file)) == NULL) {
+        st_comm_free(comm, 1);
+        comm = NULL;
+    }
     if (comm == NULL) {
         st_error(ST_SUB_INIT, "%s: out of memory", fn);
         return strataSystemError;
@@ -439,7 +445,7 @@ STRATA_API strataResult_t strataCommSplit(strataComm_t comm, int color, int key,
 {
     strataResult_t result;
     double         op_timeout;
-    const char    *name;
+    const char    *name, *tune_file = NULL;
     st_comm_t     *child = NULL;
     st_status_t    status;
 
@@ -466,11 +472,12 @@ STRATA_API strataResult_t strataCommSplit(strataComm_t comm, int color, int key,
         if (config->name != NULL) {
             name = config->name;
         }
+        tune_file = config->tuneFile;
     }
     if (!st_api_blocking_enter(comm, "strataCommSplit")) {
         return strataInvalidUsage;
     }
-    status = st_comm_split(comm, color, key, op_timeout, name, &child);
+    status = st_comm_split(comm, color, key, op_timeout, name, tune_file, &child);
     st_api_blocking_leave(comm);
     if (status != ST_OK) {
         return st_status_to_result(status);

@@ -23,6 +23,7 @@
 
 #include "coll/coll.h"
 #include "coll/intra.h"
+#include "tune/policy.h"
 #include "core/bootstrap.h"
 #include "core/exec.h"
 #include "core/log.h"
@@ -497,6 +498,27 @@ out:
     return status;
 }
 
+/* The communicator's tuning (tune/policy.h): every rank decides from its files and environment,
+ * then the ranks agree on a digest of the decision; when it differs (a tuning file missing or
+ * different on some node), all take the built-in defaults, since algorithms and chunk
+ * boundaries must be the same on every rank. Collective over comm. */
+static st_status_t st_comm_tune(st_comm_t *comm)
+{
+    int32_t lo, hi;
+
+    ST_CHECK(st_comm_agree(comm, st_tune_policy_init(comm, comm->tune_file)));
+    lo = hi = (int32_t)st_tune_policy_hash(comm);
+    ST_CHECK(st_comm_allreduce_i32(comm, &lo, strataMin));
+    ST_CHECK(st_comm_allreduce_i32(comm, &hi, strataMax));
+    if (lo != hi) {
+        st_warn(ST_SUB_TUNE, "%s: the ranks' tuning differs (a tuning table or fabric profile "
+                "missing or different on some node, or different STRATA_* values): every rank "
+                "uses the built-in defaults", comm->name);
+        st_tune_policy_reset(comm);
+    }
+    return ST_OK;
+}
+
 /* Connects comm to every rank; recs[r] is rank r's record. */
 static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *const *recs)
 {
@@ -538,6 +560,7 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
     }
     ST_CHECK(st_comm_barrier(comm));
     ST_CHECK(st_comm_open_rails(comm));
+    ST_CHECK(st_comm_tune(comm));
     ST_CHECK(st_intra_create(comm, &comm->intra));
     comm->state = ST_COMM_READY;
     return ST_OK;
@@ -613,7 +636,7 @@ static int st_split_cmp(const void *a, const void *b)
 }
 
 st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeout,
-                          const char *name, st_comm_t **comm_p)
+                          const char *name, const char *tune_file, st_comm_t **comm_p)
 {
     int                      n = parent->nranks;
     st_rank_record_t        *table;
@@ -675,6 +698,14 @@ st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeo
         }
         sized->net     = comm->net;
         sized->net_ctx = comm->net_ctx;
+        if (tune_file == NULL) {
+            tune_file = parent->tune_file; /* as its parent, unless the split's config says */
+        }
+        if (tune_file != NULL && (sized->tune_file = strdup(tune_file)) == NULL) {
+            st_comm_free(sized, 1);
+            status = ST_ERR_NO_MEMORY;
+            goto out;
+        }
         sized->net->set_rank(sized->net_ctx, myrank);
         {
             uint32_t salt[2] = {parent->split_seq, (uint32_t)color};
@@ -715,6 +746,8 @@ void st_comm_free(st_comm_t *comm, int force)
     double deadline = st_time_now() + ST_COMM_CLOSE_S;
 
     st_intra_destroy(comm->intra);
+    st_tune_policy_free(comm);
+    free(comm->tune_file);
     if (comm->eps != NULL && comm->net != NULL) {
         for (int r = 0; r < comm->nranks; r++) {
             if (comm->eps[r] != NULL) {

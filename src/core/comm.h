@@ -76,6 +76,8 @@ struct st_comm {
     uint64_t             uid;          /* equal on all ranks, differs between communicators:
                                           names of the node's shared memory */
     struct st_intra     *intra;        /* the node's windows (coll/intra.h) */
+    struct st_tune_policy *tune;       /* where its choices come from (tune/policy.h) */
+    char                *tune_file;    /* strataConfig_t.tuneFile, or NULL */
     strataPhaseTimes_t   times;        /* of the last completed collective (strataCommGetPhaseTimes) */
     int                  have_times;
 
@@ -91,9 +93,9 @@ st_comm_t *st_comm_alloc(int rank, int nranks, double op_timeout, const char *na
  * frees the comm on failure. timeout: seconds for the bootstrap. */
 st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeout);
 /* Creates the communicator of a split (called by every rank of parent). *comm_p is NULL for
- * color < 0. */
+ * color < 0. tune_file: its tuning table (NULL: the parent's). */
 st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeout,
-                          const char *name, st_comm_t **comm_p);
+                          const char *name, const char *tune_file, st_comm_t **comm_p);
 /* Progresses every net context of comm (the default one and the rail's): ST_OK when anything
  * happened, ST_INPROGRESS otherwise. Caller holds comm->lock. */
 st_status_t st_comm_progress(st_comm_t *comm);

@@ -67,6 +67,15 @@ static const st_config_field_t st_core_config_fields[] = {
     {"RAIL_IFNAMES", "", "network interfaces of the rails, comma-separated (rail l uses the "
      "l-th, modulo their number); empty: every rail uses the transport's default devices",
      offsetof(st_core_config_t, rail_ifnames), ST_CFG_STRING},
+    {"TUNE_FILE", "", "tuning table (JSON, from `collbench tune`): each all-reduce's algorithm and "
+     "chunk by size, pipeline depth, rail shares; parameters set explicitly still win",
+     offsetof(st_core_config_t, tune_file), ST_CFG_STRING},
+    {"PROFILE_FILE", "", "fabric profile (JSON, from `collbench calibrate`): with no tuning "
+     "table, the cost model picks each all-reduce's algorithm and chunk from it",
+     offsetof(st_core_config_t, profile_file), ST_CFG_STRING},
+    {"RAIL_SHARES", "", "share of the inter-node bytes each rail carries, as weights per "
+     "STRATA_RAIL_IFNAMES entry (2,1: two thirds on the first); empty: even, or the tuning's",
+     offsetof(st_core_config_t, rail_shares), ST_CFG_STRING},
     {"NET", "auto", "net transport: auto or a name (ucx)",
      offsetof(st_core_config_t, net), ST_CFG_STRING},
     /* Cost of the check, `collbench all_reduce -np 4` on one node (2 shared cores), medians of 3

@@ -71,6 +71,9 @@ typedef struct st_core_config {
     size_t small_threshold;   /* all-reduce bytes up to which auto takes the small algorithm */
     char  *rail_ifnames;      /* comma-separated interfaces, one per rail */
     char  *net;               /* net transport choice */
+    char  *tune_file;         /* tuning table (tune/policy.h) */
+    char  *profile_file;      /* fabric profile (tune/policy.h) */
+    char  *rail_shares;       /* weights of the rails' inter-node shares */
     int    check_mismatch;    /* agree on every collective's fingerprint (core/check.h) */
     double stall_warn;        /* seconds without progress before a WARN line; 0 = off */
 } st_core_config_t;

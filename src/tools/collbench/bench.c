@@ -757,6 +757,9 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
     if (opts->topo) {
         return cb_topo_rank_main(opts, rank, nranks, id);
     }
+    if (opts->fab_mode != CB_FAB_NONE) {
+        return cb_fabric_rank_main(opts, rank, nranks, id);
+    }
     memset(&b, 0, sizeof(b));
     b.opts   = opts;
     b.rank   = rank;

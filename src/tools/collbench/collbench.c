@@ -37,7 +37,10 @@ enum {
     CB_OPT_TOPO_FILE,
     CB_OPT_JSON,
     CB_OPT_PHASES,
-    CB_OPT_MEM_ALLOC
+    CB_OPT_MEM_ALLOC,
+    CB_OPT_OUT,
+    CB_OPT_PROFILE,
+    CB_OPT_COMPARE
 };
 
 static const char cb_short_opts[] = "t:g:b:e:i:f:n:w:c:d:o:r:z:T:R:A:h";
@@ -73,6 +76,9 @@ static const struct option cb_long_opts[] = {
     {"topo-file",      required_argument, NULL, CB_OPT_TOPO_FILE},
     {"topo_file",      required_argument, NULL, CB_OPT_TOPO_FILE},
     {"json",           no_argument,       NULL, CB_OPT_JSON},
+    {"out",            required_argument, NULL, CB_OPT_OUT},
+    {"profile",        required_argument, NULL, CB_OPT_PROFILE},
+    {"compare",        no_argument,       NULL, CB_OPT_COMPARE},
     {"help",           no_argument,       NULL, 'h'},
     {NULL,             0,                 NULL, 0}
 };
@@ -173,6 +179,18 @@ static void cb_usage(FILE *out, const char *prog)
 "  --rank <R> --nranks <N>     one rank, with STRATA_COMM_ID=host:port\n"
 "\n"
 "  --print-config              print every STRATA_* parameter and exit\n"
+"\n"
+"Fabric (issue 6; docs/model.md), with the launch options above, all-reduce of float sums:\n"
+"  calibrate --out F           measure each level (window latency, copy and reduce bandwidth;\n"
+"                              each rail's latency and bandwidth, both directions at once) and\n"
+"                              write the fabric profile F (JSON) for STRATA_PROFILE_FILE\n"
+"  tune --out F [--profile P]  time small, ring and hier (chunk 256k..4m, depth 2 and 4, even or\n"
+"                              rail-proportional shares) at every size of -b/-e/-f, write the\n"
+"                              tuning table F for STRATA_TUNE_FILE, then time the tuned library\n"
+"                              against the best forced configuration (calibrates first unless\n"
+"                              --profile P is given)\n"
+"  model --profile P --compare the model's choice per size, measured next to predicted (total\n"
+"                              and hier phases, error in percent)\n"
 "\n"
 "Exit status: 0 when every result is right, 1 when some #wrong is not 0, 2 when a call fails.\n",
             prog, prog, prog,
@@ -511,6 +529,15 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
         case CB_OPT_JSON:
             opts->json = 1;
             break;
+        case CB_OPT_OUT:
+            opts->fab_out = optarg;
+            break;
+        case CB_OPT_PROFILE:
+            opts->fab_profile = optarg;
+            break;
+        case CB_OPT_COMPARE:
+            opts->fab_mode = CB_FAB_COMPARE;
+            break;
         case 'h':
             cb_usage(stdout, opts->prog);
             return 1;
@@ -526,6 +553,13 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
             opts->topo = 1;
             continue;
         }
+        if (strcmp(argv[optind], "model") == 0 && opts->fab_mode == CB_FAB_COMPARE) {
+            continue; /* model --compare: launched like the benchmark */
+        }
+        if (strcmp(argv[optind], "calibrate") == 0 || strcmp(argv[optind], "tune") == 0) {
+            opts->fab_mode = argv[optind][0] == 'c' ? CB_FAB_CALIBRATE : CB_FAB_TUNE;
+            continue;
+        }
         if ((bits = cb_parse_colls(argv[optind])) == 0) {
             return cb_bad(opts, "collective", argv[optind]);
         }
@@ -533,6 +567,18 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
         colls_given = 1;
     }
 
+    if ((opts->fab_mode == CB_FAB_CALIBRATE || opts->fab_mode == CB_FAB_TUNE) &&
+        opts->fab_out == NULL) {
+        fprintf(stderr, "%s: %s needs --out FILE (the %s it writes)\n", opts->prog,
+                opts->fab_mode == CB_FAB_TUNE ? "tune" : "calibrate",
+                opts->fab_mode == CB_FAB_TUNE ? "tuning table" : "fabric profile");
+        return -1;
+    }
+    if (opts->fab_mode == CB_FAB_COMPARE && opts->fab_profile == NULL) {
+        fprintf(stderr, "%s: model --compare needs --profile FILE (from collbench calibrate)\n",
+                opts->prog);
+        return -1;
+    }
     if (opts->minbytes > opts->maxbytes) {
         fprintf(stderr, "%s: minbytes %zu is larger than maxbytes %zu\n", opts->prog,
                 opts->minbytes, opts->maxbytes);
@@ -573,9 +619,17 @@ int main(int argc, char **argv)
     int              print_config = 0, ret;
     strataResult_t   res;
 
-    /* a subcommand with its own options, which launches nothing */
+    /* a subcommand with its own options, which launches nothing; with --compare it launches
+     * ranks with the benchmark's options (fabric.c) */
     if (argc > 1 && strcmp(argv[1], "model") == 0) {
-        return cb_model_run(stdout, stderr, argc - 1, argv + 1, argv[0]);
+        int compare = 0;
+
+        for (int i = 2; i < argc; i++) {
+            compare |= strcmp(argv[i], "--compare") == 0;
+        }
+        if (!compare) {
+            return cb_model_run(stdout, stderr, argc - 1, argv + 1, argv[0]);
+        }
     }
     cb_opts_default(&opts, argv[0]);
     cb_rewrite_np(argc, argv);

@@ -47,6 +47,8 @@ typedef enum {
 
 #define CB_MAX_NODES 4096
 
+typedef enum { CB_FAB_NONE = 0, CB_FAB_CALIBRATE, CB_FAB_TUNE, CB_FAB_COMPARE } cb_fab_mode_t;
+
 /* Everything the command line says. Launch fields are read by launch.c only. */
 typedef struct cb_opts {
     unsigned    colls;       /* bit (1 << cb_coll_t) per collective to run */
@@ -69,6 +71,10 @@ typedef struct cb_opts {
     int         topo;        /* 1: print the topology instead of benchmarking */
     const char *topo_file;   /* --topo-file: an hwloc XML, no ranks */
     int         json;        /* --json */
+    /* calibrate, tune, model --compare (fabric.c) */
+    int         fab_mode;    /* cb_fab_mode_t */
+    const char *fab_out;     /* --out: the profile or table written */
+    const char *fab_profile; /* --profile: a fabric profile to read instead of calibrating */
     /* launch */
     int         np;          /* > 0: fork np ranks here */
     int         nnodes;      /* emulated nodes of -np (0: one) */
@@ -87,6 +93,12 @@ typedef struct cb_opts {
 /* Runs the benchmark as rank `rank` of `nranks` over the communicator of `id`; returns the exit
  * status of the rank: 0 all good, 1 some #wrong != 0, 2 a strata call failed. */
 int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUniqueId *id);
+
+/* ---- fabric.c ------------------------------------------------------------------------------- */
+
+/* `collbench calibrate`, `collbench tune`, `collbench model --profile F --compare` as one rank
+ * (what each measures: fabric.c). Returns 0, or 2 when a call or a file fails. */
+int cb_fabric_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUniqueId *id);
 
 /* ---- topo.c ---------------------------------------------------------------------------------- */
 

@@ -1,0 +1,703 @@
+/*
+ * fabric.c - `collbench calibrate`, `collbench tune` and `collbench model --profile F --compare`:
+ * measuring the fabric for the cost model, sweeping the phase split, and checking the model
+ * against the measurement (issue 6; the model and the files: src/tune/, docs/model.md).
+ *
+ * All three run as ranks (the launch options of the benchmark) and measure all-reduce of float
+ * sums only. Every configuration is forced through a tuning table given to a split of the
+ * communicator (strataConfig_t.tuneFile), so the library runs exactly the algorithm, chunk,
+ * pipeline depth and rail shares under test; STRATA_ALGO, STRATA_HIER_CHUNK_SIZE,
+ * STRATA_PIPELINE_DEPTH and STRATA_RAIL_SHARES would override those, so they must be unset.
+ * A time is the median over iterations of the slowest rank's time of each (ranks line up on a
+ * barrier before every iteration).
+ *
+ * calibrate (per level; formulas of src/tune/model.h):
+ *   intra   the ranks of each node, hier forced with one chunk: the synchronisation latency
+ *           alpha = t(8 B) / 2 (two window synchronisations), the window bandwidth beta from the
+ *           all-gather phase ((g-1)/g S / t_AG) and the reduction throughput gamma from what the
+ *           reduce-scatter phase takes beyond it, both scaled so that the model gives the
+ *           measured total at S = 4 MiB;
+ *   inter   one ring per rail (same local rank on every node), all rails at once in both
+ *           directions, as the hierarchical inter-node phase runs them: alpha = t(8 B) /
+ *           (2(N-1)), each rail's beta = 2(N-1)/N S / (t(S) - 2(N-1) alpha) at S = 16 MiB, the
+ *           betas of the rings sharing one NIC added (their reduction is inside this beta:
+ *           gamma_inter = 0).
+ * tune: for every size of the sweep, small (up to 128 KiB), ring, and hier with every chunk of
+ *   256 KiB .. 4 MiB and pipeline depth 2 or 4, with even rail shares and with shares
+ *   proportional to the calibrated rail bandwidths (several NICs only); the shares that win at
+ *   the largest size are kept, and per size the fastest configuration with them; written as a
+ *   tuning table. Then the tuned library (a split with that table) and the best forced
+ *   configuration are timed again, alternately, at every size.
+ * compare: the table the library makes from the profile (STRATA_PROFILE_FILE: the model's
+ *   choice per size), timed at every size of the sweep next to the model's prediction, total and
+ *   per phase.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "collbench.h"
+#include "tune/tune.h"
+
+#define CB_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define CB_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#define CB_FAB_MAX_ITERS   200
+#define CB_FAB_TARGET_S    0.3   /* seconds of timed iterations per measurement, about */
+#define CB_FAB_INTRA_BYTES ((size_t)4 << 20)
+#define CB_FAB_INTER_BYTES ((size_t)16 << 20)
+#define CB_FAB_MAX_CANDS   32
+
+typedef struct cb_fab {
+    const cb_opts_t  *opts;
+    int               rank, nranks;
+    int               node, nnodes, local, g; /* g: ranks on every node */
+    int               nics;                   /* STRATA_RAIL_IFNAMES entries, else 1 */
+    strataComm_t      world;
+    float            *send, *recv;
+    size_t            bufbytes;
+    int               seq;                    /* temporary table files */
+    st_model_fabric_t fabric;                 /* calibrated or read */
+} cb_fab_t;
+
+/* One measured configuration. */
+typedef struct cb_cand {
+    int    algo;          /* st_model_algo_t */
+    size_t chunk;         /* hier */
+    int    depth;         /* hier */
+    int    prop;          /* hier: 1 = shares proportional to the rails, 0 = even */
+    double t[64];         /* per size; 0 = not measured */
+} cb_cand_t;
+
+static void cb_fab_die(const cb_fab_t *f, const char *call, strataResult_t res)
+{
+    fprintf(stderr, "collbench: rank %d: %s failed: %s: %s\n", f->rank, call,
+            strataGetErrorString(res), strataGetLastError(f->world));
+    fflush(stderr);
+    exit(2);
+}
+
+#define CB_FAB_CALL(f, call)                                                                   \
+    do {                                                                                       \
+        strataResult_t _r = (call);                                                            \
+        if (_r != strataSuccess) {                                                             \
+            cb_fab_die((f), #call, _r);                                                        \
+        }                                                                                      \
+    } while (0)
+
+static void cb_fab_max(cb_fab_t *f, double *v, size_t n)
+{
+    CB_FAB_CALL(f, strataAllReduce(v, v, n, strataFloat64, strataMax, f->world, NULL));
+}
+
+static void cb_fab_barrier(cb_fab_t *f)
+{
+    double x = 0.0;
+
+    cb_fab_max(f, &x, 1);
+}
+
+static int cb_fab_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* A split of the world (color, key = rank) that runs what `table` says. */
+static strataComm_t cb_fab_split(cb_fab_t *f, int color, const st_tune_table_t *table)
+{
+    strataConfig_t cfg = STRATA_CONFIG_INITIALIZER;
+    strataComm_t   comm = NULL;
+    char           path[256];
+    const char    *dir = getenv("TMPDIR");
+
+    snprintf(path, sizeof(path), "%s/collbench-%d-%d.json", dir != NULL ? dir : "/tmp",
+             (int)getpid(), f->seq++);
+    if (st_tune_table_write(path, table, "collbench: a configuration under test") != ST_OK) {
+        fprintf(stderr, "collbench: rank %d: cannot write %s\n", f->rank, path);
+        exit(2);
+    }
+    cfg.tuneFile = path;
+    cfg.name     = "collbench-fabric";
+    CB_FAB_CALL(f, strataCommSplit(f->world, color, f->rank, &comm, &cfg));
+    unlink(path);
+    return comm;
+}
+
+/* A table forcing one configuration for every size, on a layout of g x nodes. */
+static void cb_fab_force(const cb_fab_t *f, int g, int nodes, int algo, size_t chunk, int depth,
+                         const double *share, st_tune_table_t *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->ranks_per_node = g;
+    t->nodes          = nodes;
+    t->nrails         = f->nics;
+    t->pipeline_depth = (unsigned)depth;
+    t->nentries       = 1;
+    t->entries[0]     = (st_tune_entry_t){ST_TUNE_NO_LIMIT, algo, algo == ST_MODEL_HIER ? chunk
+                                                                                     : 0};
+    if (share != NULL && f->nics > 1) {
+        memcpy(t->rail_share, share, sizeof(double) * (size_t)f->nics);
+    }
+}
+
+/* Median time of an all-reduce of `bytes` on comm (every rank of the world calls, those outside
+ * comm with comm NULL, so that concurrent rings are measured together), the slowest rank per
+ * iteration; the phases of the last call (slowest rank) into ph when not NULL. */
+static double cb_fab_time(cb_fab_t *f, strataComm_t comm, size_t bytes, double ph[3])
+{
+    double  t[CB_FAB_MAX_ITERS], est;
+    size_t  count = CB_MAX(bytes / sizeof(float), (size_t)1);
+    int     iters, i;
+    double  t0;
+
+    /* one warm-up call, which also sizes the run */
+    cb_fab_barrier(f);
+    t0 = cb_now();
+    if (comm != NULL) {
+        CB_FAB_CALL(f, strataAllReduce(f->send, f->recv, count, strataFloat32, strataSum, comm,
+                                       NULL));
+    }
+    est = cb_now() - t0;
+    cb_fab_max(f, &est, 1);
+    /* about CB_FAB_TARGET_S of iterations, at least -n (small sizes are noisy on shared
+     * cores: many iterations give a stable median) */
+    iters = (int)CB_MIN(CB_MAX(CB_FAB_TARGET_S / CB_MAX(est, 1e-6), (double)f->opts->iters),
+                        (double)CB_FAB_MAX_ITERS);
+    iters = CB_MAX(iters, 3);
+    for (i = 0; i < iters; i++) {
+        cb_fab_barrier(f);
+        t0 = cb_now();
+        if (comm != NULL) {
+            CB_FAB_CALL(f, strataAllReduce(f->send, f->recv, count, strataFloat32, strataSum,
+                                           comm, NULL));
+        }
+        t[i] = cb_now() - t0;
+    }
+    cb_fab_max(f, t, (size_t)iters);
+    if (ph != NULL) {
+        strataPhaseTimes_t pt;
+
+        memset(ph, 0, 3 * sizeof(double));
+        if (comm != NULL && strataCommGetPhaseTimes(comm, &pt) == strataSuccess &&
+            strcmp(pt.algorithm, "hier") == 0) {
+            memcpy(ph, pt.seconds, 3 * sizeof(double));
+        }
+        cb_fab_max(f, ph, 3);
+    }
+    qsort(t, (size_t)iters, sizeof(double), cb_fab_cmp);
+    return (iters % 2) ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
+}
+
+static int cb_fab_count_nics(void)
+{
+    const char *list = getenv("STRATA_RAIL_IFNAMES");
+    int         n = 1;
+
+    if (list == NULL || list[0] == '\0') {
+        return 1;
+    }
+    for (; *list != '\0'; list++) {
+        n += (*list == ',');
+    }
+    return CB_MIN(n, ST_MODEL_MAX_RAILS);
+}
+
+/* ---- calibrate ---------------------------------------------------------------------------------- */
+
+static void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
+{
+    st_model_fabric_t *fab = &f->fabric;
+    st_tune_table_t    t;
+    strataComm_t       comm;
+    double             t8, tS, ph[3], fr, scale, beta_l[ST_MODEL_MAX_RAILS * 4];
+    int                N = f->nnodes, g = f->g;
+    size_t             pos = 0;
+
+    memset(fab, 0, sizeof(*fab));
+    fab->ranks_per_node = g;
+    fab->nodes          = N;
+    fab->nrails         = f->nics;
+    pos += (size_t)snprintf(samples + pos, len - pos, "{");
+    /* intra: every node's ranks at once */
+    fab->intra = (st_model_level_t){1e-6, 1e10, 0.0};
+    if (g > 1) {
+        cb_fab_force(f, g, 1, ST_MODEL_HIER, CB_FAB_INTRA_BYTES, 1, NULL, &t);
+        comm = cb_fab_split(f, f->node, &t);
+        t8   = cb_fab_time(f, comm, 8, NULL);
+        tS   = cb_fab_time(f, comm, CB_FAB_INTRA_BYTES, ph);
+        CB_FAB_CALL(f, strataCommDestroy(comm));
+        fr = (double)(g - 1) / g * (double)CB_FAB_INTRA_BYTES;
+        fab->intra.alpha = t8 / 2;
+        if (ph[2] > 0 && ph[0] > 0) {
+            /* the busy times of the phases, scaled to the measured total */
+            scale             = CB_MAX(tS - 2 * fab->intra.alpha, 1e-9) / (ph[0] + ph[2]);
+            fab->intra.beta   = fr / (ph[2] * scale);
+            fab->intra.gamma  = (ph[0] > ph[2]) ? fr / ((ph[0] - ph[2]) * scale) : 0.0;
+        } else {
+            fab->intra.beta = 2 * fr / CB_MAX(tS - 2 * fab->intra.alpha, 1e-9);
+        }
+        pos += (size_t)snprintf(samples + pos, len - pos, "\"intra_t8_s\": %.9g, "
+                                "\"intra_t4M_s\": %.9g, \"intra_rs_s\": %.9g, \"intra_ag_s\": "
+                                "%.9g, ", t8, tS, ph[0], ph[2]);
+    }
+    /* inter: one ring per local rank, all at once */
+    fab->inter = fab->intra;
+    if (N > 1) {
+        cb_fab_force(f, 1, N, ST_MODEL_RING, 0, 0, NULL, &t);
+        comm = cb_fab_split(f, f->local, &t);
+        t8   = cb_fab_time(f, comm, 8, NULL);
+        tS   = cb_fab_time(f, comm, CB_FAB_INTER_BYTES, NULL);
+        CB_FAB_CALL(f, strataCommDestroy(comm));
+        fab->inter.alpha = t8 / (2.0 * (N - 1));
+        fab->inter.gamma = 0.0;
+        /* each local rank's ring bandwidth (the same on every node: the slowest counts) */
+        for (int l = 0; l < g; l++) {
+            beta_l[l] = 0.0;
+        }
+        beta_l[f->local] = 2.0 * (N - 1) / N * (double)CB_FAB_INTER_BYTES /
+                           CB_MAX(tS - 2.0 * (N - 1) * fab->inter.alpha, 1e-9);
+        beta_l[f->local] = 1.0 / beta_l[f->local]; /* max of 1/beta = the slowest */
+        cb_fab_max(f, beta_l, (size_t)g);
+        fab->inter.beta = 0.0;
+        for (int l = 0; l < g; l++) {
+            fab->rail_beta[l % f->nics] += 1.0 / beta_l[l];
+        }
+        for (int r = 0; r < f->nics; r++) {
+            fab->inter.beta += fab->rail_beta[r] / f->nics;
+        }
+        pos += (size_t)snprintf(samples + pos, len - pos, "\"inter_t8_s\": %.9g, "
+                                "\"inter_t16M_s\": %.9g, ", t8, tS);
+    }
+    snprintf(samples + pos, len - pos, "\"method\": \"collbench calibrate (src/tools/collbench/"
+             "fabric.c)\"}");
+}
+
+static void cb_fab_print_profile(const cb_fab_t *f)
+{
+    const st_model_fabric_t *fab = &f->fabric;
+
+    printf("# fabric: %d ranks per node x %d nodes, %d rail(s)\n", fab->ranks_per_node,
+           fab->nodes, fab->nrails);
+    printf("# intra: alpha %.2f us, beta %.3f GB/s, gamma %.3f GB/s\n", fab->intra.alpha * 1e6,
+           fab->intra.beta / 1e9, fab->intra.gamma / 1e9);
+    printf("# inter: alpha %.2f us, beta %.4f GB/s", fab->inter.alpha * 1e6,
+           fab->inter.beta / 1e9);
+    for (int r = 0; r < fab->nrails; r++) {
+        printf("%s%.4f", r ? ", " : "; rails ", st_model_rail_beta(fab, r) / 1e9);
+    }
+    printf("%s\n", fab->nrails > 0 ? " GB/s" : "");
+}
+
+/* ---- sizes -------------------------------------------------------------------------------------- */
+
+static int cb_fab_sizes(const cb_opts_t *opts, size_t *sizes, int max)
+{
+    int n = 0;
+
+    for (size_t s = CB_MAX(opts->minbytes, (size_t)8); s <= opts->maxbytes && n < max;) {
+        sizes[n++] = s;
+        if (opts->stepfactor > 1) {
+            s *= (size_t)opts->stepfactor;
+        } else {
+            s += CB_MAX(opts->stepbytes, (size_t)1);
+        }
+    }
+    return n;
+}
+
+static void cb_fab_size_str(size_t s, char *buf, size_t len)
+{
+    if (s >= ((size_t)1 << 20) && s % ((size_t)1 << 20) == 0) {
+        snprintf(buf, len, "%zuM", s >> 20);
+    } else if (s >= 1024 && s % 1024 == 0) {
+        snprintf(buf, len, "%zuK", s >> 10);
+    } else {
+        snprintf(buf, len, "%zu", s);
+    }
+}
+
+static void cb_fab_cand_str(const cb_cand_t *c, char *buf, size_t len)
+{
+    char chunk[32];
+
+    if (c->algo == ST_MODEL_HIER) {
+        cb_fab_size_str(c->chunk, chunk, sizeof(chunk));
+        snprintf(buf, len, "hier/%s/d%d%s", chunk, c->depth, c->prop ? "/prop" : "");
+    } else {
+        snprintf(buf, len, "%s", st_tune_algo_name(c->algo));
+    }
+}
+
+/* ---- tune --------------------------------------------------------------------------------------- */
+
+static void cb_fab_shares(const cb_fab_t *f, int prop, double *share)
+{
+    double sum = 0.0;
+
+    for (int r = 0; r < f->nics; r++) {
+        share[r] = prop ? st_model_rail_beta(&f->fabric, r) : 1.0;
+        sum += share[r];
+    }
+    for (int r = 0; r < f->nics; r++) {
+        share[r] /= sum;
+    }
+}
+
+static strataComm_t cb_fab_cand_comm(cb_fab_t *f, const cb_cand_t *c)
+{
+    st_tune_table_t t;
+    double          share[ST_MODEL_MAX_RAILS];
+
+    cb_fab_shares(f, c->prop, share);
+    cb_fab_force(f, f->g, f->nnodes, c->algo, c->chunk, c->depth, share, &t);
+    return cb_fab_split(f, 0, &t);
+}
+
+static int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
+{
+    static cb_cand_t cands[CB_FAB_MAX_CANDS];
+    int              ncand = 0, best[64], prop_win = 0, ret = 0;
+    st_tune_table_t  table;
+    strataComm_t     comm;
+    char             name[64], sz[32];
+    const char      *out = f->opts->fab_out;
+    double           share[ST_MODEL_MAX_RAILS];
+
+    memset(cands, 0, sizeof(cands));
+    cands[ncand++] = (cb_cand_t){.algo = ST_MODEL_SMALL};
+    cands[ncand++] = (cb_cand_t){.algo = ST_MODEL_RING};
+    for (int prop = 0; prop <= (f->nics > 1 && f->nnodes > 1); prop++) {
+        for (size_t chunk = (size_t)256 << 10; chunk <= ((size_t)4 << 20); chunk *= 2) {
+            for (int depth = 2; depth <= 4; depth += 2) {
+                cands[ncand++] = (cb_cand_t){.algo = ST_MODEL_HIER, .chunk = chunk,
+                                             .depth = depth, .prop = prop};
+            }
+        }
+    }
+    if (f->rank == 0) {
+        printf("# tune: %d configurations x %d sizes (median of the slowest rank's time per "
+               "iteration)\n", ncand, nsizes);
+        fflush(stdout);
+    }
+    for (int c = 0; c < ncand; c++) {
+        if (cands[c].algo == ST_MODEL_HIER && f->g == 1 && f->nnodes > 1) {
+            continue; /* one rank per node: hier has no windows to run in */
+        }
+        comm = cb_fab_cand_comm(f, &cands[c]);
+        for (int i = 0; i < nsizes; i++) {
+            if (cands[c].algo == ST_MODEL_SMALL && sizes[i] > ((size_t)128 << 10)) {
+                continue; /* beyond the windows' small area */
+            }
+            if (cands[c].algo == ST_MODEL_HIER && cands[c].chunk > sizes[i] &&
+                cands[c].chunk > ((size_t)256 << 10)) {
+                continue; /* one chunk either way: the 256 KiB row stands for it */
+            }
+            cands[c].t[i] = cb_fab_time(f, comm, sizes[i], NULL);
+        }
+        CB_FAB_CALL(f, strataCommDestroy(comm));
+        if (f->rank == 0) {
+            cb_fab_cand_str(&cands[c], name, sizeof(name));
+            printf("#   %-22s", name);
+            for (int i = 0; i < nsizes; i++) {
+                if (cands[c].t[i] > 0) {
+                    printf(" %9.1f", cands[c].t[i] * 1e6);
+                } else {
+                    printf(" %9s", "-");
+                }
+            }
+            printf("  us\n");
+            fflush(stdout);
+        }
+    }
+    /* the shares that win at the largest size */
+    {
+        double b0 = 0, b1 = 0;
+
+        for (int c = 0; c < ncand; c++) {
+            double v = cands[c].t[nsizes - 1];
+
+            if (v > 0 && cands[c].algo == ST_MODEL_HIER) {
+                double *b = cands[c].prop ? &b1 : &b0;
+
+                *b = (*b == 0 || v < *b) ? v : *b;
+            }
+        }
+        prop_win = b1 > 0 && b1 < b0;
+    }
+    for (int i = 0; i < nsizes; i++) {
+        best[i] = -1;
+        for (int c = 0; c < ncand; c++) {
+            if (cands[c].t[i] <= 0 || (cands[c].algo == ST_MODEL_HIER && cands[c].prop != prop_win)) {
+                continue;
+            }
+            if (best[i] < 0 || cands[c].t[i] < cands[best[i]].t[i]) {
+                best[i] = c;
+            }
+        }
+    }
+    /* the table: one entry per size, merged where the configuration repeats */
+    memset(&table, 0, sizeof(table));
+    table.ranks_per_node = f->g;
+    table.nodes          = f->nnodes;
+    table.nrails         = f->nics;
+    table.pipeline_depth = 4;
+    for (int i = 0; i < nsizes; i++) {
+        if (cands[best[i]].algo == ST_MODEL_HIER) {
+            table.pipeline_depth = (unsigned)cands[best[i]].depth; /* the largest size's */
+        }
+    }
+    for (int i = 0; i < nsizes; i++) {
+        const cb_cand_t *c = &cands[best[i]];
+        st_tune_entry_t  e = {sizes[i], c->algo, c->algo == ST_MODEL_HIER ? c->chunk : 0};
+
+        if (table.nentries > 0 && table.entries[table.nentries - 1].algo == e.algo &&
+            table.entries[table.nentries - 1].hier_chunk == e.hier_chunk) {
+            table.entries[table.nentries - 1].max_bytes = e.max_bytes;
+        } else {
+            table.entries[table.nentries++] = e;
+        }
+    }
+    table.entries[table.nentries - 1].max_bytes = ST_TUNE_NO_LIMIT;
+    if (f->nics > 1 && f->nnodes > 1) {
+        cb_fab_shares(f, prop_win, table.rail_share);
+    }
+    if (f->rank == 0) {
+        if (st_tune_table_write(out, &table, "collbench tune") != ST_OK) {
+            fprintf(stderr, "collbench: cannot write the tuning table %s\n", out);
+            ret = 2;
+        } else {
+            printf("# tuning table written to %s (%d entries, pipeline depth %u, rail shares %s)\n",
+                   out, table.nentries, table.pipeline_depth, f->nics > 1 ?
+                   (prop_win ? "proportional to the rails" : "even") : "n/a");
+        }
+        fflush(stdout);
+    }
+    if (ret != 0) {
+        exit(ret);
+    }
+    cb_fab_barrier(f);
+    /* the tuned library against the best forced configuration, alternately */
+    {
+        strataConfig_t cfg = STRATA_CONFIG_INITIALIZER;
+        strataComm_t   tuned;
+        double         tt[64], tb[64], te = 0, tp = 0;
+
+        cfg.tuneFile = out;
+        cfg.name     = "collbench-tuned";
+        CB_FAB_CALL(f, strataCommSplit(f->world, 0, f->rank, &tuned, &cfg));
+        for (int i = 0; i < nsizes; i++) {
+            double a[2], b[2];
+
+            comm = cb_fab_cand_comm(f, &cands[best[i]]);
+            for (int k = 0; k < 2; k++) {
+                a[k] = cb_fab_time(f, tuned, sizes[i], NULL);
+                b[k] = cb_fab_time(f, comm, sizes[i], NULL);
+            }
+            tt[i] = CB_MIN(a[0], a[1]);
+            tb[i] = CB_MIN(b[0], b[1]);
+            CB_FAB_CALL(f, strataCommDestroy(comm));
+        }
+        /* even against proportional shares at the largest size, the best of each */
+        if (f->nics > 1 && f->nnodes > 1) {
+            for (int c = 0; c < ncand; c++) {
+                double v = cands[c].t[nsizes - 1];
+
+                if (v > 0 && cands[c].algo == ST_MODEL_HIER) {
+                    double *b = cands[c].prop ? &tp : &te;
+
+                    *b = (*b == 0 || v < *b) ? v : *b;
+                }
+            }
+        }
+        CB_FAB_CALL(f, strataCommDestroy(tuned));
+        if (f->rank == 0) {
+            printf("#\n# %10s  %-22s %12s %12s %9s\n", "size", "best forced", "forced (us)",
+                   "tuned (us)", "tuned/best");
+            for (int i = 0; i < nsizes; i++) {
+                cb_fab_size_str(sizes[i], sz, sizeof(sz));
+                cb_fab_cand_str(&cands[best[i]], name, sizeof(name));
+                printf("  %10s  %-22s %12.1f %12.1f %9.3f\n", sz, name, tb[i] * 1e6, tt[i] * 1e6,
+                       tt[i] / tb[i]);
+            }
+            if (te > 0 && tp > 0) {
+                cb_fab_shares(f, 1, share);
+                cb_fab_size_str(sizes[nsizes - 1], sz, sizeof(sz));
+                printf("# rail shares at %s: proportional (", sz);
+                for (int r = 0; r < f->nics; r++) {
+                    printf("%s%.3f", r ? ", " : "", share[r]);
+                }
+                printf(") %.1f us, even %.1f us: proportional is %.2fx faster\n", tp * 1e6,
+                       te * 1e6, te / tp);
+            }
+            fflush(stdout);
+        }
+    }
+    return 0;
+}
+
+/* ---- compare ------------------------------------------------------------------------------------ */
+
+static int cb_fab_compare(cb_fab_t *f, const size_t *sizes, int nsizes)
+{
+    st_model_fabric_t fab = f->fabric;
+    st_tune_table_t   table;
+    st_model_split_t  split;
+    strataComm_t      comm;
+    char              sz[32];
+
+    /* what the library makes of STRATA_PROFILE_FILE on this layout (tune/policy.c) */
+    fab.ranks_per_node = f->g;
+    fab.nodes          = f->nnodes;
+    if (fab.nrails != f->nics) {
+        memset(fab.rail_beta, 0, sizeof(fab.rail_beta));
+        fab.nrails = f->nics;
+    }
+    st_tune_table_from_model(&fab, (size_t)128 << 10, ST_TUNE_MODEL_MIN_CHUNK,
+                             ST_TUNE_MODEL_MAX_CHUNK, &table);
+    table.ranks_per_node = f->g;
+    comm = cb_fab_split(f, 0, &table);
+    memset(&split, 0, sizeof(split));
+    memcpy(split.rail_share, table.rail_share, sizeof(split.rail_share));
+    split.small_max = (size_t)128 << 10;
+    if (f->rank == 0) {
+        printf("# model --compare: the model's choice per size (as STRATA_PROFILE_FILE makes the "
+               "library choose), measured (median, slowest rank) vs predicted\n");
+        printf("# %10s  %-14s %12s %12s %8s   %s\n", "size", "algorithm", "measured", "predicted",
+               "error", "hier phases measured/predicted (us): intra-RS, inter, intra-AG");
+    }
+    for (int i = 0; i < nsizes; i++) {
+        const st_tune_entry_t *e = st_tune_table_lookup(&table, sizes[i]);
+        st_model_time_t        pt;
+        double                 ph[3], t;
+        char                   name[48], chunk[32];
+
+        split.chunk = e->hier_chunk;
+        t = cb_fab_time(f, comm, sizes[i], ph);
+        if (st_model_allreduce(&fab, &split, (st_model_algo_t)e->algo, (double)sizes[i], &pt) !=
+            ST_OK) {
+            memset(&pt, 0, sizeof(pt));
+        }
+        if (f->rank == 0) {
+            cb_fab_size_str(sizes[i], sz, sizeof(sz));
+            cb_fab_size_str(e->hier_chunk, chunk, sizeof(chunk));
+            snprintf(name, sizeof(name), "%s%s%s", st_tune_algo_name(e->algo),
+                     e->algo == ST_MODEL_HIER ? "/" : "", e->algo == ST_MODEL_HIER ? chunk : "");
+            printf("  %10s  %-14s %12.1f %12.1f %+7.1f%%", sz, name, t * 1e6, pt.total * 1e6,
+                   pt.total > 0 ? 100.0 * (pt.total - t) / t : 0.0);
+            if (e->algo == ST_MODEL_HIER) {
+                printf("   %.0f/%.0f, %.0f/%.0f, %.0f/%.0f", ph[0] * 1e6,
+                       pt.phase[ST_MODEL_PH_INTRA_RS] * 1e6, ph[1] * 1e6,
+                       pt.phase[ST_MODEL_PH_INTER] * 1e6, ph[2] * 1e6,
+                       pt.phase[ST_MODEL_PH_INTRA_AG] * 1e6);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+    }
+    CB_FAB_CALL(f, strataCommDestroy(comm));
+    return 0;
+}
+
+/* ---- entry -------------------------------------------------------------------------------------- */
+
+int cb_fabric_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUniqueId *id)
+{
+    static const char *const overrides[] = {"STRATA_ALGO", "STRATA_HIER_CHUNK_SIZE",
+                                            "STRATA_PIPELINE_DEPTH", "STRATA_RAIL_SHARES",
+                                            "STRATA_SMALL_THRESHOLD"};
+    cb_fab_t f;
+    size_t   sizes[64];
+    int      nsizes, gmin, gmax, ret = 0;
+    double   v[2];
+    char     samples[1024], err[512];
+
+    for (size_t i = 0; i < sizeof(overrides) / sizeof(overrides[0]); i++) {
+        const char *val = getenv(overrides[i]);
+
+        if (val != NULL && val[0] != '\0' && strcmp(val, "auto") != 0) {
+            if (rank == 0) {
+                fprintf(stderr, "collbench: %s=%s would override the configurations under test: "
+                        "unset it\n", overrides[i], val);
+            }
+            return 2;
+        }
+    }
+    memset(&f, 0, sizeof(f));
+    f.opts   = opts;
+    f.rank   = rank;
+    f.nranks = nranks;
+    f.nics   = cb_fab_count_nics();
+    CB_FAB_CALL(&f, strataCommInitRank(&f.world, nranks, *id, rank));
+    CB_FAB_CALL(&f, strataCommTopoRank(f.world, &f.node, &f.nnodes, &f.local, &f.g));
+    v[0] = f.g;
+    v[1] = -f.g;
+    cb_fab_max(&f, v, 2);
+    gmax = (int)v[0];
+    gmin = (int)-v[1];
+    if (gmin != gmax) {
+        if (rank == 0) {
+            fprintf(stderr, "collbench: nodes of %d to %d ranks: calibrate, tune and compare need "
+                    "the same number of ranks on every node\n", gmin, gmax);
+        }
+        strataCommDestroy(f.world);
+        return 2;
+    }
+    nsizes = cb_fab_sizes(opts, sizes, 64);
+    f.bufbytes = CB_MAX(CB_MAX(opts->maxbytes, CB_FAB_INTER_BYTES), (size_t)4096);
+    f.send = aligned_alloc(4096, (f.bufbytes + 4095) & ~(size_t)4095);
+    f.recv = aligned_alloc(4096, (f.bufbytes + 4095) & ~(size_t)4095);
+    if (f.send == NULL || f.recv == NULL) {
+        fprintf(stderr, "collbench: rank %d: cannot allocate 2 x %zu bytes\n", rank, f.bufbytes);
+        exit(2);
+    }
+    for (size_t i = 0; i < f.bufbytes / sizeof(float); i++) {
+        f.send[i] = (float)(i % 7);
+    }
+    memset(f.recv, 0, f.bufbytes);
+    if (rank == 0) {
+        printf("# collbench %s: %d ranks, %d node(s) x %d, %d rail(s) (STRATA_RAIL_IFNAMES)\n",
+               opts->fab_mode == CB_FAB_CALIBRATE ? "calibrate" : opts->fab_mode == CB_FAB_TUNE
+               ? "tune" : "model --compare", nranks, f.nnodes, f.g, f.nics);
+        fflush(stdout);
+    }
+    if (opts->fab_profile != NULL) {
+        if (st_profile_read(opts->fab_profile, &f.fabric, err, sizeof(err)) != ST_OK) {
+            fprintf(stderr, "collbench: rank %d: %s\n", rank, err);
+            exit(2);
+        }
+    } else if (opts->fab_mode == CB_FAB_COMPARE) {
+        fprintf(stderr, "collbench: model --compare needs --profile F (from collbench "
+                "calibrate)\n");
+        exit(2);
+    } else {
+        cb_fab_calibrate(&f, samples, sizeof(samples));
+        if (rank == 0) {
+            cb_fab_print_profile(&f);
+            if (opts->fab_mode == CB_FAB_CALIBRATE) {
+                if (st_profile_write(opts->fab_out, &f.fabric, samples, "collbench calibrate") !=
+                    ST_OK) {
+                    fprintf(stderr, "collbench: cannot write the profile %s\n", opts->fab_out);
+                    ret = 2;
+                } else {
+                    printf("# fabric profile written to %s\n", opts->fab_out);
+                }
+            }
+            fflush(stdout);
+        }
+    }
+    if (opts->fab_mode == CB_FAB_TUNE) {
+        ret = cb_fab_tune(&f, sizes, nsizes);
+    } else if (opts->fab_mode == CB_FAB_COMPARE) {
+        ret = cb_fab_compare(&f, sizes, nsizes);
+    }
+    CB_FAB_CALL(&f, strataCommDestroy(f.world));
+    free(f.send);
+    free(f.recv);
+    return ret;
+}

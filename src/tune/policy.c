@@ -1,0 +1,318 @@
+/*
+ * policy.c - a communicator's tuning: which file or model its choices come from, and the choices
+ * (precedence and formats: tune/tune.h, docs/model.md).
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll.h"
+#include "coll/intra.h"
+#include "core/comm.h"
+#include "core/log.h"
+#include "core/param.h"
+#include "topo/topo.h"
+#include "tune/policy.h"
+
+/* Whether the user set STRATA_<name> (to something other than `ignore`, e.g. "auto"). */
+static int st_tune_env_set(const char *name, const char *ignore)
+{
+    char        var[64];
+    const char *v;
+
+    snprintf(var, sizeof(var), "STRATA_%s", name);
+    v = getenv(var);
+    return v != NULL && v[0] != '\0' && (ignore == NULL || strcmp(v, ignore) != 0);
+}
+
+/* Distinct rails: the entries of STRATA_RAIL_IFNAMES, or 1. */
+static int st_tune_nics(void)
+{
+    const char *list = st_core_config.rail_ifnames;
+    int         n = 1;
+
+    if (list == NULL || list[0] == '\0') {
+        return 1;
+    }
+    for (const char *p = list; *p != '\0'; p++) {
+        n += (*p == ',');
+    }
+    return ST_MIN(n, ST_MODEL_MAX_RAILS);
+}
+
+/* "2,1" -> shares 2/3, 1/3 of nics rails. ST_ERR_INVALID (logged) when malformed. */
+static st_status_t st_tune_parse_shares(const char *str, int nics, double *share)
+{
+    double sum = 0.0;
+    int    n = 0;
+    char  *end;
+
+    for (const char *p = str; *p != '\0'; n++) {
+        double v = strtod(p, &end);
+
+        if (end == p || !(v >= 0) || !isfinite(v) || n >= ST_MODEL_MAX_RAILS ||
+            (*end != ',' && *end != '\0')) {
+            st_error(ST_SUB_TUNE, "STRATA_RAIL_SHARES '%s' is malformed (expected non-negative "
+                     "weights, one per rail, e.g. '2,1')", str);
+            return ST_ERR_INVALID;
+        }
+        share[n] = v;
+        sum += v;
+        p = (*end == ',') ? end + 1 : end;
+    }
+    if (n != nics || !(sum > 0)) {
+        st_error(ST_SUB_TUNE, "STRATA_RAIL_SHARES '%s' gives %d weights summing to %g: it needs "
+                 "one per rail (%d, from STRATA_RAIL_IFNAMES) and a positive sum", str, n, sum,
+                 nics);
+        return ST_ERR_INVALID;
+    }
+    for (int r = 0; r < n; r++) {
+        share[r] /= sum;
+    }
+    return ST_OK;
+}
+
+/* Shard j of a chunk goes over the rail of its owner (local rank j), rail j mod nics: each shard
+ * gets its rail's share divided among the rail's shards. Only with equal nodes (otherwise a
+ * shard's owners sit on different rails of different nodes). */
+static void st_tune_set_shares(st_tune_policy_t *p, const st_comm_t *comm, const double *share)
+{
+    int per_rail[ST_MODEL_MAX_RAILS] = {0};
+    int equal = 1;
+
+    for (int node = 0; node < comm->nnodes; node++) {
+        equal &= st_topo_local_size(comm->topo, node) == p->nshards;
+    }
+    if (!equal || comm->nnodes < 2 || p->nics < 2 ||
+        p->nshards > (int)(sizeof(p->shard_cum) / sizeof(p->shard_cum[0])) - 1) {
+        return;
+    }
+    for (int j = 0; j < p->nshards; j++) {
+        per_rail[j % p->nics]++;
+    }
+    p->shard_cum[0] = 0.0;
+    for (int j = 0; j < p->nshards; j++) {
+        int r = j % p->nics;
+
+        p->shard_cum[j + 1] = p->shard_cum[j] + (per_rail[r] ? share[r] / per_rail[r] : 0.0);
+    }
+    for (int j = 1; j <= p->nshards; j++) {
+        p->shard_cum[j] /= p->shard_cum[p->nshards];
+    }
+    p->shard_cum[p->nshards] = 1.0;
+    p->have_shares = 1;
+}
+
+static void st_tune_format_shares(const double *share, int n, char *buf, size_t len)
+{
+    size_t pos = 0;
+
+    buf[0] = '\0';
+    for (int r = 0; r < n && pos < len; r++) {
+        pos += (size_t)snprintf(buf + pos, len - pos, "%s%.3f", r ? "," : "", share[r]);
+    }
+}
+
+st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
+{
+    st_tune_policy_t *p;
+    st_model_fabric_t fabric;
+    double            share[ST_MODEL_MAX_RAILS] = {0};
+    const char       *profile = st_core_config.profile_file;
+    char              err[512], shares[128];
+    int               have_share = 0;
+
+    p = calloc(1, sizeof(*p));
+    if (p == NULL) {
+        return ST_ERR_NO_MEMORY;
+    }
+    comm->tune      = p;
+    p->depth        = st_core_config.pipeline_depth;
+    p->window_chunk = st_core_config.hier_chunk_size;
+    p->nshards      = st_topo_nrails(comm->topo);
+    p->nics         = st_tune_nics();
+    p->env_algo     = st_tune_env_set("ALGO", "auto");
+    p->env_chunk    = st_tune_env_set("HIER_CHUNK_SIZE", "auto");
+    p->env_small    = st_tune_env_set("SMALL_THRESHOLD", NULL);
+    snprintf(p->source, sizeof(p->source), "built-in defaults");
+    if (tune_file == NULL || tune_file[0] == '\0') {
+        tune_file = st_core_config.tune_file;
+    }
+    if (tune_file != NULL && tune_file[0] != '\0') {
+        if (st_tune_table_read(tune_file, &p->table, err, sizeof(err)) != ST_OK) {
+            st_warn(ST_SUB_TUNE, "%s: tuning table not used: %s", comm->name, err);
+        } else if (p->table.ranks_per_node != p->nshards || p->table.nodes != comm->nnodes ||
+                   p->table.nrails != p->nics) {
+            st_warn(ST_SUB_TUNE, "%s: tuning table %s not used: it was tuned for %d ranks per "
+                    "node x %d nodes, %d rails; this communicator has %d x %d, %d rails",
+                    comm->name, tune_file, p->table.ranks_per_node, p->table.nodes,
+                    p->table.nrails, p->nshards, comm->nnodes, p->nics);
+        } else {
+            p->have_table = 1;
+            snprintf(p->source, sizeof(p->source), "tuning table %s", tune_file);
+        }
+    }
+    if (!p->have_table && profile != NULL && profile[0] != '\0') {
+        if (st_profile_read(profile, &fabric, err, sizeof(err)) != ST_OK) {
+            st_warn(ST_SUB_TUNE, "%s: fabric profile not used: %s", comm->name, err);
+        } else {
+            /* the levels are the fabric's; the layout is this communicator's */
+            if (fabric.nrails != p->nics) {
+                memset(fabric.rail_beta, 0, sizeof(fabric.rail_beta));
+            }
+            fabric.ranks_per_node = p->nshards;
+            fabric.nodes          = comm->nnodes;
+            fabric.nrails         = p->nics;
+            st_tune_table_from_model(&fabric, p->env_small ? st_core_config.small_threshold
+                                                           : ST_INTRA_SMALL_MAX,
+                                     ST_TUNE_MODEL_MIN_CHUNK, ST_TUNE_MODEL_MAX_CHUNK, &p->table);
+            p->have_table = 1;
+            snprintf(p->source, sizeof(p->source), "cost model of fabric profile %s", profile);
+        }
+    }
+    if (!p->have_table) {
+        memset(&p->table, 0, sizeof(p->table)); /* a file read but not used (digest) */
+    } else {
+        size_t max_chunk = 0;
+
+        for (int i = 0; i < p->table.nentries; i++) {
+            max_chunk = ST_MAX(max_chunk, p->table.entries[i].hier_chunk);
+        }
+        if (!p->env_chunk && max_chunk > 0) {
+            p->window_chunk = max_chunk;
+        }
+        if (!st_tune_env_set("PIPELINE_DEPTH", NULL) && p->table.pipeline_depth > 0) {
+            p->depth = p->table.pipeline_depth;
+        }
+        for (int r = 0; r < p->nics; r++) {
+            share[r] = p->table.rail_share[r];
+            have_share |= share[r] > 0;
+        }
+    }
+    if (st_core_config.rail_shares != NULL && st_core_config.rail_shares[0] != '\0') {
+        if (st_tune_parse_shares(st_core_config.rail_shares, p->nics, share) != ST_OK) {
+            return ST_ERR_INVALID;
+        }
+        have_share = 1;
+        strncat(p->source, ", rail shares from STRATA_RAIL_SHARES",
+                sizeof(p->source) - strlen(p->source) - 1);
+    }
+    if (have_share) {
+        st_tune_set_shares(p, comm, share);
+    }
+    st_tune_format_shares(share, p->nics, shares, sizeof(shares));
+    st_info(ST_SUB_TUNE, "%s: tuning from %s; pipeline depth %u, window chunk %s, rail shares "
+            "%s%s", comm->name, p->source, p->depth,
+            p->window_chunk == ST_SIZE_AUTO ? "auto" : "set", p->have_shares ? shares : "even",
+            p->env_algo ? "; STRATA_ALGO overrides the algorithm" : "");
+    if (p->have_table) {
+        for (int i = 0; i < p->table.nentries; i++) {
+            const st_tune_entry_t *e = &p->table.entries[i];
+
+            st_info(ST_SUB_TUNE, "%s: all-reduce up to %zd B: %s, chunk %zu B", comm->name,
+                    e->max_bytes == ST_TUNE_NO_LIMIT ? (ssize_t)-1 : (ssize_t)e->max_bytes,
+                    st_tune_algo_name(e->algo), e->hier_chunk);
+        }
+    }
+    return ST_OK;
+}
+
+void st_tune_policy_free(st_comm_t *comm)
+{
+    free(comm->tune);
+    comm->tune = NULL;
+}
+
+int st_tune_policy_allreduce(st_comm_t *comm, size_t bytes, int small_fits,
+                             st_tune_choice_t *choice)
+{
+    st_tune_policy_t      *p = comm->tune;
+    const st_tune_entry_t *e;
+    int                    i;
+
+    if (p == NULL || !p->have_table) {
+        return 0;
+    }
+    if (p->env_small && small_fits && bytes <= st_core_config.small_threshold) {
+        return 0; /* the user's handover: the default rule takes it */
+    }
+    e = st_tune_table_lookup(&p->table, bytes);
+    i = (int)(e - p->table.entries);
+    if ((e->algo == ST_MODEL_SMALL && (!small_fits || p->env_small)) ||
+        (e->algo != ST_MODEL_RING && comm->nranks > 1 && comm->intra == NULL)) {
+        return 0;
+    }
+    choice->algo       = e->algo;
+    choice->hier_chunk = p->env_chunk ? 0 : e->hier_chunk;
+    if (!p->used[i]) {
+        p->used[i] = 1;
+        st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: %s, chunk %zu B (entry %d of %s)",
+                comm->name, bytes, st_tune_algo_name(e->algo), choice->hier_chunk, i,
+                p->source);
+    }
+    return 1;
+}
+
+void st_tune_policy_shard(const st_comm_t *comm, size_t units, int nshards, int j,
+                          size_t *first_p, size_t *count_p)
+{
+    const st_tune_policy_t *p = comm->tune;
+    size_t                  a, b;
+
+    if (p != NULL && p->have_shares && nshards == p->nshards) {
+        a = (size_t)llround((double)units * p->shard_cum[j]);
+        b = (size_t)llround((double)units * p->shard_cum[j + 1]);
+        a = ST_MIN(a, units);
+        b = ST_MIN(ST_MAX(b, a), units);
+    } else {
+        size_t per = units / (size_t)nshards, rest = units % (size_t)nshards;
+
+        a = (size_t)j * per + ST_MIN((size_t)j, rest);
+        b = a + per + ((size_t)j < rest);
+    }
+    *first_p = a;
+    *count_p = b - a;
+}
+
+size_t st_tune_policy_shard_max(const st_comm_t *comm, size_t units, int nshards)
+{
+    size_t best = 0, first, count;
+
+    for (int j = 0; j < nshards; j++) {
+        st_tune_policy_shard(comm, units, nshards, j, &first, &count);
+        best = ST_MAX(best, count);
+    }
+    return best;
+}
+
+uint32_t st_tune_policy_hash(const st_comm_t *comm)
+{
+    const st_tune_policy_t *p = comm->tune;
+    uint32_t                h = 2166136261u; /* FNV-1a */
+    const unsigned char    *parts[] = {(const void *)&p->have_table, (const void *)&p->table,
+                                       (const void *)&p->depth, (const void *)&p->window_chunk,
+                                       (const void *)&p->have_shares, (const void *)p->shard_cum};
+    const size_t            lens[] = {sizeof(p->have_table), sizeof(p->table), sizeof(p->depth),
+                                      sizeof(p->window_chunk), sizeof(p->have_shares),
+                                      sizeof(p->shard_cum)};
+
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        for (size_t k = 0; k < lens[i]; k++) {
+            h = (h ^ parts[i][k]) * 16777619u;
+        }
+    }
+    return h & 0x7fffffffu;
+}
+
+void st_tune_policy_reset(st_comm_t *comm)
+{
+    st_tune_policy_t *p = comm->tune;
+
+    p->have_table   = 0;
+    p->have_shares  = 0;
+    p->depth        = st_core_config.pipeline_depth;
+    p->window_chunk = st_core_config.hier_chunk_size;
+    snprintf(p->source, sizeof(p->source), "built-in defaults (the ranks' tuning differed)");
+}

@@ -1,0 +1,66 @@
+/*
+ * policy.h - what a communicator's tuning is and where it comes from: a tuning table, the cost
+ * model fed by a fabric profile, or the built-in defaults, with the user's STRATA_* parameters
+ * over all of them (precedence: tune/tune.h). Made once per communicator at init, read by
+ * coll/select.c (algorithm and chunk of each all-reduce), coll/intra.c (window depth and chunk)
+ * and coll/hier.c (each rail's share of the inter-node bytes).
+ */
+#ifndef ST_TUNE_POLICY_H
+#define ST_TUNE_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "tune/tune.h"
+
+struct st_comm;
+
+typedef struct st_tune_policy {
+    char            source[384];   /* where the choices come from, for logs and collbench */
+    int             have_table;    /* table holds the all-reduce choices */
+    st_tune_table_t table;
+    unsigned char   used[ST_TUNE_MAX_ENTRIES]; /* entry logged at its first use */
+    unsigned        depth;         /* window slots (pipeline depth) */
+    size_t          window_chunk;  /* bytes per window slot; ST_SIZE_AUTO: coll/intra.c's rule */
+    int             nshards;       /* shards of a hierarchical chunk (st_topo_nrails) */
+    double          shard_cum[ST_MODEL_MAX_RAILS * 4 + 1]; /* cumulative shares; [0] = 0 */
+    int             have_shares;   /* else shards are even */
+    int             nics;          /* distinct rails (STRATA_RAIL_IFNAMES entries, else 1) */
+    int             env_algo, env_chunk, env_small; /* set by the user: the table yields */
+} st_tune_policy_t;
+
+/* The choice for one all-reduce under STRATA_ALGO=auto. */
+typedef struct st_tune_choice {
+    int    algo;       /* st_model_algo_t */
+    size_t hier_chunk; /* bytes; 0: coll/hier.c's rule from the window's chunk */
+} st_tune_choice_t;
+
+/* Decides comm's tuning (comm->tune): reads the table (tune_file, else STRATA_TUNE_FILE) or the
+ * profile (STRATA_PROFILE_FILE) and checks them against comm's layout; a file that cannot be
+ * used is logged at WARN and the next source is taken (a tuning file never fails a
+ * communicator), except a malformed STRATA_RAIL_SHARES: ST_ERR_INVALID. Logs the source at
+ * INFO. Call after the topology is known, before the windows are made. ST_ERR_NO_MEMORY. */
+st_status_t st_tune_policy_init(struct st_comm *comm, const char *tune_file);
+void        st_tune_policy_free(struct st_comm *comm);
+
+/* For an all-reduce of `bytes` (nccl-tests' size) that the algorithm selection leaves to the
+ * tuning: the table's or model's entry (logged at INFO the first time it is used), or returns 0
+ * when there is none (defaults apply). small_fits: whether the small algorithm can take it. */
+int st_tune_policy_allreduce(struct st_comm *comm, size_t bytes, int small_fits,
+                             st_tune_choice_t *choice);
+
+/* Shard j of `units` units of a hierarchical chunk: first unit and count, by the rail shares
+ * (else even). Every rank computes the same split from the same policy. */
+void st_tune_policy_shard(const struct st_comm *comm, size_t units, int nshards, int j,
+                          size_t *first_p, size_t *count_p);
+
+/* A digest of what the policy decides (equal on ranks that decided alike), and the return to
+ * the built-in defaults when the ranks did not (comm.c agrees on the digest at init). */
+uint32_t st_tune_policy_hash(const struct st_comm *comm);
+void     st_tune_policy_reset(struct st_comm *comm);
+
+/* The largest shard of `units` units (staging sizes). */
+size_t st_tune_policy_shard_max(const struct st_comm *comm, size_t units, int nshards);
+
+#endif

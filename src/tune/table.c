@@ -1,0 +1,475 @@
+/*
+ * table.c - the tuning table and the fabric profile as JSON files (jansson), and the table the
+ * cost model predicts. Formats: docs/model.md, "Files".
+ */
+#include "config.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tune/tune.h"
+
+#define ST_TUNE_TABLE_FORMAT   "strata-tune-table"
+#define ST_TUNE_PROFILE_FORMAT "strata-fabric-profile"
+#define ST_TUNE_FORMAT_VERSION 1
+
+static const char *const st_tune_algo_names[ST_MODEL_NALGOS] = {"ring", "hier", "small"};
+
+const char *st_tune_algo_name(int algo)
+{
+    return (algo >= 0 && algo < ST_MODEL_NALGOS) ? st_tune_algo_names[algo] : "unknown";
+}
+
+int st_tune_algo_parse(const char *name)
+{
+    for (int a = 0; a < ST_MODEL_NALGOS; a++) {
+        if (name != NULL && strcmp(name, st_tune_algo_names[a]) == 0) {
+            return a;
+        }
+    }
+    return -1;
+}
+
+static st_status_t st_tune_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err != NULL && errlen > 0) {
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return ST_ERR_INVALID;
+}
+
+/* ---- checks ------------------------------------------------------------------------------------ */
+
+static st_status_t st_tune_layout_check(int ranks_per_node, int nodes, int nrails, char *err,
+                                        size_t errlen)
+{
+    if (ranks_per_node < 1 || nodes < 1 || nrails < 1 || nrails > ST_MODEL_MAX_RAILS) {
+        return st_tune_fail(err, errlen, "layout %d ranks per node x %d nodes, %d rails is out of "
+                            "range (rails 1..%d)", ranks_per_node, nodes, nrails,
+                            ST_MODEL_MAX_RAILS);
+    }
+    return ST_OK;
+}
+
+st_status_t st_tune_table_check(const st_tune_table_t *t, char *err, size_t errlen)
+{
+    double sum = 0.0;
+    int    nonzero = 0;
+
+    if (st_tune_layout_check(t->ranks_per_node, t->nodes, t->nrails, err, errlen) != ST_OK) {
+        return ST_ERR_INVALID;
+    }
+    if (t->pipeline_depth > 16) {
+        return st_tune_fail(err, errlen, "pipeline_depth %u is above 16", t->pipeline_depth);
+    }
+    for (int r = 0; r < ST_MODEL_MAX_RAILS; r++) {
+        if (!(t->rail_share[r] >= 0.0) || (r >= t->nrails && t->rail_share[r] != 0.0)) {
+            return st_tune_fail(err, errlen, "rail_shares[%d] = %g is negative or beyond the %d "
+                                "rails", r, t->rail_share[r], t->nrails);
+        }
+        sum += t->rail_share[r];
+        nonzero += t->rail_share[r] > 0.0;
+    }
+    if (nonzero > 0 && fabs(sum - 1.0) > 1e-6) {
+        return st_tune_fail(err, errlen, "rail_shares sum to %.9g, not 1", sum);
+    }
+    if (t->nentries < 1 || t->nentries > ST_TUNE_MAX_ENTRIES) {
+        return st_tune_fail(err, errlen, "%d entries (1..%d)", t->nentries, ST_TUNE_MAX_ENTRIES);
+    }
+    for (int i = 0; i < t->nentries; i++) {
+        const st_tune_entry_t *e = &t->entries[i];
+
+        if (e->algo < 0 || e->algo >= ST_MODEL_NALGOS) {
+            return st_tune_fail(err, errlen, "entries[%d]: algorithm %d is not ring, hier or "
+                                "small", i, e->algo);
+        }
+        if (i > 0 && e->max_bytes <= t->entries[i - 1].max_bytes) {
+            return st_tune_fail(err, errlen, "entries[%d]: max_bytes %zu does not exceed the "
+                                "previous entry's %zu", i, e->max_bytes,
+                                t->entries[i - 1].max_bytes);
+        }
+    }
+    if (t->entries[t->nentries - 1].max_bytes != ST_TUNE_NO_LIMIT) {
+        return st_tune_fail(err, errlen, "the last entry has max_bytes %zu: it must be null (no "
+                            "limit)", t->entries[t->nentries - 1].max_bytes);
+    }
+    return ST_OK;
+}
+
+const st_tune_entry_t *st_tune_table_lookup(const st_tune_table_t *t, size_t bytes)
+{
+    for (int i = 0; i < t->nentries; i++) {
+        if (bytes <= t->entries[i].max_bytes) {
+            return &t->entries[i];
+        }
+    }
+    return &t->entries[t->nentries - 1];
+}
+
+/* ---- JSON helpers ------------------------------------------------------------------------------ */
+
+/* A non-negative integer member (size_t); missing: dflt when allow_missing. */
+static int st_json_size(json_t *obj, const char *key, size_t *dst, int allow_missing, size_t dflt)
+{
+    json_t *v = json_object_get(obj, key);
+
+    if (v == NULL) {
+        *dst = dflt;
+        return allow_missing;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0) {
+        return 0;
+    }
+    *dst = (size_t)json_integer_value(v);
+    return 1;
+}
+
+static int st_json_int(json_t *obj, const char *key, int *dst)
+{
+    json_t *v = json_object_get(obj, key);
+
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1 << 24) {
+        return 0;
+    }
+    *dst = (int)json_integer_value(v);
+    return 1;
+}
+
+/* A positive number member (or 0 when allow_zero). */
+static int st_json_num(json_t *obj, const char *key, double *dst, int allow_zero)
+{
+    json_t *v = json_object_get(obj, key);
+
+    if (!json_is_number(v)) {
+        return 0;
+    }
+    *dst = json_number_value(v);
+    return isfinite(*dst) && (*dst > 0 || (allow_zero && *dst == 0));
+}
+
+static json_t *st_json_load(const char *path, const char *format, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t      *root, *fmt, *ver;
+
+    root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        st_tune_fail(err, errlen, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+        return NULL;
+    }
+    fmt = json_object_get(root, "format");
+    ver = json_object_get(root, "version");
+    if (!json_is_object(root) || !json_is_string(fmt) || strcmp(json_string_value(fmt), format) ||
+        !json_is_integer(ver) || json_integer_value(ver) != ST_TUNE_FORMAT_VERSION) {
+        st_tune_fail(err, errlen, "%s: not a %s file of version %d (members \"format\" and "
+                     "\"version\")", path, format, ST_TUNE_FORMAT_VERSION);
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+static int st_json_layout(json_t *root, int *g, int *n, int *r)
+{
+    json_t *layout = json_object_get(root, "layout");
+
+    return json_is_object(layout) && st_json_int(layout, "ranks_per_node", g) &&
+           st_json_int(layout, "nodes", n) && st_json_int(layout, "rails", r);
+}
+
+static json_t *st_json_layout_new(int g, int n, int r)
+{
+    return json_pack("{s:i, s:i, s:i}", "ranks_per_node", g, "nodes", n, "rails", r);
+}
+
+static st_status_t st_json_save(json_t *root, const char *path)
+{
+    int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+
+    json_decref(root);
+    return rc == 0 ? ST_OK : ST_ERR_IO;
+}
+
+/* ---- tuning table ------------------------------------------------------------------------------ */
+
+st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *err, size_t errlen)
+{
+    st_tune_table_t t;
+    json_t         *root, *entries, *shares, *e;
+    size_t          i, depth;
+    st_status_t     status = ST_ERR_INVALID;
+
+    memset(&t, 0, sizeof(t));
+    root = st_json_load(path, ST_TUNE_TABLE_FORMAT, err, errlen);
+    if (root == NULL) {
+        return ST_ERR_INVALID;
+    }
+    if (!st_json_layout(root, &t.ranks_per_node, &t.nodes, &t.nrails)) {
+        st_tune_fail(err, errlen, "%s: \"layout\" needs integers ranks_per_node, nodes, rails",
+                     path);
+        goto out;
+    }
+    if (!st_json_size(root, "pipeline_depth", &depth, 1, 0) || depth > 16) {
+        st_tune_fail(err, errlen, "%s: \"pipeline_depth\" must be an integer in 1..16", path);
+        goto out;
+    }
+    t.pipeline_depth = (unsigned)depth;
+    shares = json_object_get(root, "rail_shares");
+    if (shares != NULL && !json_is_null(shares)) {
+        if (!json_is_array(shares) || json_array_size(shares) != (size_t)t.nrails ||
+            t.nrails > ST_MODEL_MAX_RAILS) {
+            st_tune_fail(err, errlen, "%s: \"rail_shares\" must be an array of %d numbers (one "
+                         "per rail)", path, t.nrails);
+            goto out;
+        }
+        json_array_foreach(shares, i, e) {
+            if (!json_is_number(e)) {
+                st_tune_fail(err, errlen, "%s: rail_shares[%zu] is not a number", path, i);
+                goto out;
+            }
+            t.rail_share[i] = json_number_value(e);
+        }
+    }
+    entries = json_object_get(root, "allreduce");
+    if (!json_is_array(entries) || json_array_size(entries) == 0 ||
+        json_array_size(entries) > ST_TUNE_MAX_ENTRIES) {
+        st_tune_fail(err, errlen, "%s: \"allreduce\" must be an array of 1..%d entries", path,
+                     ST_TUNE_MAX_ENTRIES);
+        goto out;
+    }
+    json_array_foreach(entries, i, e) {
+        st_tune_entry_t *te = &t.entries[i];
+        json_t          *mb = json_object_get(e, "max_bytes");
+        json_t          *al = json_object_get(e, "algo");
+
+        if (!json_is_object(e) || !json_is_string(al) ||
+            (te->algo = st_tune_algo_parse(json_string_value(al))) < 0) {
+            st_tune_fail(err, errlen, "%s: allreduce[%zu]: \"algo\" must be ring, hier or small",
+                         path, i);
+            goto out;
+        }
+        if (mb == NULL || json_is_null(mb)) {
+            te->max_bytes = ST_TUNE_NO_LIMIT;
+        } else if (!st_json_size(e, "max_bytes", &te->max_bytes, 0, 0)) {
+            st_tune_fail(err, errlen, "%s: allreduce[%zu]: \"max_bytes\" must be a byte count or "
+                         "null", path, i);
+            goto out;
+        }
+        if (!st_json_size(e, "hier_chunk", &te->hier_chunk, 1, 0) ||
+            (te->hier_chunk != 0 && te->hier_chunk < 64)) {
+            st_tune_fail(err, errlen, "%s: allreduce[%zu]: \"hier_chunk\" must be a byte count "
+                         ">= 64", path, i);
+            goto out;
+        }
+        t.nentries++;
+    }
+    if (st_tune_table_check(&t, err, errlen) != ST_OK) {
+        char why[256];
+
+        snprintf(why, sizeof(why), "%s", err != NULL ? err : "");
+        st_tune_fail(err, errlen, "%s: %s", path, why);
+        goto out;
+    }
+    *table = t;
+    status = ST_OK;
+out:
+    json_decref(root);
+    return status;
+}
+
+st_status_t st_tune_table_write(const char *path, const st_tune_table_t *t, const char *comment)
+{
+    json_t *root, *entries, *shares = json_null();
+    int     any_share = 0;
+
+    for (int r = 0; r < t->nrails; r++) {
+        any_share |= t->rail_share[r] > 0.0;
+    }
+    if (any_share) {
+        shares = json_array();
+        for (int r = 0; r < t->nrails; r++) {
+            json_array_append_new(shares, json_real(t->rail_share[r]));
+        }
+    }
+    entries = json_array();
+    for (int i = 0; i < t->nentries; i++) {
+        const st_tune_entry_t *e = &t->entries[i];
+        json_t *je = json_object();
+
+        json_object_set_new(je, "max_bytes", e->max_bytes == ST_TUNE_NO_LIMIT
+                                                 ? json_null() : json_integer((json_int_t)e->max_bytes));
+        json_object_set_new(je, "algo", json_string(st_tune_algo_name(e->algo)));
+        if (e->algo == ST_MODEL_HIER && e->hier_chunk != 0) {
+            json_object_set_new(je, "hier_chunk", json_integer((json_int_t)e->hier_chunk));
+        }
+        json_array_append_new(entries, je);
+    }
+    root = json_object();
+    json_object_set_new(root, "format", json_string(ST_TUNE_TABLE_FORMAT));
+    json_object_set_new(root, "version", json_integer(ST_TUNE_FORMAT_VERSION));
+    json_object_set_new(root, "comment", json_string(comment != NULL ? comment : ""));
+    json_object_set_new(root, "layout", st_json_layout_new(t->ranks_per_node, t->nodes, t->nrails));
+    if (t->pipeline_depth != 0) {
+        json_object_set_new(root, "pipeline_depth", json_integer(t->pipeline_depth));
+    }
+    json_object_set_new(root, "rail_shares", shares);
+    json_object_set_new(root, "allreduce", entries);
+    return st_json_save(root, path);
+}
+
+/* ---- fabric profile ---------------------------------------------------------------------------- */
+
+static int st_json_level(json_t *root, const char *key, st_model_level_t *level)
+{
+    json_t *o = json_object_get(root, key);
+
+    return json_is_object(o) && st_json_num(o, "alpha_s", &level->alpha, 1) &&
+           st_json_num(o, "beta_Bps", &level->beta, 0) &&
+           st_json_num(o, "gamma_Bps", &level->gamma, 1);
+}
+
+st_status_t st_profile_read(const char *path, st_model_fabric_t *fabric, char *err, size_t errlen)
+{
+    st_model_fabric_t f;
+    json_t           *root, *rails, *e;
+    size_t            i;
+    st_status_t       status = ST_ERR_INVALID;
+
+    memset(&f, 0, sizeof(f));
+    root = st_json_load(path, ST_TUNE_PROFILE_FORMAT, err, errlen);
+    if (root == NULL) {
+        return ST_ERR_INVALID;
+    }
+    if (!st_json_layout(root, &f.ranks_per_node, &f.nodes, &f.nrails) ||
+        st_tune_layout_check(f.ranks_per_node, f.nodes, f.nrails, NULL, 0) != ST_OK) {
+        st_tune_fail(err, errlen, "%s: \"layout\" needs ranks_per_node >= 1, nodes >= 1, rails "
+                     "1..%d", path, ST_MODEL_MAX_RAILS);
+        goto out;
+    }
+    if (!st_json_level(root, "intra", &f.intra) || !st_json_level(root, "inter", &f.inter)) {
+        st_tune_fail(err, errlen, "%s: \"intra\" and \"inter\" need alpha_s >= 0, beta_Bps > 0 "
+                     "and gamma_Bps >= 0 (numbers)", path);
+        goto out;
+    }
+    rails = json_object_get(root, "rail_beta_Bps");
+    if (rails != NULL) {
+        if (!json_is_array(rails) || json_array_size(rails) != (size_t)f.nrails) {
+            st_tune_fail(err, errlen, "%s: \"rail_beta_Bps\" must hold %d numbers", path,
+                         f.nrails);
+            goto out;
+        }
+        json_array_foreach(rails, i, e) {
+            if (!json_is_number(e) || !(json_number_value(e) >= 0) ||
+                !isfinite(json_number_value(e))) {
+                st_tune_fail(err, errlen, "%s: rail_beta_Bps[%zu] is not a number >= 0", path, i);
+                goto out;
+            }
+            f.rail_beta[i] = json_number_value(e);
+        }
+    }
+    if (st_model_fabric_check(&f) != ST_OK) {
+        st_tune_fail(err, errlen, "%s: the fabric it describes is not valid", path);
+        goto out;
+    }
+    *fabric = f;
+    status  = ST_OK;
+out:
+    json_decref(root);
+    return status;
+}
+
+static json_t *st_json_level_new(const st_model_level_t *l)
+{
+    return json_pack("{s:f, s:f, s:f}", "alpha_s", l->alpha, "beta_Bps", l->beta, "gamma_Bps",
+                     l->gamma);
+}
+
+st_status_t st_profile_write(const char *path, const st_model_fabric_t *f,
+                             const char *samples_json, const char *comment)
+{
+    json_t      *root, *rails, *samples = NULL;
+    json_error_t jerr;
+
+    if (st_model_fabric_check(f) != ST_OK) {
+        return ST_ERR_INVALID;
+    }
+    if (samples_json != NULL) {
+        samples = json_loads(samples_json, 0, &jerr);
+        if (samples == NULL) {
+            return ST_ERR_INVALID;
+        }
+    }
+    rails = json_array();
+    for (int r = 0; r < f->nrails; r++) {
+        json_array_append_new(rails, json_real(st_model_rail_beta(f, r)));
+    }
+    root = json_object();
+    json_object_set_new(root, "format", json_string(ST_TUNE_PROFILE_FORMAT));
+    json_object_set_new(root, "version", json_integer(ST_TUNE_FORMAT_VERSION));
+    json_object_set_new(root, "comment", json_string(comment != NULL ? comment : ""));
+    json_object_set_new(root, "layout", st_json_layout_new(f->ranks_per_node, f->nodes, f->nrails));
+    json_object_set_new(root, "intra", st_json_level_new(&f->intra));
+    json_object_set_new(root, "inter", st_json_level_new(&f->inter));
+    json_object_set_new(root, "rail_beta_Bps", rails);
+    if (samples != NULL) {
+        json_object_set_new(root, "samples", samples);
+    }
+    return st_json_save(root, path);
+}
+
+/* ---- the model's table ------------------------------------------------------------------------- */
+
+void st_tune_table_from_model(const st_model_fabric_t *fabric, size_t small_max, size_t min_chunk,
+                              size_t max_chunk, st_tune_table_t *t)
+{
+    st_model_split_t split;
+    double           sum = 0.0;
+
+    memset(t, 0, sizeof(*t));
+    memset(&split, 0, sizeof(split));
+    t->ranks_per_node = fabric->ranks_per_node;
+    t->nodes          = fabric->nodes;
+    t->nrails         = fabric->nrails;
+    for (int r = 0; r < fabric->nrails; r++) {
+        sum += st_model_rail_beta(fabric, r);
+    }
+    for (int r = 0; r < fabric->nrails && fabric->nrails > 1; r++) {
+        t->rail_share[r] = st_model_rail_beta(fabric, r) / sum;
+        split.rail_share[r] = t->rail_share[r];
+    }
+    split.small_max = small_max;
+    for (int k = 3; k <= 30; k++) {
+        size_t           bytes = (size_t)1 << k;
+        st_tune_entry_t  e = {bytes, ST_MODEL_RING, 0};
+        st_model_time_t  best, th;
+        st_model_algo_t  algo;
+        size_t           chunk = 0;
+
+        if (st_model_choose(fabric, &split, (double)bytes, &algo, &best) != ST_OK) {
+            continue;
+        }
+        e.algo = algo;
+        if (st_model_best_chunk(fabric, &split, (double)bytes, min_chunk, max_chunk, &chunk,
+                                &th) == ST_OK && th.total < best.total) {
+            e.algo = ST_MODEL_HIER;
+        }
+        e.hier_chunk = e.algo == ST_MODEL_HIER ? chunk : 0;
+        if (t->nentries > 0 && t->entries[t->nentries - 1].algo == e.algo &&
+            t->entries[t->nentries - 1].hier_chunk == e.hier_chunk) {
+            t->entries[t->nentries - 1].max_bytes = bytes; /* extend the range */
+        } else if (t->nentries < ST_TUNE_MAX_ENTRIES) {
+            t->entries[t->nentries++] = e;
+        }
+    }
+    if (t->nentries == 0) {
+        t->entries[t->nentries++] = (st_tune_entry_t){0, ST_MODEL_RING, 0};
+    }
+    t->entries[t->nentries - 1].max_bytes = ST_TUNE_NO_LIMIT;
+}

@@ -1,0 +1,101 @@
+/*
+ * tune.h - fabric profiles and tuning tables: the two JSON files of issue 6 (read and written
+ * with jansson), and the all-reduce choice the library makes from them.
+ *
+ * A fabric profile (`collbench calibrate -o F`, STRATA_PROFILE_FILE=F) is what was measured on a
+ * fabric: the alpha, beta and gamma of each level (src/tune/model.h) and each rail's bandwidth.
+ * A tuning table (`collbench tune -o F`, STRATA_TUNE_FILE=F) is what was found best on it: for
+ * each size range of all-reduce, the algorithm and hierarchical chunk, plus the pipeline depth and
+ * the share of the inter-node bytes each rail carries. Both are documented in docs/model.md
+ * ("Files"); both carry the layout they were made on (ranks per node, nodes, rails), and the
+ * library uses one only on that layout.
+ *
+ * Precedence in the library (st_tune_init, st_tune_allreduce):
+ *   1. a STRATA_* parameter the user set (STRATA_ALGO other than auto, STRATA_HIER_CHUNK_SIZE other
+ *      than auto, STRATA_SMALL_THRESHOLD, STRATA_PIPELINE_DEPTH, STRATA_RAIL_SHARES) wins for what
+ *      it sets;
+ *   2. a tuning table (strataConfig_t.tuneFile, else STRATA_TUNE_FILE);
+ *   3. the cost model fed by a fabric profile (STRATA_PROFILE_FILE): per size, the algorithm and
+ *      chunk it predicts fastest, rail shares proportional to the rails' bandwidths;
+ *   4. the built-in defaults (coll/select.c, coll/intra.c).
+ * Every choice is logged at STRATA_DEBUG=INFO (subsystem TUNE): the source at init, each table
+ * entry the first time a call uses it.
+ */
+#ifndef ST_TUNE_TUNE_H
+#define ST_TUNE_TUNE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "tune/model.h"
+
+#define ST_TUNE_MAX_ENTRIES 64
+#define ST_TUNE_NO_LIMIT    SIZE_MAX
+
+/* One size range of all-reduce. */
+typedef struct st_tune_entry {
+    size_t max_bytes;  /* all-reduces of at most this many bytes (nccl-tests' size: count x
+                        * dtype size) and more than the previous entry's; ST_TUNE_NO_LIMIT: any */
+    int    algo;       /* st_model_algo_t: ring, hier or small */
+    size_t hier_chunk; /* bytes per hierarchical pipeline chunk; 0: the window's chunk */
+} st_tune_entry_t;
+
+typedef struct st_tune_table {
+    int             ranks_per_node; /* the layout it was tuned on */
+    int             nodes;
+    int             nrails;
+    unsigned        pipeline_depth; /* window slots; 0: STRATA_PIPELINE_DEPTH */
+    double          rail_share[ST_MODEL_MAX_RAILS]; /* of the inter-node bytes; all 0: even */
+    int             nentries;       /* >= 1; ascending max_bytes, the last ST_TUNE_NO_LIMIT */
+    st_tune_entry_t entries[ST_TUNE_MAX_ENTRIES];
+} st_tune_table_t;
+
+/* ---- files (jansson) -------------------------------------------------------------------------- */
+
+/* Reads a tuning table. ST_ERR_INVALID, with the reason in err (path, what, where), when the file
+ * cannot be read, is not JSON, lacks a field, has a value out of range (algorithm not ring, hier
+ * or small; entries not ascending; the last entry not unbounded; more than ST_TUNE_MAX_ENTRIES;
+ * shares negative or not summing to 1 within 1e-6 over nrails; depth above 16). */
+st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *err, size_t errlen);
+/* Writes it (indented JSON, max_bytes of the last entry as null), with a free-text comment.
+ * ST_ERR_IO when the file cannot be written. */
+st_status_t st_tune_table_write(const char *path, const st_tune_table_t *table,
+                                const char *comment);
+/* The entry for an all-reduce of `bytes` (never NULL for a table that passed
+ * st_tune_table_check). */
+const st_tune_entry_t *st_tune_table_lookup(const st_tune_table_t *table, size_t bytes);
+/* The checks of st_tune_table_read on a table in memory. */
+st_status_t st_tune_table_check(const st_tune_table_t *table, char *err, size_t errlen);
+
+/* Reads a fabric profile into fabric (layout and levels). ST_ERR_INVALID with the reason in err
+ * when unreadable, not JSON, missing a field, or failing st_model_fabric_check. */
+st_status_t st_profile_read(const char *path, st_model_fabric_t *fabric, char *err,
+                            size_t errlen);
+/* Writes a fabric profile; `samples_json`, when not NULL, is a JSON text (the raw measurements)
+ * stored under "samples". ST_ERR_INVALID for bad samples_json or fabric, ST_ERR_IO when the
+ * file cannot be written. */
+st_status_t st_profile_write(const char *path, const st_model_fabric_t *fabric,
+                             const char *samples_json, const char *comment);
+
+/* Names of st_model_algo_t values in the files: "ring", "hier", "small". */
+const char *st_tune_algo_name(int algo);
+/* The value for a name, or -1. */
+int         st_tune_algo_parse(const char *name);
+
+/* The chunks the model chooses among (st_tune_table_from_model in the library and in collbench
+ * model --compare). Above 1 MiB a chunk's shards cross the network as messages so large that the
+ * pipeline overlaps less than the model assumes: on 2 emulated nodes x 2 ranks at 2 Gbit/s a
+ * 64 MiB all-reduce with 4 MiB chunks reached 0.76 of the link (the model: 0.97), with 512 KiB
+ * chunks 0.95-0.97 (README, bench/two_nodes.sh). */
+#define ST_TUNE_MODEL_MIN_CHUNK ((size_t)64 << 10)
+#define ST_TUNE_MODEL_MAX_CHUNK ((size_t)1 << 20)
+
+/* The table the model predicts best for `fabric`: for sizes 2^k bytes up to 1 GiB, the fastest
+ * algorithm with the best chunk among powers of two in [min_chunk, max_chunk] (small only up to
+ * small_max), merged into ranges; rail shares proportional to the rails' bandwidths; the layout
+ * of fabric. */
+void st_tune_table_from_model(const st_model_fabric_t *fabric, size_t small_max, size_t min_chunk,
+                              size_t max_chunk, st_tune_table_t *table);
+
+#endif

@@ -1,0 +1,221 @@
+/*
+ * test_tune.c - the tuning table and fabric profile files (src/tune/table.c, jansson) and the
+ * table the model makes: round trips, every rejection with its reason, lookup by size, and the
+ * model's choice on a fabric worked out by hand.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "tune/tune.h"
+
+static char tmp_path[64];
+
+static int setup(void **state)
+{
+    snprintf(tmp_path, sizeof(tmp_path), "/tmp/test_tune-%d.json", (int)getpid());
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    unlink(tmp_path);
+    return 0;
+}
+
+static void write_text(const char *text)
+{
+    FILE *f = fopen(tmp_path, "w");
+
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void sample_table(st_tune_table_t *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->ranks_per_node = 2;
+    t->nodes          = 2;
+    t->nrails         = 2;
+    t->pipeline_depth = 2;
+    t->rail_share[0]  = 2.0 / 3.0;
+    t->rail_share[1]  = 1.0 / 3.0;
+    t->nentries       = 3;
+    t->entries[0]     = (st_tune_entry_t){65536, ST_MODEL_SMALL, 0};
+    t->entries[1]     = (st_tune_entry_t){1048576, ST_MODEL_RING, 0};
+    t->entries[2]     = (st_tune_entry_t){ST_TUNE_NO_LIMIT, ST_MODEL_HIER, 524288};
+}
+
+static void test_table_round_trip(void **state)
+{
+    st_tune_table_t t, back;
+    char            err[256] = "";
+
+    sample_table(&t);
+    assert_int_equal(st_tune_table_write(tmp_path, &t, "test"), ST_OK);
+    assert_int_equal(st_tune_table_read(tmp_path, &back, err, sizeof(err)), ST_OK);
+    assert_int_equal(back.ranks_per_node, 2);
+    assert_int_equal(back.nodes, 2);
+    assert_int_equal(back.nrails, 2);
+    assert_int_equal(back.pipeline_depth, 2);
+    assert_true(fabs(back.rail_share[0] - 2.0 / 3.0) < 1e-8);
+    assert_true(fabs(back.rail_share[1] - 1.0 / 3.0) < 1e-8);
+    assert_int_equal(back.nentries, 3);
+    assert_int_equal(back.entries[0].algo, ST_MODEL_SMALL);
+    assert_int_equal(back.entries[0].max_bytes, 65536);
+    assert_int_equal(back.entries[1].algo, ST_MODEL_RING);
+    assert_int_equal(back.entries[2].algo, ST_MODEL_HIER);
+    assert_int_equal(back.entries[2].hier_chunk, 524288);
+    assert_true(back.entries[2].max_bytes == ST_TUNE_NO_LIMIT);
+    /* lookup: boundaries belong to the entry they end */
+    assert_ptr_equal(st_tune_table_lookup(&back, 1), &back.entries[0]);
+    assert_ptr_equal(st_tune_table_lookup(&back, 65536), &back.entries[0]);
+    assert_ptr_equal(st_tune_table_lookup(&back, 65537), &back.entries[1]);
+    assert_ptr_equal(st_tune_table_lookup(&back, 1048576), &back.entries[1]);
+    assert_ptr_equal(st_tune_table_lookup(&back, (size_t)1 << 40), &back.entries[2]);
+}
+
+/* Each bad file is refused, with a reason that names what is wrong. */
+static void test_table_rejects(void **state)
+{
+    static const struct {
+        const char *text;
+        const char *reason;
+    } bad[] = {
+        {"{", "end of file"},
+        {"[]", "not a strata-tune-table"},
+        {"{\"format\":\"strata-fabric-profile\",\"version\":1}", "not a strata-tune-table"},
+        {"{\"format\":\"strata-tune-table\",\"version\":2}", "version 1"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"allreduce\":[]}", "layout"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+         "\"nodes\":2,\"rails\":1},\"allreduce\":[]}", "1..64 entries"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+         "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"algo\":\"tree\"}]}", "ring, hier or small"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+         "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"max_bytes\":100,\"algo\":\"ring\"}]}",
+         "must be null"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+         "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"max_bytes\":100,\"algo\":\"ring\"},"
+         "{\"max_bytes\":50,\"algo\":\"hier\"},{\"algo\":\"hier\"}]}", "does not exceed"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+         "\"nodes\":2,\"rails\":2},\"rail_shares\":[0.5,0.6],\"allreduce\":[{\"algo\":\"ring\"}]}",
+         "sum to"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+         "\"nodes\":2,\"rails\":2},\"rail_shares\":[1],\"allreduce\":[{\"algo\":\"ring\"}]}",
+         "array of 2"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+         "\"nodes\":2,\"rails\":1},\"pipeline_depth\":17,\"allreduce\":[{\"algo\":\"ring\"}]}",
+         "pipeline_depth"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+         "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"algo\":\"hier\",\"hier_chunk\":8}]}",
+         "hier_chunk"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"format\":\"x\"}", "duplicate"},
+    };
+    st_tune_table_t t;
+    char            err[512];
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        write_text(bad[i].text);
+        err[0] = '\0';
+        if (st_tune_table_read(tmp_path, &t, err, sizeof(err)) != ST_ERR_INVALID) {
+            fail_msg("case %zu was accepted: %s", i, bad[i].text);
+        }
+        if (strstr(err, bad[i].reason) == NULL || strstr(err, tmp_path) == NULL) {
+            fail_msg("case %zu: reason \"%s\" lacks \"%s\" or the path", i, err, bad[i].reason);
+        }
+    }
+    unlink(tmp_path);
+    assert_int_equal(st_tune_table_read(tmp_path, &t, err, sizeof(err)), ST_ERR_INVALID);
+    assert_non_null(strstr(err, "unable to open"));
+}
+
+static void test_profile_round_trip(void **state)
+{
+    st_model_fabric_t f, back;
+    char              err[256];
+
+    memset(&f, 0, sizeof(f));
+    f.ranks_per_node = 2;
+    f.nodes          = 2;
+    f.nrails         = 2;
+    f.intra          = (st_model_level_t){30e-6, 3e9, 2.5e9};
+    f.inter          = (st_model_level_t){50e-6, 187.5e6, 0.0};
+    f.rail_beta[0]   = 250e6;
+    f.rail_beta[1]   = 125e6;
+    assert_int_equal(st_profile_write(tmp_path, &f, "{\"t8\": 1e-4}", "test"), ST_OK);
+    assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_OK);
+    assert_int_equal(back.ranks_per_node, 2);
+    assert_int_equal(back.nrails, 2);
+    assert_true(fabs(back.intra.alpha - 30e-6) < 1e-14);
+    assert_true(fabs(back.intra.gamma - 2.5e9) < 1);
+    assert_true(fabs(back.inter.beta - 187.5e6) < 1e-3);
+    assert_true(fabs(back.rail_beta[1] - 125e6) < 1e-3);
+    /* samples must be JSON */
+    assert_int_equal(st_profile_write(tmp_path, &f, "{not json", "test"), ST_ERR_INVALID);
+    /* a profile without a positive bandwidth is refused */
+    write_text("{\"format\":\"strata-fabric-profile\",\"version\":1,\"layout\":{\"ranks_per_node\":"
+               "2,\"nodes\":2,\"rails\":1},\"intra\":{\"alpha_s\":0,\"beta_Bps\":0,\"gamma_Bps\":0},"
+               "\"inter\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0}}");
+    assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_ERR_INVALID);
+    assert_non_null(strstr(err, "beta_Bps > 0"));
+}
+
+/* The model's table on a fabric where the choice is clear by hand: 2 ranks per node x 2 nodes,
+ * intra alpha 10 us at 10 GB/s, inter alpha 50 us at 250 MB/s, rails 250 and 125 MB/s.
+ * Small at 8 B: 10 + 50 + 10 us plus next to nothing = 70 us; hier at 8 B: two intra alphas and
+ * two inter alphas per rail ring (2(N-1) = 2): 20 + 100 = 120 us; ring (n = 4): 6 steps of
+ * max(alpha) 50 us = 300 us. So the table starts with small; at 64 MiB hier (inter bytes split
+ * over two rails) beats the flat ring (all bytes through one ring on rail 0). Shares follow the
+ * rails: 2/3 and 1/3. */
+static void test_table_from_model(void **state)
+{
+    st_model_fabric_t f;
+    st_tune_table_t   t;
+    char              err[256];
+
+    memset(&f, 0, sizeof(f));
+    f.ranks_per_node = 2;
+    f.nodes          = 2;
+    f.nrails         = 2;
+    f.intra          = (st_model_level_t){10e-6, 10e9, 0.0};
+    f.inter          = (st_model_level_t){50e-6, 250e6, 0.0};
+    f.rail_beta[0]   = 250e6;
+    f.rail_beta[1]   = 125e6;
+    st_tune_table_from_model(&f, 128 << 10, ST_TUNE_MODEL_MIN_CHUNK, ST_TUNE_MODEL_MAX_CHUNK, &t);
+    assert_int_equal(st_tune_table_check(&t, err, sizeof(err)), ST_OK);
+    assert_int_equal(st_tune_table_lookup(&t, 8)->algo, ST_MODEL_SMALL);
+    assert_int_equal(st_tune_table_lookup(&t, (size_t)64 << 20)->algo, ST_MODEL_HIER);
+    assert_true(st_tune_table_lookup(&t, (size_t)64 << 20)->hier_chunk >= ST_TUNE_MODEL_MIN_CHUNK);
+    assert_true(st_tune_table_lookup(&t, (size_t)64 << 20)->hier_chunk <= ST_TUNE_MODEL_MAX_CHUNK);
+    assert_true(fabs(t.rail_share[0] - 2.0 / 3.0) < 1e-12);
+    assert_true(fabs(t.rail_share[1] - 1.0 / 3.0) < 1e-12);
+    assert_int_equal(t.ranks_per_node, 2);
+    assert_int_equal(t.nrails, 2);
+    /* the names of the files' algorithms */
+    assert_int_equal(st_tune_algo_parse("hier"), ST_MODEL_HIER);
+    assert_int_equal(st_tune_algo_parse("tree"), -1);
+    assert_string_equal(st_tune_algo_name(ST_MODEL_SMALL), "small");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_table_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_table_rejects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_profile_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_table_from_model, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
