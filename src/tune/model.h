@@ -42,6 +42,10 @@ typedef struct st_model_fabric {
     st_model_level_t inter;          /* the network */
     double           rail_beta[ST_MODEL_MAX_RAILS]; /* bytes/s of rail r, each direction;
                                                      * 0: inter.beta */
+    double           rail_burst[ST_MODEL_MAX_RAILS]; /* bytes a token-bucket-shaped rail
+                                                      * passes at once after the idle moment
+                                                      * between operations (tc tbf, policers);
+                                                      * 0: not shaped (docs/model.md) */
 } st_model_fabric_t;
 
 /* How an all-reduce is split over phases, chunks, channels and rails: what tune will sweep. */
@@ -92,6 +96,10 @@ double st_model_ring_allgather(int n, double bytes, const st_model_level_t *leve
 double st_model_pipeline(const double *phase, int nphases, double chunks);
 
 /* ---- strata's algorithms --------------------------------------------------------------------- */
+
+/* The time an operation that sends `bytes` over rail r in each direction saves on a shaped rail:
+ * min(rail_burst[r], bytes) / beta_r (0 when rail_burst is 0). */
+double st_model_rail_credit(const st_model_fabric_t *fabric, int rail, double bytes);
 
 /* Time of an all-reduce of `bytes` with `algo` on this fabric and split. ST_ERR_INVALID for a bad
  * fabric or algorithm, ST_ERR_UNSUPPORTED for small above split->small_max. */

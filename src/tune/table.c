@@ -374,6 +374,23 @@ st_status_t st_profile_read(const char *path, st_model_fabric_t *fabric, char *e
             f.rail_beta[i] = json_number_value(e);
         }
     }
+    rails = json_object_get(root, "rail_burst_bytes");
+    if (rails != NULL) {
+        if (!json_is_array(rails) || json_array_size(rails) != (size_t)f.nrails) {
+            st_tune_fail(err, errlen, "%s: \"rail_burst_bytes\" must hold %d numbers", path,
+                         f.nrails);
+            goto out;
+        }
+        json_array_foreach(rails, i, e) {
+            if (!json_is_number(e) || !(json_number_value(e) >= 0) ||
+                !isfinite(json_number_value(e))) {
+                st_tune_fail(err, errlen, "%s: rail_burst_bytes[%zu] is not a number >= 0", path,
+                             i);
+                goto out;
+            }
+            f.rail_burst[i] = json_number_value(e);
+        }
+    }
     if (st_model_fabric_check(&f) != ST_OK) {
         st_tune_fail(err, errlen, "%s: the fabric it describes is not valid", path);
         goto out;
@@ -406,9 +423,12 @@ st_status_t st_profile_write(const char *path, const st_model_fabric_t *f,
             return ST_ERR_INVALID;
         }
     }
+    json_t *bursts = json_array();
+
     rails = json_array();
     for (int r = 0; r < f->nrails; r++) {
         json_array_append_new(rails, json_real(st_model_rail_beta(f, r)));
+        json_array_append_new(bursts, json_real(f->rail_burst[r]));
     }
     root = json_object();
     json_object_set_new(root, "format", json_string(ST_TUNE_PROFILE_FORMAT));
@@ -418,6 +438,7 @@ st_status_t st_profile_write(const char *path, const st_model_fabric_t *f,
     json_object_set_new(root, "intra", st_json_level_new(&f->intra));
     json_object_set_new(root, "inter", st_json_level_new(&f->inter));
     json_object_set_new(root, "rail_beta_Bps", rails);
+    json_object_set_new(root, "rail_burst_bytes", bursts);
     if (samples != NULL) {
         json_object_set_new(root, "samples", samples);
     }

@@ -171,6 +171,41 @@ static void test_small_and_choose(void **state)
     assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
 }
 
+/* The burst credit of a shaped rail (st_model_rail_credit), on fabric_2x4 (rails 10e9 and 5e9
+ * B/s). Small at 64 KiB was 16.17504 us; its leaders send (N-1) x 65536 = 65536 B over rail 0.
+ * A 32768 B burst saves 32768 / 10e9 = 3.2768 us: 12.89824 us. A 1e6 B burst saves all 65536 B:
+ * 6.5536 us: 9.62144 us. Hier at 64e6 B: even shares, the slower rail 1 (0.5/5e9 > 0.5/10e9)
+ * moves 2(N-1)/N x 0.5 x 64e6 = 32e6 B; a 1e6 B burst there saves 1e6 / 5e9 = 200 us of its
+ * inter phase and of the total; a burst on rail 0 only saves nothing. */
+static void test_burst_credit(void **state)
+{
+    st_model_fabric_t f;
+    st_model_split_t  s;
+    st_model_time_t   t0, t;
+
+    fabric_2x4(&f, &s);
+    assert_close(st_model_rail_credit(&f, 0, 65536), 0.0);
+    f.rail_burst[0] = 32768;
+    assert_close(st_model_rail_credit(&f, 0, 65536), 3.2768e-6);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 65536, &t), ST_OK);
+    assert_close(t.total, 12.89824e-6);
+    f.rail_burst[0] = 1e6;
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 65536, &t), ST_OK);
+    assert_close(t.total, 9.62144e-6);
+    fabric_2x4(&f, &s);
+    s.chunk = 1 << 20;
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t0), ST_OK);
+    f.rail_burst[0] = 1e6;
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t), ST_OK);
+    assert_close(t.total, t0.total);
+    f.rail_burst[1] = 1e6;
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t), ST_OK);
+    assert_close(t.total, t0.total - 200e-6);
+    assert_close(t.phase[ST_MODEL_PH_INTER], t0.phase[ST_MODEL_PH_INTER] - 200e-6);
+    f.rail_burst[1] = -1;
+    assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
+}
+
 static void test_allgather_bucket_powersgd(void **state)
 {
     st_model_fabric_t f;
@@ -370,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_hier),
         cmocka_unit_test(test_ring_channels),
         cmocka_unit_test(test_small_and_choose),
+        cmocka_unit_test(test_burst_credit),
         cmocka_unit_test(test_allgather_bucket_powersgd),
         cmocka_unit_test(test_seed_preset_printed),
         cmocka_unit_test(test_seed_values),

@@ -153,6 +153,7 @@ static void test_profile_round_trip(void **state)
     f.inter          = (st_model_level_t){50e-6, 187.5e6, 0.0};
     f.rail_beta[0]   = 250e6;
     f.rail_beta[1]   = 125e6;
+    f.rail_burst[0]  = 65536;
     assert_int_equal(st_profile_write(tmp_path, &f, "{\"t8\": 1e-4}", "test"), ST_OK);
     assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_OK);
     assert_int_equal(back.ranks_per_node, 2);
@@ -161,6 +162,7 @@ static void test_profile_round_trip(void **state)
     assert_true(fabs(back.intra.gamma - 2.5e9) < 1);
     assert_true(fabs(back.inter.beta - 187.5e6) < 1e-3);
     assert_true(fabs(back.rail_beta[1] - 125e6) < 1e-3);
+    assert_true(back.rail_burst[0] == 65536 && back.rail_burst[1] == 0);
     /* samples must be JSON */
     assert_int_equal(st_profile_write(tmp_path, &f, "{not json", "test"), ST_ERR_INVALID);
     /* a profile without a positive bandwidth is refused */

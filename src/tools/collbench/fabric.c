@@ -17,17 +17,21 @@
  *           all-gather phase ((g-1)/g S / t_AG) and the reduction throughput gamma from what the
  *           reduce-scatter phase takes beyond it, both scaled so that the model gives the
  *           measured total at S = 4 MiB;
- *   inter   one ring per rail (same local rank on every node), all rails at once in both
- *           directions, as the hierarchical inter-node phase runs them: alpha = t(8 B) /
- *           (2(N-1)), each rail's beta = 2(N-1)/N S / (t(S) - 2(N-1) alpha) at S = 16 MiB, the
- *           betas of the rings sharing one NIC added (their reduction is inside this beta:
- *           gamma_inter = 0).
+ *   inter   one ring step on every rail at once (each rank sends to the next node's rank of its
+ *           local rank and receives from the previous node's, over its own rail, as the
+ *           hierarchical inter-node phase does): alpha = t(8 B), each local rank's beta =
+ *           S / (t(S) - alpha) at S = 16 MiB, the betas of the local ranks sharing a NIC added
+ *           into that rail's; gamma_inter = gamma_intra (the same cores reduce); each rail's
+ *           burst (bytes a token-bucket shaper passes at once after an idle moment) = D -
+ *           (t(D) - alpha) beta_rail for the D bytes of a 1 MiB exchange per local rank, within
+ *           [0, D].
  * tune: for every size of the sweep, small (up to 128 KiB), ring, and hier with every chunk of
  *   256 KiB .. 4 MiB and pipeline depth 2 or 4, with even rail shares and with shares
  *   proportional to the calibrated rail bandwidths (several NICs only); the shares that win at
  *   the largest size are kept, and per size the fastest configuration with them; written as a
  *   tuning table. Then the tuned library (a split with that table) and the best forced
- *   configuration are timed again, alternately, at every size.
+ *   configuration are timed again at every size, in CB_FAB_ROUNDS alternating rounds (the
+ *   median round of each is printed: drift of a shared machine hits both alike).
  * compare: the table the library makes from the profile (STRATA_PROFILE_FILE: the model's
  *   choice per size), timed at every size of the sweep next to the model's prediction, total and
  *   per phase.
@@ -50,7 +54,10 @@
 #define CB_FAB_TARGET_S    0.3   /* seconds of timed iterations per measurement, about */
 #define CB_FAB_INTRA_BYTES ((size_t)4 << 20)
 #define CB_FAB_INTER_BYTES ((size_t)16 << 20)
+#define CB_FAB_BURST_BYTES ((size_t)1 << 20)
 #define CB_FAB_MAX_CANDS   32
+#define CB_FAB_MAX_RANKS   4096
+#define CB_FAB_ROUNDS      5     /* tuned vs best forced: alternating rounds, median of each */
 
 typedef struct cb_fab {
     const cb_opts_t  *opts;
@@ -208,6 +215,49 @@ static int cb_fab_count_nics(void)
     return CB_MIN(n, ST_MODEL_MAX_RAILS);
 }
 
+/* Median time of one ring step on every rail at once, per local rank (med[l], the slowest node
+ * of each iteration): each rank sends `bytes` to the rank of the next node with its local rank
+ * and receives as many from the previous node's, in a group, over the world communicator (whose
+ * endpoints to other nodes go through the rank's own rail). */
+static void cb_fab_exchange(cb_fab_t *f, const int *rank_of, size_t bytes, double *med)
+{
+    static double t[CB_FAB_MAX_RANKS * 8];
+    double        est = 0.0, t0, *mine;
+    int           right = rank_of[((f->node + 1) % f->nnodes) * f->g + f->local];
+    int           left  = rank_of[((f->node + f->nnodes - 1) % f->nnodes) * f->g + f->local];
+    int           iters = 3, maxit = CB_MIN(CB_FAB_MAX_ITERS, (int)(sizeof(t) / sizeof(t[0])) / f->g);
+
+    for (int i = -1; i < maxit; i++) {
+        if (i == 0) { /* the warm-up (i = -1) sizes the run */
+            cb_fab_max(f, &est, 1);
+            iters = (int)CB_MIN(CB_MAX(CB_FAB_TARGET_S / CB_MAX(est, 1e-6),
+                                       (double)f->opts->iters), (double)maxit);
+            iters = CB_MAX(iters, 3);
+            memset(t, 0, sizeof(double) * (size_t)(iters * f->g));
+        }
+        if (i >= iters) {
+            break;
+        }
+        cb_fab_barrier(f);
+        t0 = cb_now();
+        CB_FAB_CALL(f, strataGroupStart());
+        CB_FAB_CALL(f, strataSend(f->send, bytes, strataUint8, right, f->world, NULL));
+        CB_FAB_CALL(f, strataRecv(f->recv, bytes, strataUint8, left, f->world, NULL));
+        CB_FAB_CALL(f, strataGroupEnd());
+        if (i < 0) {
+            est = cb_now() - t0;
+        } else {
+            t[f->local * iters + i] = cb_now() - t0;
+        }
+    }
+    cb_fab_max(f, t, (size_t)(iters * f->g));
+    for (int l = 0; l < f->g; l++) {
+        mine = t + l * iters;
+        qsort(mine, (size_t)iters, sizeof(double), cb_fab_cmp);
+        med[l] = (iters % 2) ? mine[iters / 2] : 0.5 * (mine[iters / 2 - 1] + mine[iters / 2]);
+    }
+}
+
 /* ---- calibrate ---------------------------------------------------------------------------------- */
 
 static void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
@@ -215,7 +265,8 @@ static void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
     st_model_fabric_t *fab = &f->fabric;
     st_tune_table_t    t;
     strataComm_t       comm;
-    double             t8, tS, ph[3], fr, scale, beta_l[ST_MODEL_MAX_RAILS * 4];
+    static double      t8_l[CB_FAB_MAX_RANKS], tS_l[CB_FAB_MAX_RANKS], tB_l[CB_FAB_MAX_RANKS];
+    double             t8, tS, ph[3], fr, scale;
     int                N = f->nnodes, g = f->g;
     size_t             pos = 0;
 
@@ -246,33 +297,57 @@ static void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
                                 "\"intra_t4M_s\": %.9g, \"intra_rs_s\": %.9g, \"intra_ag_s\": "
                                 "%.9g, ", t8, tS, ph[0], ph[2]);
     }
-    /* inter: one ring per local rank, all at once */
+    /* inter: a ring step on every rail at once, both directions */
     fab->inter = fab->intra;
     if (N > 1) {
-        cb_fab_force(f, 1, N, ST_MODEL_RING, 0, 0, NULL, &t);
-        comm = cb_fab_split(f, f->local, &t);
-        t8   = cb_fab_time(f, comm, 8, NULL);
-        tS   = cb_fab_time(f, comm, CB_FAB_INTER_BYTES, NULL);
-        CB_FAB_CALL(f, strataCommDestroy(comm));
-        fab->inter.alpha = t8 / (2.0 * (N - 1));
-        fab->inter.gamma = 0.0;
-        /* each local rank's ring bandwidth (the same on every node: the slowest counts) */
-        for (int l = 0; l < g; l++) {
-            beta_l[l] = 0.0;
+        double rank_of[CB_FAB_MAX_RANKS];
+        int    irank_of[CB_FAB_MAX_RANKS];
+
+        if (N * g > CB_FAB_MAX_RANKS) {
+            fprintf(stderr, "collbench: calibrate handles up to %d ranks\n", CB_FAB_MAX_RANKS);
+            exit(2);
         }
-        beta_l[f->local] = 2.0 * (N - 1) / N * (double)CB_FAB_INTER_BYTES /
-                           CB_MAX(tS - 2.0 * (N - 1) * fab->inter.alpha, 1e-9);
-        beta_l[f->local] = 1.0 / beta_l[f->local]; /* max of 1/beta = the slowest */
-        cb_fab_max(f, beta_l, (size_t)g);
+        for (int i = 0; i < N * g; i++) {
+            rank_of[i] = -1.0;
+        }
+        rank_of[f->node * g + f->local] = f->rank;
+        cb_fab_max(f, rank_of, (size_t)(N * g));
+        for (int i = 0; i < N * g; i++) {
+            irank_of[i] = (int)rank_of[i];
+        }
+        cb_fab_exchange(f, irank_of, 8, t8_l);
+        cb_fab_exchange(f, irank_of, CB_FAB_INTER_BYTES, tS_l);
+        t8 = tS = 0.0;
         fab->inter.beta = 0.0;
         for (int l = 0; l < g; l++) {
-            fab->rail_beta[l % f->nics] += 1.0 / beta_l[l];
+            t8 = CB_MAX(t8, t8_l[l]);
+            tS = CB_MAX(tS, tS_l[l]);
+            /* local rank l's step bandwidth, added into its NIC's */
+            fab->rail_beta[l % f->nics] += (double)CB_FAB_INTER_BYTES /
+                                           CB_MAX(tS_l[l] - t8_l[l], 1e-9);
         }
+        fab->inter.alpha = t8;
+        fab->inter.gamma = fab->intra.gamma; /* the same cores reduce the received blocks */
         for (int r = 0; r < f->nics; r++) {
             fab->inter.beta += fab->rail_beta[r] / f->nics;
         }
-        pos += (size_t)snprintf(samples + pos, len - pos, "\"inter_t8_s\": %.9g, "
-                                "\"inter_t16M_s\": %.9g, ", t8, tS);
+        /* a shaped rail's burst: what a 1 MiB exchange (after the idle moment of the barrier, as
+         * between the operations of a measurement) gets through beyond alpha + D/beta */
+        cb_fab_exchange(f, irank_of, CB_FAB_BURST_BYTES, tB_l);
+        for (int r = 0; r < f->nics; r++) {
+            double d = 0.0, tmax = 0.0;
+
+            for (int l = r; l < g; l += f->nics) {
+                d += (double)CB_FAB_BURST_BYTES;
+                tmax = CB_MAX(tmax, tB_l[l]);
+            }
+            if (d > 0 && fab->rail_beta[r] > 0) {
+                fab->rail_burst[r] = CB_MIN(CB_MAX(d - (tmax - t8) * fab->rail_beta[r], 0.0), d);
+            }
+        }
+        pos += (size_t)snprintf(samples + pos, len - pos, "\"inter_step8_s\": %.9g, "
+                                "\"inter_step16M_s\": %.9g, \"inter_step1M_s\": %.9g, ", t8, tS,
+                                tB_l[0]);
     }
     snprintf(samples + pos, len - pos, "\"method\": \"collbench calibrate (src/tools/collbench/"
              "fabric.c)\"}");
@@ -291,7 +366,11 @@ static void cb_fab_print_profile(const cb_fab_t *f)
     for (int r = 0; r < fab->nrails; r++) {
         printf("%s%.4f", r ? ", " : "; rails ", st_model_rail_beta(fab, r) / 1e9);
     }
-    printf("%s\n", fab->nrails > 0 ? " GB/s" : "");
+    printf(" GB/s; burst");
+    for (int r = 0; r < fab->nrails; r++) {
+        printf(" %.0f", fab->rail_burst[r] / 1024.0);
+    }
+    printf(" KiB\n");
 }
 
 /* ---- sizes -------------------------------------------------------------------------------------- */
@@ -492,15 +571,17 @@ static int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
         cfg.name     = "collbench-tuned";
         CB_FAB_CALL(f, strataCommSplit(f->world, 0, f->rank, &tuned, &cfg));
         for (int i = 0; i < nsizes; i++) {
-            double a[2], b[2];
+            double a[CB_FAB_ROUNDS], b[CB_FAB_ROUNDS];
 
             comm = cb_fab_cand_comm(f, &cands[best[i]]);
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < CB_FAB_ROUNDS; k++) {
                 a[k] = cb_fab_time(f, tuned, sizes[i], NULL);
                 b[k] = cb_fab_time(f, comm, sizes[i], NULL);
             }
-            tt[i] = CB_MIN(a[0], a[1]);
-            tb[i] = CB_MIN(b[0], b[1]);
+            qsort(a, CB_FAB_ROUNDS, sizeof(double), cb_fab_cmp);
+            qsort(b, CB_FAB_ROUNDS, sizeof(double), cb_fab_cmp);
+            tt[i] = a[CB_FAB_ROUNDS / 2];
+            tb[i] = b[CB_FAB_ROUNDS / 2];
             CB_FAB_CALL(f, strataCommDestroy(comm));
         }
         /* even against proportional shares at the largest size, the best of each */
