@@ -134,12 +134,13 @@ typedef struct strataConfig_v1 {
                                deadline) */
     const char  *name;      /* a label for logs and errors; default "strata" */
     const char  *tuneFile;  /* tuning table (JSON, written by `collbench tune`; format in
-                               docs/model.md) for this communicator's all-reduce choices; default
-                               STRATA_TUNE_FILE, and for a split its parent's. Every rank must
-                               give the same table: if the ranks' tuning differs, all use the
-                               built-in defaults (logged at WARN). A table that cannot be read or
+                               docs/model.md) for this communicator's all-reduce choices; NULL:
+                               STRATA_TUNE_FILE (for a split: its parent's); "": none. Every rank
+                               must give the same table: if the ranks' tuning differs, all drop
+                               it (logged at WARN). A table that cannot be read, is malformed or
                                was tuned for another layout is logged at WARN and not used; init
-                               does not fail for it. Copied at init. */
+                               does not fail for it. Copied at init. (Added after 0.1.0; a config
+                               of 0.1.0's header, without it, is still accepted.) */
 } strataConfig_t;
 
 #define STRATA_CONFIG_MAGIC 0x57a7a001u

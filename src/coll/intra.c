@@ -37,11 +37,10 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_t **intra_p)
     }
     intra->local_rank  = st_topo_local_rank(topo, comm->rank);
     intra->local_size  = st_topo_local_size(topo, comm->node);
-    /* STRATA_PIPELINE_DEPTH and STRATA_HIER_CHUNK_SIZE, or a tuning table's (tune/policy.h) */
+    /* STRATA_PIPELINE_DEPTH, or a tuning table's (tune/policy.h) */
     intra->depth       = (int)(comm->tune != NULL ? comm->tune->depth
                                                   : st_core_config.pipeline_depth);
-    intra->chunk_bytes = comm->tune != NULL ? comm->tune->window_chunk
-                                            : st_core_config.hier_chunk_size;
+    intra->chunk_bytes = st_core_config.hier_chunk_size;
     if (intra->chunk_bytes == ST_SIZE_AUTO) {
         /* One node: chunks that stay in cache. Several: each rail's shard of a chunk is one
          * network message of ST_INTRA_NET_SHARD_BYTES, so a chunk is that times the number of
@@ -56,6 +55,10 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_t **intra_p)
         } else {
             intra->chunk_bytes = (size_t)512 << 10;
         }
+    }
+    if (comm->tune != NULL && comm->tune->window_chunk != 0) {
+        /* a tuning table's largest hier chunk: slots hold it (smaller chunks are per call) */
+        intra->chunk_bytes = ST_MAX(intra->chunk_bytes, comm->tune->window_chunk);
     }
     intra->chunk_bytes = ST_MAX(intra->chunk_bytes, 64);
     intra->chunk_bytes = ST_DIV_ROUND_UP(intra->chunk_bytes, 64) * 64;

@@ -59,8 +59,12 @@ st_status_t st_coll_config_check(void)
         st_error(ST_SUB_COLL, "STRATA_CHUNK_SIZE 0 is not a chunk size (bytes, e.g. 512k)");
         return ST_ERR_INVALID;
     }
-    if (st_core_config.hier_chunk_size == 0) {
-        st_error(ST_SUB_COLL, "STRATA_HIER_CHUNK_SIZE 0 is not a chunk size (bytes, e.g. 512k)");
+    if (st_core_config.hier_chunk_size == 0 ||
+        (st_core_config.hier_chunk_size != ST_SIZE_AUTO &&
+         st_core_config.hier_chunk_size > ST_TUNE_MAX_CHUNK)) {
+        st_error(ST_SUB_COLL, "STRATA_HIER_CHUNK_SIZE %zu is not a chunk size (bytes, 64 .. %zu, "
+                 "e.g. 512k; each local rank's window holds 2 x STRATA_PIPELINE_DEPTH of them)",
+                 st_core_config.hier_chunk_size, (size_t)ST_TUNE_MAX_CHUNK);
         return ST_ERR_INVALID;
     }
     if (st_core_config.small_threshold > ST_INTRA_SMALL_MAX) {

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -241,6 +242,21 @@ static void *st_api_init_thread(void *arg)
     return NULL;
 }
 
+/* A config from STRATA_CONFIG_INITIALIZER: of this header, or of 0.1.0's, which ended before
+ * tuneFile (callers built against it keep working). */
+static int st_api_config_ok(const strataConfig_t *config)
+{
+    return config->magic == STRATA_CONFIG_MAGIC &&
+           (config->size == sizeof(strataConfig_t) ||
+            config->size == offsetof(strataConfig_t, tuneFile));
+}
+
+static const char *st_api_config_tune_file(const strataConfig_t *config)
+{
+    return config->size >= offsetof(strataConfig_t, tuneFile) + sizeof(config->tuneFile)
+               ? config->tuneFile : NULL;
+}
+
 static strataResult_t st_api_init_rank(strataComm_t *comm_p, int nranks, strataUniqueId commId,
                                        int rank, const strataConfig_t *config, const char *fn)
 {
@@ -268,7 +284,7 @@ static strataResult_t st_api_init_rank(strataComm_t *comm_p, int nranks, strataU
         return strataInvalidArgument;
     }
     if (config != NULL) {
-        if (config->size != sizeof(strataConfig_t) || config->magic != STRATA_CONFIG_MAGIC) {
+        if (!st_api_config_ok(config)) {
             st_error(ST_SUB_INIT, "%s: config was not initialised with STRATA_CONFIG_INITIALIZER",
                      fn);
             return strataInvalidArgument;
@@ -292,7 +308,7 @@ static strataResult_t st_api_init_rank(strataComm_t *comm_p, int nranks, strataU
         if (config->name != NULL) {
             name = config->name;
         }
-        tune_file = config->tuneFile;
+        tune_file = st_api_config_tune_file(config);
     }
     if (op_timeout <= 0) {
         op_timeout = ST_TIMEOUT_NONE; /* STRATA_TIMEOUT=0: no deadline */
@@ -461,7 +477,7 @@ STRATA_API strataResult_t strataCommSplit(strataComm_t comm, int color, int key,
     op_timeout = comm->timeout;
     name       = comm->name;
     if (config != NULL) {
-        if (config->size != sizeof(strataConfig_t) || config->magic != STRATA_CONFIG_MAGIC) {
+        if (!st_api_config_ok(config)) {
             st_error(ST_SUB_INIT, "strataCommSplit: config was not initialised with "
                      "STRATA_CONFIG_INITIALIZER");
             return strataInvalidArgument;
@@ -472,7 +488,7 @@ STRATA_API strataResult_t strataCommSplit(strataComm_t comm, int color, int key,
         if (config->name != NULL) {
             name = config->name;
         }
-        tune_file = config->tuneFile;
+        tune_file = st_api_config_tune_file(config);
     }
     if (!st_api_blocking_enter(comm, "strataCommSplit")) {
         return strataInvalidUsage;

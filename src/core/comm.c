@@ -512,8 +512,10 @@ static st_status_t st_comm_tune(st_comm_t *comm)
     ST_CHECK(st_comm_allreduce_i32(comm, &hi, strataMax));
     if (lo != hi) {
         st_warn(ST_SUB_TUNE, "%s: the ranks' tuning differs (a tuning table or fabric profile "
-                "missing or different on some node, or different STRATA_* values): every rank "
-                "uses the built-in defaults", comm->name);
+                "missing or different on some node, or different STRATA_PIPELINE_DEPTH, "
+                "STRATA_HIER_CHUNK_SIZE or STRATA_RAIL_SHARES): every rank drops its table, "
+                "profile and rail shares; STRATA_* values must still be equal on all ranks",
+                comm->name);
         st_tune_policy_reset(comm);
     }
     return ST_OK;

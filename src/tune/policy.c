@@ -121,8 +121,8 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
     st_model_fabric_t fabric;
     double            share[ST_MODEL_MAX_RAILS] = {0};
     const char       *profile = st_core_config.profile_file;
-    char              err[512], shares[128];
-    int               have_share = 0;
+    char              err[1024], shares[128], window[32];
+    int               have_share = 0, equal = 1;
 
     p = calloc(1, sizeof(*p));
     if (p == NULL) {
@@ -130,25 +130,29 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
     }
     comm->tune      = p;
     p->depth        = st_core_config.pipeline_depth;
-    p->window_chunk = st_core_config.hier_chunk_size;
+    p->window_chunk = 0;
     p->nshards      = st_topo_nrails(comm->topo);
     p->nics         = st_tune_nics();
     p->env_algo     = st_tune_env_set("ALGO", "auto");
     p->env_chunk    = st_tune_env_set("HIER_CHUNK_SIZE", "auto");
     p->env_small    = st_tune_env_set("SMALL_THRESHOLD", NULL);
     snprintf(p->source, sizeof(p->source), "built-in defaults");
-    if (tune_file == NULL || tune_file[0] == '\0') {
-        tune_file = st_core_config.tune_file;
+    if (tune_file == NULL) {
+        tune_file = st_core_config.tune_file; /* "" from the config: no table */
+    }
+    for (int node = 0; node < comm->nnodes; node++) {
+        equal &= st_topo_local_size(comm->topo, node) == p->nshards;
     }
     if (tune_file != NULL && tune_file[0] != '\0') {
         if (st_tune_table_read(tune_file, &p->table, err, sizeof(err)) != ST_OK) {
             st_warn(ST_SUB_TUNE, "%s: tuning table not used: %s", comm->name, err);
-        } else if (p->table.ranks_per_node != p->nshards || p->table.nodes != comm->nnodes ||
-                   p->table.nrails != p->nics) {
+        } else if (!equal || p->table.ranks_per_node != p->nshards ||
+                   p->table.nodes != comm->nnodes || p->table.nrails != p->nics) {
             st_warn(ST_SUB_TUNE, "%s: tuning table %s not used: it was tuned for %d ranks per "
-                    "node x %d nodes, %d rails; this communicator has %d x %d, %d rails",
+                    "node x %d nodes, %d rails; this communicator has %s%d x %d, %d rails",
                     comm->name, tune_file, p->table.ranks_per_node, p->table.nodes,
-                    p->table.nrails, p->nshards, comm->nnodes, p->nics);
+                    p->table.nrails, equal ? "" : "nodes of unequal size, up to ", p->nshards,
+                    comm->nnodes, p->nics);
         } else {
             p->have_table = 1;
             snprintf(p->source, sizeof(p->source), "tuning table %s", tune_file);
@@ -180,7 +184,7 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
         for (int i = 0; i < p->table.nentries; i++) {
             max_chunk = ST_MAX(max_chunk, p->table.entries[i].hier_chunk);
         }
-        if (!p->env_chunk && max_chunk > 0) {
+        if (!p->env_chunk) {
             p->window_chunk = max_chunk;
         }
         if (!st_tune_env_set("PIPELINE_DEPTH", NULL) && p->table.pipeline_depth > 0) {
@@ -202,18 +206,46 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
     if (have_share) {
         st_tune_set_shares(p, comm, share);
     }
-    st_tune_format_shares(share, p->nics, shares, sizeof(shares));
-    st_info(ST_SUB_TUNE, "%s: tuning from %s; pipeline depth %u, window chunk %s, rail shares "
-            "%s%s", comm->name, p->source, p->depth,
-            p->window_chunk == ST_SIZE_AUTO ? "auto" : "set", p->have_shares ? shares : "even",
-            p->env_algo ? "; STRATA_ALGO overrides the algorithm" : "");
+    if (p->have_shares) {
+        /* what the shards really get (a NIC's share divided among its local ranks) */
+        double shard[ST_MODEL_MAX_RAILS * 4];
+
+        for (int j = 0; j < p->nshards; j++) {
+            shard[j] = p->shard_cum[j + 1] - p->shard_cum[j];
+        }
+        st_tune_format_shares(shard, p->nshards, shares, sizeof(shares));
+    } else {
+        snprintf(shares, sizeof(shares), "even%s", have_share ? (equal ? " (one rail)"
+                                                                : " (nodes of unequal size)")
+                                                              : "");
+    }
+    if (p->window_chunk != 0) {
+        snprintf(window, sizeof(window), "at least %zu B", p->window_chunk);
+    } else {
+        snprintf(window, sizeof(window), "%s", p->env_chunk ? "STRATA_HIER_CHUNK_SIZE" : "auto");
+    }
+    st_info(ST_SUB_TUNE, "%s: tuning from %s; pipeline depth %u%s, window slots %s, shard shares "
+            "%s%s%s%s", comm->name, p->source, p->depth,
+            st_tune_env_set("PIPELINE_DEPTH", NULL) ? " (STRATA_PIPELINE_DEPTH)" : "", window,
+            shares, p->env_algo ? "; STRATA_ALGO overrides the algorithm" : "",
+            p->env_chunk && p->have_table ? "; STRATA_HIER_CHUNK_SIZE overrides the chunks" : "",
+            p->env_small && p->have_table ? "; STRATA_SMALL_THRESHOLD overrides the handover"
+                                          : "");
     if (p->have_table) {
         for (int i = 0; i < p->table.nentries; i++) {
             const st_tune_entry_t *e = &p->table.entries[i];
+            char                   upto[48], chunk[48] = "";
 
-            st_info(ST_SUB_TUNE, "%s: all-reduce up to %zd B: %s, chunk %zu B", comm->name,
-                    e->max_bytes == ST_TUNE_NO_LIMIT ? (ssize_t)-1 : (ssize_t)e->max_bytes,
-                    st_tune_algo_name(e->algo), e->hier_chunk);
+            if (e->max_bytes == ST_TUNE_NO_LIMIT) {
+                snprintf(upto, sizeof(upto), "any larger size");
+            } else {
+                snprintf(upto, sizeof(upto), "up to %zu B", e->max_bytes);
+            }
+            if (e->algo == ST_MODEL_HIER) {
+                snprintf(chunk, sizeof(chunk), ", chunk %zu B", e->hier_chunk);
+            }
+            st_info(ST_SUB_TUNE, "%s: all-reduce %s: %s%s", comm->name, upto,
+                    st_tune_algo_name(e->algo), chunk);
         }
     }
     return ST_OK;
@@ -248,9 +280,16 @@ int st_tune_policy_allreduce(st_comm_t *comm, size_t bytes, int small_fits,
     choice->hier_chunk = p->env_chunk ? 0 : e->hier_chunk;
     if (!p->used[i]) {
         p->used[i] = 1;
-        st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: %s, chunk %zu B (entry %d of %s)",
-                comm->name, bytes, st_tune_algo_name(e->algo), choice->hier_chunk, i,
-                p->source);
+        if (e->algo == ST_MODEL_HIER && p->env_chunk) {
+            st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: hier, chunk from "
+                    "STRATA_HIER_CHUNK_SIZE (entry %d of %s)", comm->name, bytes, i, p->source);
+        } else if (e->algo == ST_MODEL_HIER) {
+            st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: hier, chunk %zu B (entry %d of %s)",
+                    comm->name, bytes, choice->hier_chunk, i, p->source);
+        } else {
+            st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: %s (entry %d of %s)", comm->name,
+                    bytes, st_tune_algo_name(e->algo), i, p->source);
+        }
     }
     return 1;
 }
@@ -313,6 +352,6 @@ void st_tune_policy_reset(st_comm_t *comm)
     p->have_table   = 0;
     p->have_shares  = 0;
     p->depth        = st_core_config.pipeline_depth;
-    p->window_chunk = st_core_config.hier_chunk_size;
+    p->window_chunk = 0;
     snprintf(p->source, sizeof(p->source), "built-in defaults (the ranks' tuning differed)");
 }

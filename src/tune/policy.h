@@ -22,7 +22,8 @@ typedef struct st_tune_policy {
     st_tune_table_t table;
     unsigned char   used[ST_TUNE_MAX_ENTRIES]; /* entry logged at its first use */
     unsigned        depth;         /* window slots (pipeline depth) */
-    size_t          window_chunk;  /* bytes per window slot; ST_SIZE_AUTO: coll/intra.c's rule */
+    size_t          window_chunk;  /* the table's largest hier chunk (window slots are at least
+                                    * this big), 0: none */
     int             nshards;       /* shards of a hierarchical chunk (st_topo_nrails) */
     double          shard_cum[ST_MODEL_MAX_RAILS * 4 + 1]; /* cumulative shares; [0] = 0 */
     int             have_shares;   /* else shards are even */
@@ -36,7 +37,8 @@ typedef struct st_tune_choice {
     size_t hier_chunk; /* bytes; 0: coll/hier.c's rule from the window's chunk */
 } st_tune_choice_t;
 
-/* Decides comm's tuning (comm->tune): reads the table (tune_file, else STRATA_TUNE_FILE) or the
+/* Decides comm's tuning (comm->tune): reads the table (tune_file; NULL: STRATA_TUNE_FILE; "": no
+ * table) or the
  * profile (STRATA_PROFILE_FILE) and checks them against comm's layout; a file that cannot be
  * used is logged at WARN and the next source is taken (a tuning file never fails a
  * communicator), except a malformed STRATA_RAIL_SHARES: ST_ERR_INVALID. Logs the source at

@@ -32,6 +32,8 @@
 
 #define ST_TUNE_MAX_ENTRIES 64
 #define ST_TUNE_NO_LIMIT    SIZE_MAX
+/* the largest hier_chunk a table may give: each local rank's window holds 2 x depth of them */
+#define ST_TUNE_MAX_CHUNK   ((size_t)16 << 20)
 
 /* One size range of all-reduce. */
 typedef struct st_tune_entry {
@@ -54,9 +56,11 @@ typedef struct st_tune_table {
 /* ---- files (jansson) -------------------------------------------------------------------------- */
 
 /* Reads a tuning table. ST_ERR_INVALID, with the reason in err (path, what, where), when the file
- * cannot be read, is not JSON, lacks a field, has a value out of range (algorithm not ring, hier
- * or small; entries not ascending; the last entry not unbounded; more than ST_TUNE_MAX_ENTRIES;
- * shares negative or not summing to 1 within 1e-6 over nrails; depth above 16). */
+ * is not a regular file or cannot be read, is not JSON, lacks a field, has a value out of range
+ * (algorithm not ring, hier or small; hier_chunk outside 64 B .. ST_TUNE_MAX_CHUNK; entries not
+ * ascending; an entry other than the last without max_bytes; the last entry bounded; more than
+ * ST_TUNE_MAX_ENTRIES; shares negative or not summing to 1 within 1e-3 over nrails;
+ * pipeline_depth outside 1..16). A hier_chunk on a ring or small entry is dropped. */
 st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *err, size_t errlen);
 /* Writes it (indented JSON, max_bytes of the last entry as null), with a free-text comment.
  * ST_ERR_IO when the file cannot be written. */

@@ -101,7 +101,7 @@ fi
 #    sizes that do not divide evenly, results checked
 if run shares STRATA_RAIL_IFNAMES=lo,lo STRATA_RAIL_SHARES=3,1 STRATA_DEBUG=INFO STRATA_DEBUG_SUBSYS=TUNE -- \
     all -np 4 --nodes 2 -b 100 -e 5M -f 7 -n 2 -w 1 -d all -A hier; then
-    grep -q "rail shares 0.750,0.250" "$tmp/shares.err" || fail "shares: 3,1 not taken as 0.750,0.250"
+    grep -q "shard shares 0.750,0.250" "$tmp/shares.err" || fail "shares: 3,1 not taken as 0.750,0.250"
     grep -q "Out of bounds values : 0 OK" "$tmp/shares.out" || fail "shares: wrong results"
     echo "ok: rail shares 3,1: $(grep -c '^ *[0-9]' "$tmp/shares.out") rows, all right"
 fi

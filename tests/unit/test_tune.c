@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -121,6 +122,17 @@ static void test_table_rejects(void **state)
          "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"algo\":\"hier\",\"hier_chunk\":8}]}",
          "hier_chunk"},
         {"{\"format\":\"strata-tune-table\",\"version\":1,\"format\":\"x\"}", "duplicate"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+         "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"algo\":\"hier\",\"hier_chunk\":"
+         "4611686018427387904}]}", "hier_chunk"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+         "\"nodes\":2,\"rails\":1},\"pipeline_depth\":0,\"allreduce\":[{\"algo\":\"ring\"}]}",
+         "pipeline_depth"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+         "\"nodes\":2,\"rails\":1},\"allreduce\":[7]}", "not an object"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+         "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"algo\":\"ring\"},{\"algo\":\"hier\"}]}",
+         "only the last entry"},
     };
     st_tune_table_t t;
     char            err[512];
@@ -137,7 +149,14 @@ static void test_table_rejects(void **state)
     }
     unlink(tmp_path);
     assert_int_equal(st_tune_table_read(tmp_path, &t, err, sizeof(err)), ST_ERR_INVALID);
-    assert_non_null(strstr(err, "unable to open"));
+    assert_non_null(strstr(err, "cannot read it: No such file"));
+    /* a directory (reads as empty) and a FIFO (would block) are not read */
+    assert_int_equal(st_tune_table_read("/tmp", &t, err, sizeof(err)), ST_ERR_INVALID);
+    assert_non_null(strstr(err, "not a regular file"));
+    assert_int_equal(mkfifo(tmp_path, 0600), 0);
+    assert_int_equal(st_tune_table_read(tmp_path, &t, err, sizeof(err)), ST_ERR_INVALID);
+    assert_non_null(strstr(err, "not a regular file"));
+    unlink(tmp_path);
 }
 
 static void test_profile_round_trip(void **state)

@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "collbench.h"
 
@@ -125,6 +127,8 @@ static void cb_usage(FILE *out, const char *prog)
 "Usage: %s [COLL] [options]\n"
 "       %s topo [--topo-file F] [--json] [launch options]\n"
 "       %s model [--preset seed] [parameters]   (first argument; model --help)\n"
+"       %s calibrate|tune --out F [--profile P] [launch options] [-b -e -f -n]\n"
+"       %s model --profile P --compare [launch options] [-b -e -f -n]   (\"Fabric\" below)\n"
 "  COLL: all_reduce reduce_scatter all_gather broadcast reduce sendrecv all (default all_reduce;\n"
 "        also all-reduce, all_reduce_perf ...; several with commas)\n"
 "  topo: print the topology instead: per node its ranks by NUMA domain with GPU, NIC and rail,\n"
@@ -193,7 +197,7 @@ static void cb_usage(FILE *out, const char *prog)
 "                              and hier phases, error in percent)\n"
 "\n"
 "Exit status: 0 when every result is right, 1 when some #wrong is not 0, 2 when a call fails.\n",
-            prog, prog, prog,
+            prog, prog, prog, prog, prog,
 #ifdef HAVE_MPI
             " or, when unset, MPI_Bcast"
 #else
@@ -332,6 +336,47 @@ static int cb_parse_layout(const char *arg, cb_opts_t *opts)
         }
     }
     return opts->nlayout > 0 ? 0 : -1;
+}
+
+/* calibrate, tune, model --compare: what would spoil the run, refused before any rank starts. */
+static int cb_fab_check_args(const cb_opts_t *opts)
+{
+    static const char *const overrides[] = {"STRATA_ALGO", "STRATA_HIER_CHUNK_SIZE",
+                                            "STRATA_PIPELINE_DEPTH", "STRATA_RAIL_SHARES",
+                                            "STRATA_SMALL_THRESHOLD"};
+    struct stat st;
+    char        dir[4096];
+    const char *slash;
+
+    if (opts->algo != NULL) {
+        fprintf(stderr, "%s: -A would override the configurations that calibrate, tune and "
+                "compare choose themselves: leave it out\n", opts->prog);
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof(overrides) / sizeof(overrides[0]); i++) {
+        const char *val = getenv(overrides[i]);
+
+        if (val != NULL && val[0] != '\0' && strcmp(val, "auto") != 0) {
+            fprintf(stderr, "%s: %s=%s would override the configurations under test: unset it\n",
+                    opts->prog, overrides[i], val);
+            return -1;
+        }
+    }
+    if (opts->fab_profile != NULL && access(opts->fab_profile, R_OK) != 0) {
+        fprintf(stderr, "%s: --profile %s: %s\n", opts->prog, opts->fab_profile, strerror(errno));
+        return -1;
+    }
+    if (opts->fab_out != NULL) {
+        slash = strrchr(opts->fab_out, '/');
+        snprintf(dir, sizeof(dir), "%.*s", slash == NULL ? 1 : (int)(slash - opts->fab_out + 1),
+                 slash == NULL ? "." : opts->fab_out);
+        if ((stat(opts->fab_out, &st) == 0 && !S_ISREG(st.st_mode)) || access(dir, W_OK) != 0) {
+            fprintf(stderr, "%s: --out %s: cannot write a file there\n", opts->prog,
+                    opts->fab_out);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static void cb_opts_default(cb_opts_t *opts, const char *argv0)
@@ -577,6 +622,9 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
     if (opts->fab_mode == CB_FAB_COMPARE && opts->fab_profile == NULL) {
         fprintf(stderr, "%s: model --compare needs --profile FILE (from collbench calibrate)\n",
                 opts->prog);
+        return -1;
+    }
+    if (opts->fab_mode != CB_FAB_NONE && cb_fab_check_args(opts) != 0) {
         return -1;
     }
     if (opts->minbytes > opts->maxbytes) {

@@ -27,13 +27,13 @@
  *           [0, D].
  * tune: for every size of the sweep, small (up to 128 KiB), ring, and hier with every chunk of
  *   256 KiB .. 4 MiB and pipeline depth 2 or 4, with even rail shares and with shares
- *   proportional to the calibrated rail bandwidths (several NICs only); the shares that win at
- *   the largest size are kept, and per size the fastest configuration with them; written as a
- *   tuning table. Then the tuned library (a split with that table) and the best forced
- *   configurations (the sweep's 3 fastest at that size; at the largest also the best hier of even
- *   and of proportional shares) are timed again at every size, in CB_FAB_ROUNDS alternating
- *   rounds; the median round of each counts (drift of a shared machine hits all alike), the
- *   fastest forced one is the best.
+ *   proportional to the calibrated rail bandwidths (several NICs only), timed once each (the
+ *   sweep). Selection, largest size first: the sweep's CB_FAB_TOP fastest (and at the largest size
+ *   the best hier of each share set) are timed again in CB_FAB_ROUNDS alternating rounds; the
+ *   fastest hier at the largest size fixes the shares and the pipeline depth (one per table), and
+ *   every smaller size chooses among configurations compatible with them. Written as a tuning
+ *   table; then the tuned library (a split with the table) and each size's chosen configuration
+ *   are timed against each other in CB_FAB_ROUNDS alternating rounds (the check).
  * compare: the table the library makes from the profile (STRATA_PROFILE_FILE: the model's
  *   choice per size), timed at every size of the sweep next to the model's prediction, total and
  *   per phase.
@@ -441,10 +441,54 @@ static strataComm_t cb_fab_cand_comm(cb_fab_t *f, const cb_cand_t *c)
     return cb_fab_split(f, 0, &t);
 }
 
+static int cb_fab_in(const int *set, int n, int c)
+{
+    for (int j = 0; j < n; j++) {
+        if (set[j] == c) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Times the candidates of set (and `tuned` when not NULL) at `bytes` in CB_FAB_ROUNDS
+ * alternating rounds; the median round of each into med[] (and *tuned_med). */
+static void cb_fab_retime(cb_fab_t *f, const cb_cand_t *cands, const int *set, int nset,
+                          strataComm_t tuned, size_t bytes, double *med, double *tuned_med)
+{
+    strataComm_t comms[CB_FAB_TOP + 2];
+    double       t[CB_FAB_TOP + 3][CB_FAB_ROUNDS];
+
+    for (int j = 0; j < nset; j++) {
+        comms[j] = cb_fab_cand_comm(f, &cands[set[j]]);
+    }
+    for (int k = 0; k < CB_FAB_ROUNDS; k++) {
+        for (int j = 0; j < nset; j++) {
+            t[j][k] = cb_fab_time(f, comms[j], bytes, NULL);
+        }
+        if (tuned != NULL) {
+            t[nset][k] = cb_fab_time(f, tuned, bytes, NULL);
+        }
+    }
+    for (int j = 0; j <= nset; j++) {
+        if (j == nset && tuned == NULL) {
+            break;
+        }
+        qsort(t[j], CB_FAB_ROUNDS, sizeof(double), cb_fab_cmp);
+        if (j < nset) {
+            med[j] = t[j][CB_FAB_ROUNDS / 2];
+            CB_FAB_CALL(f, strataCommDestroy(comms[j]));
+        } else {
+            *tuned_med = t[j][CB_FAB_ROUNDS / 2];
+        }
+    }
+}
+
 static int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
 {
     static cb_cand_t cands[CB_FAB_MAX_CANDS];
-    int              ncand = 0, best[64], prop_win = 0, ret = 0;
+    int              ncand = 0, best[64], prop_win = 0, depth_win = 4, ret = 0;
+    double           te = 0, tp = 0;
     st_tune_table_t  table;
     strataComm_t     comm;
     char             name[64], sz[32];
@@ -497,30 +541,66 @@ static int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
             fflush(stdout);
         }
     }
-    /* the shares that win at the largest size */
-    {
-        double b0 = 0, b1 = 0;
+    /* selection: re-time the sweep's fastest, largest size first, where the shares and the
+     * pipeline depth (one per table) are decided */
+    for (int i = nsizes - 1; i >= 0; i--) {
+        int    set[CB_FAB_TOP + 2], nset = 0, ce = -1, cp = -1;
+        double med[CB_FAB_TOP + 2];
 
-        for (int c = 0; c < ncand; c++) {
-            double v = cands[c].t[nsizes - 1];
+        for (int k = 0; k < CB_FAB_TOP; k++) {
+            int pick = -1;
 
-            if (v > 0 && cands[c].algo == ST_MODEL_HIER) {
-                double *b = cands[c].prop ? &b1 : &b0;
-
-                *b = (*b == 0 || v < *b) ? v : *b;
+            for (int c = 0; c < ncand; c++) {
+                if (cands[c].t[i] > 0 && !cb_fab_in(set, nset, c) &&
+                    (i == nsizes - 1 || cands[c].algo != ST_MODEL_HIER ||
+                     (cands[c].prop == prop_win && cands[c].depth == depth_win)) &&
+                    (pick < 0 || cands[c].t[i] < cands[pick].t[i])) {
+                    pick = c;
+                }
+            }
+            if (pick >= 0) {
+                set[nset++] = pick;
             }
         }
-        prop_win = b1 > 0 && b1 < b0;
-    }
-    for (int i = 0; i < nsizes; i++) {
+        if (i == nsizes - 1) { /* the best hier of each share set joins, to decide the shares */
+            for (int c = 0; c < ncand; c++) {
+                int *w = cands[c].prop ? &cp : &ce;
+
+                if (cands[c].algo == ST_MODEL_HIER && cands[c].t[i] > 0 &&
+                    (*w < 0 || cands[c].t[i] < cands[*w].t[i])) {
+                    *w = c;
+                }
+            }
+            if (ce >= 0 && !cb_fab_in(set, nset, ce)) {
+                set[nset++] = ce;
+            }
+            if (cp >= 0 && !cb_fab_in(set, nset, cp)) {
+                set[nset++] = cp;
+            }
+        }
+        cb_fab_retime(f, cands, set, nset, NULL, sizes[i], med, NULL);
         best[i] = -1;
-        for (int c = 0; c < ncand; c++) {
-            if (cands[c].t[i] <= 0 || (cands[c].algo == ST_MODEL_HIER && cands[c].prop != prop_win)) {
-                continue;
+        for (int j = 0; j < nset; j++) {
+            if (best[i] < 0 || med[j] < cands[best[i]].t[i]) {
+                best[i] = set[j];
             }
-            if (best[i] < 0 || cands[c].t[i] < cands[best[i]].t[i]) {
-                best[i] = c;
+            cands[set[j]].t[i] = med[j]; /* the re-timed median replaces the sweep's */
+        }
+        if (i == nsizes - 1) {
+            int hb = -1; /* the fastest hier decides shares and depth */
+
+            for (int j = 0; j < nset; j++) {
+                if (cands[set[j]].algo == ST_MODEL_HIER &&
+                    (hb < 0 || cands[set[j]].t[i] < cands[hb].t[i])) {
+                    hb = set[j];
+                }
             }
+            if (hb >= 0) {
+                prop_win  = cands[hb].prop;
+                depth_win = cands[hb].depth;
+            }
+            te = ce >= 0 ? cands[ce].t[i] : 0.0;
+            tp = cp >= 0 ? cands[cp].t[i] : 0.0;
         }
     }
     /* the table: one entry per size, merged where the configuration repeats */
@@ -528,12 +608,7 @@ static int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
     table.ranks_per_node = f->g;
     table.nodes          = f->nnodes;
     table.nrails         = f->nics;
-    table.pipeline_depth = 4;
-    for (int i = 0; i < nsizes; i++) {
-        if (cands[best[i]].algo == ST_MODEL_HIER) {
-            table.pipeline_depth = (unsigned)cands[best[i]].depth; /* the largest size's */
-        }
-    }
+    table.pipeline_depth = (unsigned)depth_win;
     for (int i = 0; i < nsizes; i++) {
         const cb_cand_t *c = &cands[best[i]];
         st_tune_entry_t  e = {sizes[i], c->algo, c->algo == ST_MODEL_HIER ? c->chunk : 0};
@@ -560,88 +635,26 @@ static int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
         }
         fflush(stdout);
     }
-    if (ret != 0) {
-        exit(ret);
+    {
+        double failed = ret; /* every rank ends if rank 0 could not write the table */
+
+        cb_fab_max(f, &failed, 1);
+        if (failed != 0) {
+            return 2;
+        }
     }
-    cb_fab_barrier(f);
-    /* the tuned library against the best forced configurations, alternately: per size the
-     * sweep's CB_FAB_TOP fastest (the sweep's noise may have misranked them), and at the largest
-     * size also the best hier of even and of proportional shares */
+    /* check: the tuned library (a split with the table) against each size's chosen forced
+     * configuration, in alternating rounds */
     {
         strataConfig_t cfg = STRATA_CONFIG_INITIALIZER;
         strataComm_t   tuned;
-        double         tt[64], tb[64], te = 0, tp = 0;
-        int            bestv[64];
+        double         tt[64], tb[64];
 
         cfg.tuneFile = out;
         cfg.name     = "collbench-tuned";
         CB_FAB_CALL(f, strataCommSplit(f->world, 0, f->rank, &tuned, &cfg));
         for (int i = 0; i < nsizes; i++) {
-            int          set[CB_FAB_TOP + 2], nset = 0, ce = -1, cp = -1;
-            strataComm_t comms[CB_FAB_TOP + 2];
-            double       a[CB_FAB_ROUNDS], b[CB_FAB_TOP + 2][CB_FAB_ROUNDS], med;
-
-            for (int k = 0; k < CB_FAB_TOP; k++) { /* the k-th fastest not yet taken */
-                int pick = -1;
-
-                for (int c = 0; c < ncand; c++) {
-                    int taken = 0;
-
-                    for (int j = 0; j < nset; j++) {
-                        taken |= set[j] == c;
-                    }
-                    if (!taken && cands[c].t[i] > 0 &&
-                        (pick < 0 || cands[c].t[i] < cands[pick].t[i])) {
-                        pick = c;
-                    }
-                }
-                if (pick >= 0) {
-                    set[nset++] = pick;
-                }
-            }
-            if (i == nsizes - 1 && f->nics > 1 && f->nnodes > 1) {
-                for (int c = 0; c < ncand; c++) {
-                    int *w = cands[c].prop ? &cp : &ce;
-
-                    if (cands[c].algo == ST_MODEL_HIER && cands[c].t[i] > 0 &&
-                        (*w < 0 || cands[c].t[i] < cands[*w].t[i])) {
-                        *w = c;
-                    }
-                }
-                for (int j = 0, e = ce, q = cp; j < 2; j++) {
-                    int c = j ? q : e, taken = 0;
-
-                    for (int m = 0; m < nset; m++) {
-                        taken |= set[m] == c;
-                    }
-                    if (c >= 0 && !taken) {
-                        set[nset++] = c;
-                    }
-                }
-            }
-            for (int j = 0; j < nset; j++) {
-                comms[j] = cb_fab_cand_comm(f, &cands[set[j]]);
-            }
-            for (int k = 0; k < CB_FAB_ROUNDS; k++) {
-                a[k] = cb_fab_time(f, tuned, sizes[i], NULL);
-                for (int j = 0; j < nset; j++) {
-                    b[j][k] = cb_fab_time(f, comms[j], sizes[i], NULL);
-                }
-            }
-            qsort(a, CB_FAB_ROUNDS, sizeof(double), cb_fab_cmp);
-            tt[i] = a[CB_FAB_ROUNDS / 2];
-            tb[i] = 0;
-            for (int j = 0; j < nset; j++) {
-                qsort(b[j], CB_FAB_ROUNDS, sizeof(double), cb_fab_cmp);
-                med = b[j][CB_FAB_ROUNDS / 2];
-                if (tb[i] == 0 || med < tb[i]) {
-                    tb[i]    = med;
-                    bestv[i] = set[j];
-                }
-                te = (set[j] == ce) ? med : te;
-                tp = (set[j] == cp) ? med : tp;
-                CB_FAB_CALL(f, strataCommDestroy(comms[j]));
-            }
+            cb_fab_retime(f, cands, &best[i], 1, tuned, sizes[i], &tb[i], &tt[i]);
         }
         CB_FAB_CALL(f, strataCommDestroy(tuned));
         if (f->rank == 0) {
@@ -649,7 +662,7 @@ static int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
                    "tuned (us)", "tuned/best");
             for (int i = 0; i < nsizes; i++) {
                 cb_fab_size_str(sizes[i], sz, sizeof(sz));
-                cb_fab_cand_str(&cands[bestv[i]], name, sizeof(name));
+                cb_fab_cand_str(&cands[best[i]], name, sizeof(name));
                 printf("  %10s  %-22s %12.1f %12.1f %9.3f\n", sz, name, tb[i] * 1e6, tt[i] * 1e6,
                        tt[i] / tb[i]);
             }
@@ -736,26 +749,12 @@ static int cb_fab_compare(cb_fab_t *f, const size_t *sizes, int nsizes)
 
 int cb_fabric_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUniqueId *id)
 {
-    static const char *const overrides[] = {"STRATA_ALGO", "STRATA_HIER_CHUNK_SIZE",
-                                            "STRATA_PIPELINE_DEPTH", "STRATA_RAIL_SHARES",
-                                            "STRATA_SMALL_THRESHOLD"};
     cb_fab_t f;
     size_t   sizes[64];
     int      nsizes, gmin, gmax, ret = 0;
     double   v[2];
     char     samples[1024], err[512];
 
-    for (size_t i = 0; i < sizeof(overrides) / sizeof(overrides[0]); i++) {
-        const char *val = getenv(overrides[i]);
-
-        if (val != NULL && val[0] != '\0' && strcmp(val, "auto") != 0) {
-            if (rank == 0) {
-                fprintf(stderr, "collbench: %s=%s would override the configurations under test: "
-                        "unset it\n", overrides[i], val);
-            }
-            return 2;
-        }
-    }
     memset(&f, 0, sizeof(f));
     f.opts   = opts;
     f.rank   = rank;
@@ -788,22 +787,19 @@ int cb_fabric_rank_main(const cb_opts_t *opts, int rank, int nranks, const strat
         f.send[i] = (float)(i % 7);
     }
     memset(f.recv, 0, f.bufbytes);
+    if (opts->fab_profile != NULL) {
+        if (st_profile_read(opts->fab_profile, &f.fabric, err, sizeof(err)) != ST_OK) {
+            fprintf(stderr, "collbench: rank %d: %s\n", rank, err);
+            exit(2);
+        }
+    }
     if (rank == 0) {
         printf("# collbench %s: %d ranks, %d node(s) x %d, %d rail(s) (STRATA_RAIL_IFNAMES)\n",
                opts->fab_mode == CB_FAB_CALIBRATE ? "calibrate" : opts->fab_mode == CB_FAB_TUNE
                ? "tune" : "model --compare", nranks, f.nnodes, f.g, f.nics);
         fflush(stdout);
     }
-    if (opts->fab_profile != NULL) {
-        if (st_profile_read(opts->fab_profile, &f.fabric, err, sizeof(err)) != ST_OK) {
-            fprintf(stderr, "collbench: rank %d: %s\n", rank, err);
-            exit(2);
-        }
-    } else if (opts->fab_mode == CB_FAB_COMPARE) {
-        fprintf(stderr, "collbench: model --compare needs --profile F (from collbench "
-                "calibrate)\n");
-        exit(2);
-    } else {
+    if (opts->fab_profile == NULL) { /* compare always has one (collbench.c checks) */
         cb_fab_calibrate(&f, samples, sizeof(samples));
         if (rank == 0) {
             cb_fab_print_profile(&f);

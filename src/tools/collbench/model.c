@@ -126,7 +126,11 @@ static void cb_model_usage(FILE *out, const char *prog)
 "  --forward <ms> (2000)    --backward <ms> (4000)     --buckets <b> (20)\n"
 "  --overheads <ms,...>     top-1%%, top-0.1%%, 8-bit, 1-bit, PowerSGD (20,25,10,15,30)\n"
 "  --chunk <size>           hier pipeline chunk (default: the best power of two, 64k..1G)\n"
-"  --powersgd-rank <r> (4)  --topk-index-bytes <B> (4)\n", prog);
+"  --powersgd-rank <r> (4)  --topk-index-bytes <B> (4)\n"
+"Usage: %s model --profile F --compare [launch options] [-b -e -f -n]\n"
+"  Starts ranks (as the benchmark does) and prints, per size, the all-reduce the model of the\n"
+"  fabric profile F (from collbench calibrate) chooses, measured next to predicted, with the\n"
+"  error in percent and the hier phases (see collbench --help, \"Fabric\").\n", prog, prog);
 }
 
 static int cb_model_bad(FILE *err, const char *prog, const char *what, const char *arg)
