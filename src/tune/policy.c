@@ -61,6 +61,15 @@ static st_status_t st_tune_parse_shares(const char *str, int nics, double *share
         share[n] = v;
         sum += v;
         p = (*end == ',') ? end + 1 : end;
+        if (*end == ',' && *p == '\0') {
+            n = -1; /* "1,2,": a weight is missing */
+            break;
+        }
+    }
+    if (n < 0) {
+        st_error(ST_SUB_TUNE, "STRATA_RAIL_SHARES '%s' is malformed (a weight after the last ',' is "
+                 "missing)", str);
+        return ST_ERR_INVALID;
     }
     if (n != nics || !(sum > 0)) {
         st_error(ST_SUB_TUNE, "STRATA_RAIL_SHARES '%s' gives %d weights summing to %g: it needs "
