@@ -1,0 +1,831 @@
+"""Unique ids, communicators, host streams, requests and groups over libstrata.
+
+Conventions (the header include/strata.h is the manual; this module follows it):
+
+- Buffers are numpy.ndarray or CPU torch.Tensor, C-contiguous; strata sees their flat elements,
+  so shapes only matter through their element count. Counts are elements, never bytes.
+- ``stream=None``: the call blocks until the result is in place and returns the output buffer.
+  ``stream=<Stream>``: the call is queued on the stream's progress thread and returns at once with
+  a Request; the Request (and the Stream, until the work completes) keeps every buffer alive.
+  Inside ``with strata.group():`` calls are launched together when the outermost block ends.
+- Bad input is caught before calling into C: UnsupportedTypeError (a TypeError) for types,
+  InvalidArgumentError (a ValueError) for values and shapes, ClosedError for a destroyed
+  communicator or stream. Failures inside the library raise StrataError with strataResult_t and
+  strataGetLastError's line.
+"""
+
+import collections
+import contextlib
+import ctypes
+import os
+import sys
+import threading
+import time
+import traceback
+
+from . import _lib as L
+from ._buffer import describe, empty_like, as_datatype, scalar_bytes
+from .errors import (StrataError, ClosedError, InvalidArgumentError, UnsupportedTypeError)
+
+Result = L.Result
+RedOp = L.RedOp
+DataType = L.DataType
+
+
+def _last_error():
+    msg = L.lib().strataGetLastError(None)
+    return msg.decode("utf-8", "replace") if msg else ""
+
+
+def _check(rc, fn):
+    """Raises StrataError(rc, strataGetLastError) unless rc is strataSuccess. Must run in the
+    thread that made the call (the last error is per thread)."""
+    if rc != Result.SUCCESS:
+        raise StrataError(rc, _last_error(), fn)
+
+
+def get_version():
+    """The library's STRATA_VERSION_CODE: major * 10000 + minor * 100 + patch (int)."""
+    v = ctypes.c_int()
+    _check(L.lib().strataGetVersion(ctypes.byref(v)), "strataGetVersion")
+    return v.value
+
+
+def get_error_string(result):
+    """strataGetErrorString: a static English text for a strataResult_t (int or Result)."""
+    return L.lib().strataGetErrorString(int(result)).decode()
+
+
+_OP_NAMES = {"sum": RedOp.SUM, "prod": RedOp.PROD, "max": RedOp.MAX, "min": RedOp.MIN,
+             "avg": RedOp.AVG}
+
+
+def _op(op):
+    if isinstance(op, str):
+        try:
+            return int(_OP_NAMES[op.lower()])
+        except KeyError:
+            raise InvalidArgumentError("unknown reduction op %r (sum, prod, max, min, avg, or a "
+                                       "handle from premul_sum)" % op) from None
+    if isinstance(op, int) and not isinstance(op, bool):
+        return int(op)
+    raise UnsupportedTypeError("op must be a name, a strata.RedOp or a premul_sum handle, not %s"
+                               % type(op).__name__)
+
+
+# ---------------------------------------------------------------------------------------------
+# Unique id
+# ---------------------------------------------------------------------------------------------
+
+
+class UniqueId:
+    """strataUniqueId: the 128 bytes (STRATA_UNIQUE_ID_BYTES) that let ranks find each other.
+
+    ``UniqueId.new()`` (one rank, usually rank 0) starts a bootstrap root in this process and
+    returns the id; hand ``bytes(uid)`` to every other rank by any means (torch.distributed,
+    MPI, a file) and rebuild it there with ``UniqueId(data)``. One id serves one communicator.
+    The bytes are a credential: repr() does not show them.
+    """
+
+    __slots__ = ("_c",)
+
+    def __init__(self, data):
+        """data: bytes-like of exactly 128 bytes. InvalidArgumentError otherwise."""
+        data = bytes(data)
+        if len(data) != L.UNIQUE_ID_BYTES:
+            raise InvalidArgumentError("a unique id is %d bytes, got %d"
+                                       % (L.UNIQUE_ID_BYTES, len(data)))
+        self._c = L.UniqueIdC()
+        ctypes.memmove(ctypes.byref(self._c), data, L.UNIQUE_ID_BYTES)
+
+    @classmethod
+    def new(cls):
+        """strataGetUniqueId. Raises StrataError: strataInvalidUsage when no interface allowed by
+        STRATA_SOCKET_IFNAME is up, strataSystemError when the root cannot listen."""
+        c = L.UniqueIdC()
+        _check(L.lib().strataGetUniqueId(ctypes.byref(c)), "strataGetUniqueId")
+        return cls(ctypes.string_at(ctypes.byref(c), L.UNIQUE_ID_BYTES))
+
+    def __bytes__(self):
+        return ctypes.string_at(ctypes.byref(self._c), L.UNIQUE_ID_BYTES)
+
+    def __eq__(self, other):
+        return isinstance(other, UniqueId) and bytes(self) == bytes(other)
+
+    def __hash__(self):
+        return hash(bytes(self))
+
+    def __repr__(self):
+        return "<strata.UniqueId>"
+
+
+# ---------------------------------------------------------------------------------------------
+# Groups
+# ---------------------------------------------------------------------------------------------
+
+_tls = threading.local()
+
+
+def _group_frames():
+    frames = getattr(_tls, "frames", None)
+    if frames is None:
+        frames = _tls.frames = []
+    return frames
+
+
+@contextlib.contextmanager
+def group():
+    """strataGroupStart / strataGroupEnd around the block (they nest; the outermost end
+    launches). Calls inside with stream=None do not block: they all run at the end of the block,
+    which returns when they are complete; their buffers are kept alive until then. Calls with a
+    stream are queued on it as one unit at the end, and their Requests complete with it.
+    Use it for send/recv exchanges and to drive several communicators of one process
+    (Communicator.init_all) from one thread. Raises StrataError with the first error of the
+    grouped operations (all of them are completed or cancelled first)."""
+    _check(L.lib().strataGroupStart(), "strataGroupStart")
+    frames = _group_frames()
+    frames.append([])
+    failed = True
+    try:
+        yield
+        failed = False
+    finally:
+        frame = frames.pop()
+        rc = L.lib().strataGroupEnd()
+        err = None if rc == Result.SUCCESS else StrataError(rc, _last_error(), "strataGroupEnd")
+        if frames:
+            frames[-1].extend(frame)  # launched by the outer end, keep everything until then
+        else:
+            for item in frame:
+                if isinstance(item, Request):
+                    if err is None:
+                        item._stream._submit(item)
+                    else:
+                        item._finish(err)
+        if err is not None and not failed:
+            raise err
+
+
+def _in_group():
+    return bool(getattr(_tls, "frames", None))
+
+
+# ---------------------------------------------------------------------------------------------
+# Streams and requests
+# ---------------------------------------------------------------------------------------------
+
+
+def _run_callback(fn, req):
+    """A failing callback must not kill the thread that completes requests (the watcher): its
+    exception is printed, as concurrent.futures does."""
+    try:
+        fn(req)
+    except Exception:  # noqa: BLE001 - reported, then ignored
+        sys.stderr.write("strata: exception in a done callback of %r:\n" % (req,))
+        traceback.print_exc()
+
+
+class Request:
+    """One call queued on a Stream: a future for its output.
+
+    ``done()`` polls, ``wait(timeout)`` / ``result(timeout)`` block and return the output buffer
+    (the recvbuf of the call), ``exception()`` gives the StrataError of a failed call,
+    ``add_done_callback(fn)`` calls ``fn(request)`` once it has completed (at once if it has; else
+    from the thread that completes it: the stream's watcher thread, which this starts).
+    The request holds the call's buffers until it completes.
+
+    A stream reports completion per stream, not per call: a request completes when a
+    synchronize (or a query) of its stream, begun after the request was queued, returns; when
+    that synchronize reports an error, every request it completes carries it (strata says which
+    call failed in the message).
+    """
+
+    __slots__ = ("_stream", "name", "_buffers", "_output", "_seq", "_event", "_error",
+                 "_callbacks", "_lock")
+
+    def __init__(self, stream, name, buffers, output):
+        self._stream = stream
+        self.name = name
+        self._buffers = buffers
+        self._output = output
+        self._seq = None
+        self._event = threading.Event()
+        self._error = None
+        self._callbacks = []
+        self._lock = threading.Lock()
+
+    def _finish(self, error):
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._error = error
+            self._buffers = None
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            _run_callback(fn, self)
+
+    def done(self):
+        """True once the call has completed (successfully or not). Never blocks long."""
+        if not self._event.is_set() and self._seq is not None:
+            self._stream._poll()
+        return self._event.is_set()
+
+    def wait(self, timeout=None):
+        """Blocks until the call completed; returns its output buffer. timeout: seconds (None:
+        no limit; strata's own deadline, STRATA_TIMEOUT, still applies). Raises TimeoutError
+        when timeout passes first, StrataError when the call failed."""
+        if not self._event.is_set():
+            if self._seq is None:
+                raise StrataError(Result.INVALID_USAGE, "the request is in an open group: it is "
+                                  "launched when the outermost `with strata.group()` ends",
+                                  "Request.wait")
+            self._stream._wait_for(self, timeout)
+        if not self._event.is_set():
+            raise TimeoutError("%s not complete after %s s" % (self.name, timeout))
+        if self._error is not None:
+            raise self._error
+        return self._output
+
+    result = wait
+
+    def exception(self, timeout=None):
+        """The StrataError of a failed call, None for a successful one (waits like wait())."""
+        try:
+            self.wait(timeout)
+        except StrataError as exc:
+            return exc
+        return None
+
+    def add_done_callback(self, fn):
+        """fn(request) once complete; runs at once when it is. Starts the stream's watcher."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(fn)
+                fn = None
+        if fn is not None:
+            _run_callback(fn, self)
+        else:
+            self._stream.start_watcher()
+
+    def __repr__(self):
+        state = "pending" if not self._event.is_set() else (
+            "failed" if self._error is not None else "done")
+        return "<strata.Request %s %s>" % (self.name, state)
+
+
+class Stream:
+    """A strata host stream (strataStreamCreate): an in-order queue of calls run by its own
+    progress thread while the caller computes. All calls on one communicator that may be in
+    flight together must go through one stream (every rank queues them in the same order).
+
+    ``synchronize()`` blocks until everything queued has completed and raises the first error
+    since the previous synchronize; ``query()`` says whether all is done without blocking.
+    ``start_watcher()`` (done by Request.add_done_callback) starts a Python thread that
+    synchronizes whenever work is queued and completes the Requests, so callbacks and futures
+    complete without anyone calling synchronize. ``destroy()`` (or leaving ``with``) waits for
+    the queued work and frees the stream.
+    """
+
+    def __init__(self):
+        h = L.stream_t()
+        _check(L.lib().strataStreamCreate(ctypes.byref(h)), "strataStreamCreate")
+        self._handle = h.value
+        self._cond = threading.Condition(threading.Lock())
+        self._sync_lock = threading.Lock()  # one C synchronize/query at a time
+        self._pending = collections.deque()
+        self._issued = 0
+        self._unreported = None
+        self._watcher = None
+        self._closing = False
+
+    @property
+    def handle(self):
+        """The strataStream_t (int). ClosedError after destroy()."""
+        h = self._handle
+        if h is None:
+            raise ClosedError("the stream was destroyed", "Stream")
+        return h
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    def _submit(self, req):
+        with self._cond:
+            self._issued += 1
+            req._seq = self._issued
+            self._pending.append(req)
+            self._cond.notify_all()
+
+    def _complete_upto(self, n, error):
+        done = []
+        with self._cond:
+            while self._pending and self._pending[0]._seq <= n:
+                done.append(self._pending.popleft())
+            if error is not None and self._unreported is None:
+                self._unreported = error
+            self._cond.notify_all()
+        for req in done:
+            req._finish(error)
+
+    def _sync_once(self, blocking):
+        """One C synchronize (blocking) or query; completes what it covers. Returns False when a
+        query found work in flight (or another thread is synchronizing)."""
+        if not self._sync_lock.acquire(blocking):
+            return False
+        try:
+            h = self._handle
+            if h is None:
+                return True
+            with self._cond:
+                n = self._issued
+            if blocking:
+                rc = L.lib().strataStreamSynchronize(h)
+            else:
+                rc = L.lib().strataStreamQuery(h)
+                if rc == Result.IN_PROGRESS:
+                    return False
+            err = None
+            if rc != Result.SUCCESS:
+                fn = "strataStreamSynchronize" if blocking else "strataStreamQuery"
+                err = StrataError(rc, _last_error(), fn)
+            self._complete_upto(n, err)
+            return True
+        finally:
+            self._sync_lock.release()
+
+    def _poll(self):
+        self._sync_once(False)
+
+    def _wait_for(self, req, timeout):
+        if self._watcher is not None:
+            req._event.wait(timeout)
+            return
+        if timeout is None:
+            while not req._event.is_set():
+                self._sync_once(True)
+            return
+        # A bounded wait cannot sit in a C synchronize: poll until the deadline.
+        deadline = time.monotonic() + timeout
+        while not req._event.is_set():
+            self._sync_once(False)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            req._event.wait(min(left, 0.001))
+
+    def _raise_unreported(self):
+        with self._cond:
+            err, self._unreported = self._unreported, None
+        if err is not None:
+            raise err
+
+    # -- public ------------------------------------------------------------------------------
+    def synchronize(self):
+        """Blocks until every call queued so far has completed. Raises the first StrataError of
+        the stream's calls since the previous synchronize (a peer's timeout or failure; later
+        calls on a failed communicator fail at once, strataInvalidUsage)."""
+        self.handle  # ClosedError when destroyed
+        if self._watcher is not None:
+            with self._cond:
+                target = self._issued
+                while self._pending and self._pending[0]._seq <= target:
+                    self._cond.wait()
+        else:
+            self._sync_once(True)
+        self._raise_unreported()
+
+    def query(self):
+        """True when nothing queued is pending, False while work runs; never blocks. Raises
+        like synchronize() when a call failed."""
+        self.handle
+        if self._watcher is not None:
+            with self._cond:
+                idle = not self._pending
+        else:
+            idle = self._sync_once(False)
+        if idle:
+            self._raise_unreported()
+        return idle
+
+    def start_watcher(self):
+        """Starts (once) the daemon thread that completes Requests as the stream drains."""
+        with self._cond:
+            if self._watcher is not None or self._closing:
+                return
+            t = threading.Thread(target=self._watch, name="strata-stream-watcher", daemon=True)
+            self._watcher = t
+        t.start()
+
+    def _watch(self):
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                if not self._pending and self._closing:
+                    return
+            self._sync_once(True)
+
+    def destroy(self):
+        """Waits for the queued work, stops the watcher, frees the stream (strataStreamDestroy).
+        A no-op when already destroyed. Errors of the queued work are not raised here (they
+        reach the Requests): call synchronize() first to see them."""
+        if self._handle is None:
+            return
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join()
+        self._sync_once(True)
+        with self._sync_lock:
+            h, self._handle = self._handle, None
+        if h is not None:
+            _check(L.lib().strataStreamDestroy(h), "strataStreamDestroy")
+
+    close = destroy
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def __del__(self):
+        try:
+            if getattr(self, "_handle", None) is not None:
+                self.destroy()
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Communicators
+# ---------------------------------------------------------------------------------------------
+
+TopoRank = collections.namedtuple("TopoRank", "node nnodes local_rank local_size")
+
+
+def _make_config(timeout, name, tune_file=None, blocking=True):
+    cfg = L.ConfigC()
+    cfg.size = ctypes.sizeof(L.ConfigC)
+    cfg.magic = L.CONFIG_MAGIC
+    cfg.version = L.VERSION_CODE
+    cfg.blocking = 1 if blocking else 0
+    if timeout is None:
+        cfg.timeoutMs = L.CONFIG_UNDEF_INT
+    else:
+        ms = int(round(float(timeout) * 1000))
+        if ms < 0 or ms > 2**31 - 1:
+            raise InvalidArgumentError("timeout %r s is outside 0 .. 2^31-1 ms" % (timeout,))
+        cfg.timeoutMs = ms
+    cfg.name = name.encode() if name is not None else None
+    cfg.tuneFile = os.fsencode(tune_file) if tune_file is not None else None
+    return cfg
+
+
+class Communicator:
+    """A strata communicator: nranks ranks that call collectives together.
+
+    ``Communicator(nranks, unique_id, rank, timeout=None, name=None, tune_file=None)`` is
+    strataCommInitRank (strataCommInitRankConfig with any keyword): collective over all nranks
+    ranks (processes or threads), which must call it concurrently with the same UniqueId; it
+    blocks until all have joined. timeout: seconds, the deadline of every blocking wait on this
+    communicator (default STRATA_TIMEOUT); name: a label for logs and errors; tune_file: a tuning
+    table of `collbench tune` (default STRATA_TUNE_FILE; the same on every rank). Raises
+    InvalidArgumentError for
+    nranks < 1 or rank outside [0, nranks); StrataError strataInvalidUsage when ranks disagree
+    on nranks, strataTimeout when some rank never joined (the message names it).
+
+    Collectives take numpy arrays or CPU tensors (see the module docstring) and return the
+    output buffer (stream=None) or a Request (stream given). After destroy() or abort() every
+    method raises ClosedError. Use as a context manager to destroy on exit.
+    """
+
+    def __init__(self, nranks, unique_id, rank, *, timeout=None, name=None, tune_file=None):
+        self._handle = None
+        for what, v in (("nranks", nranks), ("rank", rank)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise UnsupportedTypeError("%s must be an int, not %s" % (what, type(v).__name__))
+        if nranks < 1:
+            raise InvalidArgumentError("nranks must be >= 1, got %d" % nranks)
+        if not 0 <= rank < nranks:
+            raise InvalidArgumentError("rank %d is outside [0, %d)" % (rank, nranks))
+        if not isinstance(unique_id, UniqueId):
+            unique_id = UniqueId(unique_id)
+        h = L.comm_t()
+        if timeout is None and name is None and tune_file is None:
+            rc = L.lib().strataCommInitRank(ctypes.byref(h), nranks, unique_id._c, rank)
+            _check(rc, "strataCommInitRank")
+        else:
+            cfg = _make_config(timeout, name, tune_file)
+            rc = L.lib().strataCommInitRankConfig(ctypes.byref(h), nranks, unique_id._c, rank,
+                                                  ctypes.byref(cfg))
+            _check(rc, "strataCommInitRankConfig")
+        self._adopt(h.value)
+
+    def _adopt(self, handle):
+        self._handle = handle
+        n, r = ctypes.c_int(), ctypes.c_int()
+        _check(L.lib().strataCommCount(handle, ctypes.byref(n)), "strataCommCount")
+        _check(L.lib().strataCommUserRank(handle, ctypes.byref(r)), "strataCommUserRank")
+        self._size, self._rank = n.value, r.value
+
+    @classmethod
+    def _from_handle(cls, handle):
+        self = cls.__new__(cls)
+        self._handle = None
+        self._adopt(handle)
+        return self
+
+    @classmethod
+    def init_all(cls, ndev):
+        """strataCommInitAll: ndev communicators, ranks 0..ndev-1, all in this process. Drive them
+        from one thread inside ``with strata.group():``, or one thread per communicator.
+        Returns a list of ndev Communicators."""
+        if not isinstance(ndev, int) or ndev < 1:
+            raise InvalidArgumentError("ndev must be an int >= 1, got %r" % (ndev,))
+        arr = (L.comm_t * ndev)()
+        _check(L.lib().strataCommInitAll(arr, ndev, None), "strataCommInitAll")
+        return [cls._from_handle(arr[i]) for i in range(ndev)]
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def handle(self):
+        """The strataComm_t (int). ClosedError after destroy() or abort()."""
+        h = self._handle
+        if h is None:
+            raise ClosedError("the communicator was destroyed or aborted", "Communicator")
+        return h
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    @property
+    def rank(self):
+        """This rank's index in the communicator, 0 .. size-1."""
+        return self._rank
+
+    @property
+    def size(self):
+        """The number of ranks."""
+        return self._size
+
+    nranks = size
+
+    def __repr__(self):
+        return "<strata.Communicator rank %d of %d%s>" % (
+            self._rank, self._size, " closed" if self.closed else "")
+
+    def split(self, color, key=None, *, timeout=None, name=None, tune_file=None):
+        """strataCommSplit: ranks with the same color form a new communicator, ordered by key
+        (default: this rank). Collective over all ranks. color < 0 (STRATA_SPLIT_NOCOLOR = -1)
+        returns None. timeout, name, tune_file: as for the constructor (default: the
+        parent's)."""
+        out = L.comm_t()
+        key = self._rank if key is None else key
+        cfg = None
+        if timeout is not None or name is not None or tune_file is not None:
+            cfg = _make_config(timeout, name, tune_file)
+        rc = L.lib().strataCommSplit(self.handle, int(color), int(key), ctypes.byref(out),
+                                     ctypes.byref(cfg) if cfg is not None else None)
+        _check(rc, "strataCommSplit")
+        return None if not out.value else Communicator._from_handle(out.value)
+
+    def finalize(self):
+        """strataCommFinalize: waits for this communicator's queued stream work; collectives
+        are refused afterwards (destroy() still needed). Raises the first queued error."""
+        _check(L.lib().strataCommFinalize(self.handle), "strataCommFinalize")
+
+    def destroy(self):
+        """strataCommDestroy: frees the communicator (waits for queued work at most its
+        deadline, never for dead peers). Not collective. A no-op when already closed."""
+        h, self._handle = self._handle, None
+        if h is not None:
+            _check(L.lib().strataCommDestroy(h), "strataCommDestroy")
+
+    close = destroy
+
+    def abort(self):
+        """strataCommAbort: frees the communicator at once; a call blocked on it in another
+        thread raises StrataError (strataRemoteError) within about 0.1 s. A no-op when closed."""
+        h, self._handle = self._handle, None
+        if h is not None:
+            _check(L.lib().strataCommAbort(h), "strataCommAbort")
+
+    def async_error(self):
+        """strataCommGetAsyncError: Result.SUCCESS, or the first error of work run
+        asynchronously (stream calls) on this communicator."""
+        r = ctypes.c_int()
+        _check(L.lib().strataCommGetAsyncError(self.handle, ctypes.byref(r)),
+               "strataCommGetAsyncError")
+        return Result(r.value)
+
+    def topo_rank(self):
+        """strataCommTopoRank: TopoRank(node, nnodes, local_rank, local_size) of this rank."""
+        v = [ctypes.c_int() for _ in range(4)]
+        _check(L.lib().strataCommTopoRank(self.handle, *[ctypes.byref(x) for x in v]),
+               "strataCommTopoRank")
+        return TopoRank(*[x.value for x in v])
+
+    def phase_times(self):
+        """strataCommGetPhaseTimes of the last completed collective: dict with algorithm (str),
+        total (seconds), seconds (3 floats: the phases of "hier"), bytes (3 ints)."""
+        t = L.PhaseTimesC()
+        _check(L.lib().strataCommGetPhaseTimes(self.handle, ctypes.byref(t)),
+               "strataCommGetPhaseTimes")
+        return {"algorithm": t.algorithm.decode(), "total": t.totalSeconds,
+                "seconds": list(t.seconds), "bytes": list(t.bytes)}
+
+    def premul_sum(self, scalar, dtype):
+        """strataRedOpCreatePreMulSum: an op (int handle) computing sum_r(scalar_r * x_r) for
+        collectives of dtype (a DataType, its name, a numpy or torch dtype) on this
+        communicator; each rank may pass its own scalar. Free it with destroy_op()."""
+        dt = as_datatype(dtype)
+        s = scalar_bytes(scalar, dt)
+        op = ctypes.c_int()
+        rc = L.lib().strataRedOpCreatePreMulSum(ctypes.byref(op), s.ctypes.data, int(dt),
+                                                L.SCALAR_HOST_IMMEDIATE, self.handle)
+        _check(rc, "strataRedOpCreatePreMulSum")
+        return op.value
+
+    def destroy_op(self, op):
+        """strataRedOpDestroy of a premul_sum handle."""
+        _check(L.lib().strataRedOpDestroy(int(op), self.handle), "strataRedOpDestroy")
+
+    # -- calls -------------------------------------------------------------------------------
+    def _launch(self, fn, args, buffers, output, stream):
+        """Calls the C function; returns output, or a Request when stream is given."""
+        if stream is not None and not isinstance(stream, Stream):
+            raise UnsupportedTypeError("stream must be a strata.Stream or None, not %s"
+                                       % type(stream).__name__)
+        sh = stream.handle if stream is not None else None
+        rc = getattr(L.lib(), fn)(*args, self.handle, sh)
+        _check(rc, fn)
+        if stream is None:
+            if _in_group():
+                _group_frames()[-1].append(buffers)
+            return output
+        req = Request(stream, fn, buffers, output)
+        if _in_group():
+            _group_frames()[-1].append(req)
+        else:
+            stream._submit(req)
+        return req
+
+    @staticmethod
+    def _same_type(a, b, fn):
+        if a.dtype != b.dtype:
+            raise UnsupportedTypeError("%s and %s have different datatypes (%s, %s)"
+                                       % (a.name, b.name, a.dtype.name.lower(),
+                                          b.dtype.name.lower()), fn)
+
+    def _root(self, root, what="root"):
+        if not isinstance(root, int) or isinstance(root, bool):
+            raise UnsupportedTypeError("%s must be an int, not %s" % (what, type(root).__name__))
+        if not 0 <= root < self._size:
+            raise InvalidArgumentError("%s %d is outside [0, %d)" % (what, root, self._size))
+        return root
+
+    def all_reduce(self, sendbuf, recvbuf=None, op="sum", stream=None):
+        """strataAllReduce: every rank receives op over all ranks of sendbuf, element-wise.
+
+        sendbuf: array or tensor of n elements, any shape. recvbuf: n elements of the same
+        dtype (any shape), or None for in place (the result overwrites sendbuf). op: "sum",
+        "prod", "max", "min", "avg" (floats: each input times 1/nranks, then summed; integers:
+        the sum divided, truncating) or a premul_sum handle. Results are bitwise identical on
+        every rank. Returns recvbuf (or sendbuf in place), or a Request with a stream.
+        Raises UnsupportedTypeError for dtypes, InvalidArgumentError for sizes or layout."""
+        fn = "strataAllReduce"
+        s = describe(sendbuf, "sendbuf", writable=recvbuf is None, fn=fn)
+        r = s if recvbuf is None else describe(recvbuf, "recvbuf", writable=True, fn=fn)
+        self._same_type(s, r, fn)
+        if r.count != s.count:
+            raise InvalidArgumentError("recvbuf has %d elements, sendbuf %d: all_reduce needs the "
+                                       "same count" % (r.count, s.count), fn)
+        args = (s.ptr, r.ptr, s.count, int(s.dtype), _op(op))
+        return self._launch(fn, args, (s, r), r.obj, stream)
+
+    def broadcast(self, sendbuf, recvbuf=None, root=0, stream=None):
+        """strataBroadcast: root's n elements reach every rank.
+
+        sendbuf: on root, the data; elsewhere it is not read and may be None when recvbuf is
+        given. recvbuf: n elements of the same dtype, or None for in place (sendbuf receives).
+        Returns recvbuf (sendbuf in place), or a Request with a stream."""
+        fn = "strataBroadcast"
+        root = self._root(root)
+        if sendbuf is None and (recvbuf is None or self._rank == root):
+            raise InvalidArgumentError("sendbuf may be None only on non-root ranks with a recvbuf",
+                                       fn)
+        r = describe(recvbuf if recvbuf is not None else sendbuf,
+                     "recvbuf" if recvbuf is not None else "sendbuf", writable=True, fn=fn)
+        s = r if sendbuf is None or recvbuf is None else describe(sendbuf, "sendbuf", fn=fn)
+        self._same_type(s, r, fn)
+        if s.count != r.count:
+            raise InvalidArgumentError("recvbuf has %d elements, sendbuf %d: broadcast needs the "
+                                       "same count" % (r.count, s.count), fn)
+        sptr = s.ptr if sendbuf is not None else None
+        args = (sptr, r.ptr, r.count, int(r.dtype), root)
+        return self._launch(fn, args, (s, r), r.obj, stream)
+
+    def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, stream=None):
+        """strataReduce: op over all ranks of sendbuf (n elements) into root's recvbuf.
+
+        recvbuf: used on root only (n elements, same dtype; may be None elsewhere); None on root
+        means in place (sendbuf receives the result). Non-root buffers are never written.
+        Returns recvbuf (root; sendbuf in place) or None on other ranks, or a Request."""
+        fn = "strataReduce"
+        root = self._root(root)
+        is_root = self._rank == root
+        s = describe(sendbuf, "sendbuf", writable=is_root and recvbuf is None, fn=fn)
+        if recvbuf is None:
+            r = s if is_root else None
+        else:
+            r = describe(recvbuf, "recvbuf", writable=True, fn=fn)
+        if r is not None:
+            self._same_type(s, r, fn)
+            if is_root and r.count != s.count:
+                raise InvalidArgumentError("recvbuf has %d elements, sendbuf %d: reduce needs the "
+                                           "same count on root" % (r.count, s.count), fn)
+        rptr = r.ptr if r is not None else None
+        args = (s.ptr, rptr, s.count, int(s.dtype), _op(op), root)
+        out = r.obj if (r is not None and is_root) else None
+        return self._launch(fn, args, (s, r), out, stream)
+
+    def all_gather(self, sendbuf, recvbuf=None, stream=None):
+        """strataAllGather: rank r's n elements land at offset r*n of every rank's recvbuf.
+
+        recvbuf: nranks*n elements of the same dtype, or None for a new array/tensor of shape
+        (nranks, *sendbuf.shape). In place when sendbuf is recvbuf's block of this rank.
+        Returns recvbuf, or a Request with a stream."""
+        fn = "strataAllGather"
+        s = describe(sendbuf, "sendbuf", fn=fn)
+        if recvbuf is None:
+            recvbuf = empty_like(s, s.count * self._size, (self._size,) + tuple(sendbuf.shape))
+        r = describe(recvbuf, "recvbuf", writable=True, fn=fn)
+        self._same_type(s, r, fn)
+        if r.count != s.count * self._size:
+            raise InvalidArgumentError("recvbuf has %d elements; all_gather of %d elements over "
+                                       "%d ranks needs %d" % (r.count, s.count, self._size,
+                                                              s.count * self._size), fn)
+        args = (s.ptr, r.ptr, s.count, int(s.dtype))
+        return self._launch(fn, args, (s, r), r.obj, stream)
+
+    def reduce_scatter(self, sendbuf, recvbuf=None, op="sum", stream=None):
+        """strataReduceScatter: op over all ranks of sendbuf (nranks*n elements); rank r receives
+        block r (elements r*n .. (r+1)*n-1) in recvbuf (n elements).
+
+        recvbuf None: a new array/tensor, shape sendbuf.shape[1:] when sendbuf.shape[0] is
+        nranks, else (n,). In place when recvbuf is sendbuf's block of this rank.
+        Raises InvalidArgumentError when the counts do not fit. Returns recvbuf or a Request."""
+        fn = "strataReduceScatter"
+        s = describe(sendbuf, "sendbuf", fn=fn)
+        if recvbuf is None:
+            if s.count % self._size:
+                raise InvalidArgumentError("sendbuf has %d elements, not a multiple of the %d ranks"
+                                           % (s.count, self._size), fn)
+            n = s.count // self._size
+            shape = tuple(sendbuf.shape)
+            shape = shape[1:] if shape and shape[0] == self._size else (n,)
+            recvbuf = empty_like(s, n, shape)
+        r = describe(recvbuf, "recvbuf", writable=True, fn=fn)
+        self._same_type(s, r, fn)
+        if s.count != r.count * self._size:
+            raise InvalidArgumentError("sendbuf has %d elements; reduce_scatter into %d elements "
+                                       "per rank over %d ranks needs %d"
+                                       % (s.count, r.count, self._size, r.count * self._size), fn)
+        args = (s.ptr, r.ptr, r.count, int(r.dtype), _op(op))
+        return self._launch(fn, args, (s, r), r.obj, stream)
+
+    def send(self, sendbuf, peer, stream=None):
+        """strataSend: n elements of sendbuf to rank peer (matched in order with its recv of the
+        same byte count). Outside a group and without a stream it blocks until matched; sending
+        to oneself needs a group or a stream. Returns sendbuf or a Request."""
+        fn = "strataSend"
+        peer = self._root(peer, "peer")
+        s = describe(sendbuf, "sendbuf", fn=fn)
+        return self._launch(fn, (s.ptr, s.count, int(s.dtype), peer), (s,), s.obj, stream)
+
+    def recv(self, recvbuf, peer, stream=None):
+        """strataRecv: n elements from rank peer into recvbuf. Returns recvbuf or a Request."""
+        fn = "strataRecv"
+        peer = self._root(peer, "peer")
+        r = describe(recvbuf, "recvbuf", writable=True, fn=fn)
+        return self._launch(fn, (r.ptr, r.count, int(r.dtype), peer), (r,), r.obj, stream)
+
+    # -- context and cleanup -----------------------------------------------------------------
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def __del__(self):
+        try:
+            if getattr(self, "_handle", None) is not None:
+                self.destroy()
+        except Exception:
+            pass
