@@ -74,11 +74,11 @@ printf "# %-7s %18s %18s %16s %s\n" fabric "model err >= 1M" "model err < 1M" "t
 for fab in $fabrics; do
     [ -f "$out/$fab.compare.log" ] || continue
     read -r big small < <(awk '$1 ~ /^[0-9]+[KM]?$/ && $5 ~ /%$/ {
-            s = $1; e = $5; sub(/%/, "", e); e = (e < 0) ? -e : e
+            s = $1; e = $5; sub(/%/, "", e); e = e + 0; e = (e < 0) ? -e : e
             bytes = s; if (s ~ /K$/) bytes = s * 1024; if (s ~ /M$/) bytes = s * 1048576
             if (bytes + 0 >= 1048576) { if (e > b) b = e } else { if (e > m) m = e } }
             END { printf "%.1f %.1f\n", b, m }' "$out/$fab.compare.log")
-    worst=$(awk 'f && $1 ~ /^[0-9]+[KM]?$/ && NF >= 5 { if ($5 > w) w = $5 } /tuned\/best/ { f = 1 } END { printf "%.3f", w }' "$out/$fab.tune.log")
+    worst=$(awk 'f && $1 ~ /^[0-9]+[KM]?$/ && NF >= 5 { if ($5 + 0 > w) w = $5 + 0 } /tuned\/best/ { f = 1 } END { printf "%.3f", w }' "$out/$fab.tune.log")
     shares=$(grep '^# rail shares' "$out/$fab.tune.log" | sed 's/^# rail shares at [0-9]*[KM]*: //')
     printf "  %-7s %17s%% %17s%% %16s %s\n" "$fab" "$big" "$small" "$worst" "${shares:-n/a (one link)}"
 done

@@ -118,20 +118,28 @@ static double st_model_share(const st_model_fabric_t *fabric, const st_model_spl
     return (sum > 0) ? split->rail_share[rail] / sum : 1.0 / fabric->nrails;
 }
 
-/* Flat ring (ring.c) over n = g N ranks in node order, `channels` rings at once, channel c on rail
- * c % R. Each ring carries bytes/channels and its slowest link sets its pace: a node boundary, on a
- * rail shared by the channels mapped to it (or the window copy when there is one node). Latency:
+/* Flat ring (ring.c) over n = g N ranks in node order, `channels` rings at once. The hop that
+ * leaves a node is sent by its last local rank, g-1, whose rail (STRATA_RAIL_IFNAMES: local rank
+ * l sends through rail l mod R) carries the ring: channel c crosses on rail (g-1+c) mod R. Each
+ * ring carries bytes/channels and its slowest link sets its pace: a node boundary, on a rail
+ * shared by the channels mapped to it (or the window copy when there is one node). Latency:
  * every step waits for the slowest hop. The level one channel sees: */
+static int st_model_flat_rail(const st_model_fabric_t *fabric, int c)
+{
+    return (fabric->ranks_per_node - 1 + c) % fabric->nrails;
+}
+
 static void st_model_flat_level(const st_model_fabric_t *fabric, int channels, int c,
                                 st_model_level_t *level)
 {
-    int on_rail;
+    int on_rail = 0, rail = st_model_flat_rail(fabric, c);
 
     level->gamma = 0.0; /* counted once per rank by the callers */
     if (fabric->nodes > 1) {
-        on_rail = channels / fabric->nrails +
-                  ((c % fabric->nrails < channels % fabric->nrails) ? 1 : 0);
-        level->beta  = fmin(st_model_rail_beta(fabric, c % fabric->nrails) / on_rail,
+        for (int k = 0; k < channels; k++) {
+            on_rail += st_model_flat_rail(fabric, k) == rail;
+        }
+        level->beta  = fmin(st_model_rail_beta(fabric, rail) / on_rail,
                             fabric->intra.beta / channels);
         level->alpha = fmax(fabric->inter.alpha, fabric->intra.alpha);
     } else {
@@ -249,7 +257,8 @@ st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_s
             double ch = (split->channels > 0) ? split->channels : 1;
 
             time.phase[ST_MODEL_PH_INTER] -=
-                fmin(st_model_rail_credit(fabric, 0, 2.0 * (n - 1) / n * bytes / ch),
+                fmin(st_model_rail_credit(fabric, st_model_flat_rail(fabric, 0),
+                                          2.0 * (n - 1) / n * bytes / ch),
                      0.9 * time.phase[ST_MODEL_PH_INTER]);
         }
         time.total                    = time.phase[ST_MODEL_PH_INTER];

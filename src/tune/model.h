@@ -51,7 +51,8 @@ typedef struct st_model_fabric {
 /* How an all-reduce is split over phases, chunks, channels and rails: what tune will sweep. */
 typedef struct st_model_split {
     size_t chunk;      /* hier pipeline chunk in bytes; 0: the whole buffer is one chunk */
-    int    channels;   /* flat ring: concurrent rings, channel c on rail c % R; 0 is taken as 1 */
+    int    channels;   /* flat ring: concurrent rings, channel c on rail (g-1+c) % R
+                        * (a node's last local rank sends the hop out); 0 is taken as 1 */
     size_t small_max;  /* largest all-reduce the small-message algorithm takes; 0: none */
     double rail_share[ST_MODEL_MAX_RAILS]; /* share of the inter-node bytes rail r carries;
                                             * all 0: an even split (what hier does today) */

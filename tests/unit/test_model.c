@@ -126,12 +126,13 @@ static void test_ring_channels(void **state)
     st_model_time_t   t;
 
     fabric_2x4(&f, &s);
-    /* n = 8, S = 8e6 B, one channel on rail 0 (10e9, the windows are faster): per step the inter
-     * alpha 5 us: 2 x 7 x 5 = 70 us, + 2 x 7/8 x 8e6 / 10e9 = 1400 us: 1470 us */
+    /* n = 8, S = 8e6 B, one channel: it leaves each node from local rank g-1 = 3, on rail
+     * 3 mod 2 = 1 (5e9, the windows are faster): per step the inter alpha 5 us: 2 x 7 x 5 =
+     * 70 us, + 2 x 7/8 x 8e6 / 5e9 = 2800 us: 2870 us */
     assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_RING, 8e6, &t), ST_OK);
-    assert_close(t.total, 1470e-6);
-    /* two channels, 4e6 B each: on rail 0 70 + 700 = 770 us, on rail 1 (5e9) 70 + 1400 =
-     * 1470 us: equal channels are paced by the slow rail, no gain */
+    assert_close(t.total, 2870e-6);
+    /* two channels, 4e6 B each: channel 1 on rail 0: 70 + 700 = 770 us, channel 0 on rail 1:
+     * 70 + 1400 = 1470 us: equal channels are paced by the slow rail */
     s.channels = 2;
     assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_RING, 8e6, &t), ST_OK);
     assert_close(t.total, 1470e-6);

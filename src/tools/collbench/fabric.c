@@ -52,7 +52,7 @@
 #define CB_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define CB_MAX(a, b) ((a) > (b) ? (a) : (b))
 
-#define CB_FAB_MAX_ITERS   200
+#define CB_FAB_MAX_ITERS   1000
 #define CB_FAB_TARGET_S    0.3   /* seconds of timed iterations per measurement, about */
 #define CB_FAB_INTRA_BYTES ((size_t)4 << 20)
 #define CB_FAB_INTER_BYTES ((size_t)16 << 20)
