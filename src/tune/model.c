@@ -273,25 +273,23 @@ st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_s
         }
         time.total = st_model_pipeline(chunk_phase, ST_MODEL_NPHASES, chunks);
         if (fabric->nodes > 1) {
-            /* the slowest rail's credit, once per operation */
-            int    N = fabric->nodes, rb = -1;
-            double worst = 0.0, credit;
+            /* each rail's credit, once per operation: the rails finish together no earlier
+             * than the slowest of (its bytes/beta - its credit) */
+            int    N = fabric->nodes;
+            double tmax = 0.0, tcred = 0.0, credit;
 
             for (i = 0; i < fabric->nrails; i++) {
-                double w = st_model_share(fabric, split, i) / st_model_rail_beta(fabric, i);
+                double d = 2.0 * (N - 1) / N * st_model_share(fabric, split, i) * bytes;
+                double t = d / st_model_rail_beta(fabric, i);
 
-                if (st_model_share(fabric, split, i) > 0 && w > worst) {
-                    worst = w;
-                    rb    = i;
+                if (d > 0) {
+                    tmax  = fmax(tmax, t);
+                    tcred = fmax(tcred, t - st_model_rail_credit(fabric, i, d));
                 }
             }
-            if (rb >= 0) {
-                credit = fmin(st_model_rail_credit(fabric, rb, 2.0 * (N - 1) / N *
-                                                   st_model_share(fabric, split, rb) * bytes),
-                              0.9 * time.phase[ST_MODEL_PH_INTER]);
-                time.phase[ST_MODEL_PH_INTER] -= credit;
-                time.total -= credit;
-            }
+            credit = fmin(tmax - tcred, 0.9 * time.phase[ST_MODEL_PH_INTER]);
+            time.phase[ST_MODEL_PH_INTER] -= credit;
+            time.total -= credit;
         }
         break;
     case ST_MODEL_SMALL:

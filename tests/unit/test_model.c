@@ -177,7 +177,7 @@ static void test_small_and_choose(void **state)
  * A 32768 B burst saves 32768 / 10e9 = 3.2768 us: 12.89824 us. A 1e6 B burst saves all 65536 B:
  * 6.5536 us: 9.62144 us. Hier at 64e6 B: even shares, the slower rail 1 (0.5/5e9 > 0.5/10e9)
  * moves 2(N-1)/N x 0.5 x 64e6 = 32e6 B; a 1e6 B burst there saves 1e6 / 5e9 = 200 us of its
- * inter phase and of the total; a burst on rail 0 only saves nothing. */
+ * inter phase and of the total; a burst on rail 0 only saves nothing (rail 1 still ends last). */
 static void test_burst_credit(void **state)
 {
     st_model_fabric_t f;
@@ -203,6 +203,17 @@ static void test_burst_credit(void **state)
     assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t), ST_OK);
     assert_close(t.total, t0.total - 200e-6);
     assert_close(t.phase[ST_MODEL_PH_INTER], t0.phase[ST_MODEL_PH_INTER] - 200e-6);
+    /* shares 2/3 and 1/3 balance the rails: each moves its bytes in 32e6 x 2/3 / 10e9 =
+     * 32e6 x 1/3 / 5e9 = 2133.33 us; credits of 1e6 / 10e9 = 100 us on rail 0 and 1e6 / 5e9 =
+     * 200 us on rail 1 end them at 2033.33 and 1933.33 us: the operation gains 100 us, the
+     * smaller credit, not the slow rail's 200 */
+    s.rail_share[0] = 2.0 / 3.0;
+    s.rail_share[1] = 1.0 / 3.0;
+    f.rail_burst[0] = f.rail_burst[1] = 0;
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t0), ST_OK);
+    f.rail_burst[0] = f.rail_burst[1] = 1e6;
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t), ST_OK);
+    assert_close(t.total, t0.total - 100e-6);
     f.rail_burst[1] = -1;
     assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
 }
