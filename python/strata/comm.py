@@ -274,7 +274,25 @@ class Request:
         return "<strata.Request %s %s>" % (self.name, state)
 
 
-class Stream:
+class _Handle:
+    """A C handle (self._handle) released by destroy(): `with` blocks and garbage collection
+    destroy it too (errors at collection are dropped)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def __del__(self):
+        try:
+            if getattr(self, "_handle", None) is not None:
+                self.destroy()
+        except Exception:
+            pass
+
+
+class Stream(_Handle):
     """A strata host stream (strataStreamCreate): an in-order queue of calls run by its own
     progress thread while the caller computes. All calls on one communicator that may be in
     flight together must go through one stream (every rank queues them in the same order).
@@ -447,19 +465,6 @@ class Stream:
 
     close = destroy
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.destroy()
-
-    def __del__(self):
-        try:
-            if getattr(self, "_handle", None) is not None:
-                self.destroy()
-        except Exception:
-            pass
-
 
 # ---------------------------------------------------------------------------------------------
 # Communicators
@@ -486,7 +491,7 @@ def _make_config(timeout, name, tune_file=None, blocking=True):
     return cfg
 
 
-class Communicator:
+class Communicator(_Handle):
     """A strata communicator: nranks ranks that call collectives together.
 
     ``Communicator(nranks, unique_id, rank, timeout=None, name=None, tune_file=None)`` is
@@ -815,17 +820,3 @@ class Communicator:
         peer = self._root(peer, "peer")
         r = describe(recvbuf, "recvbuf", writable=True, fn=fn)
         return self._launch(fn, (r.ptr, r.count, int(r.dtype), peer), (r,), r.obj, stream)
-
-    # -- context and cleanup -----------------------------------------------------------------
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.destroy()
-
-    def __del__(self):
-        try:
-            if getattr(self, "_handle", None) is not None:
-                self.destroy()
-        except Exception:
-            pass

@@ -338,15 +338,17 @@ static st_status_t st_comm_ring_coll(st_comm_t *comm, st_coll_type_t type, const
     return st_coll_run(&args, 1);
 }
 
-/* An all-reduce of one int32 with op. */
-static st_status_t st_comm_allreduce_i32(st_comm_t *comm, int32_t *value, strataRedOp_t op)
+/* An all-reduce of n (at most 4) int32 with op, in place. */
+static st_status_t st_comm_allreduce_i32(st_comm_t *comm, int32_t *values, int n,
+                                         strataRedOp_t op)
 {
-    int32_t in = *value;
+    int32_t in[4];
 
     if (comm->nranks == 1) {
         return ST_OK;
     }
-    return st_comm_ring_coll(comm, ST_COLL_ALLREDUCE, &in, value, 1, strataInt32, op);
+    memcpy(in, values, (size_t)n * sizeof(*in));
+    return st_comm_ring_coll(comm, ST_COLL_ALLREDUCE, in, values, (size_t)n, strataInt32, op);
 }
 
 /* Returns when every rank of comm has returned from st_comm_connect. UCX attaches a same-node
@@ -356,23 +358,33 @@ static st_status_t st_comm_barrier(st_comm_t *comm)
 {
     int32_t one = 1;
 
-    return st_comm_allreduce_i32(comm, &one, strataSum);
+    return st_comm_allreduce_i32(comm, &one, 1, strataSum);
 }
 
-st_status_t st_comm_agree(st_comm_t *comm, st_status_t status)
+/* The agreement of st_comm_agree on the values' first element, the others reduced with it. */
+static st_status_t st_comm_agree_with(st_comm_t *comm, st_status_t status, int32_t *values, int n)
 {
-    int32_t     value = (int32_t)status;
+    int32_t     value;
     st_status_t ret;
 
-    ret = st_comm_allreduce_i32(comm, &value, strataMin);
+    values[0] = (int32_t)status;
+    ret = st_comm_allreduce_i32(comm, values, n, strataMin);
     if (ret != ST_OK) {
         return ret;
     }
+    value = values[0];
     if (value < 0 && status == ST_OK) {
         st_error(ST_SUB_INIT, "%s rank %d: another rank failed: %s", comm->name, comm->rank,
                  st_status_str((st_status_t)value));
     }
     return (value < 0) ? (st_status_t)value : ST_OK;
+}
+
+st_status_t st_comm_agree(st_comm_t *comm, st_status_t status)
+{
+    int32_t value;
+
+    return st_comm_agree_with(comm, status, &value, 1);
 }
 
 st_status_t st_comm_progress(st_comm_t *comm)
@@ -504,13 +516,14 @@ out:
  * boundaries must be the same on every rank. Collective over comm. */
 static st_status_t st_comm_tune(st_comm_t *comm)
 {
-    int32_t lo, hi;
+    st_status_t status = st_tune_policy_init(comm, comm->tune_file);
+    int32_t     v[3];
 
-    ST_CHECK(st_comm_agree(comm, st_tune_policy_init(comm, comm->tune_file)));
-    lo = hi = (int32_t)st_tune_policy_hash(comm);
-    ST_CHECK(st_comm_allreduce_i32(comm, &lo, strataMin));
-    ST_CHECK(st_comm_allreduce_i32(comm, &hi, strataMax));
-    if (lo != hi) {
+    /* one round: the status, and the digest's min and max (as min of its negation) */
+    v[1] = (int32_t)st_tune_policy_hash(comm);
+    v[2] = -v[1];
+    ST_CHECK(st_comm_agree_with(comm, status, v, 3));
+    if (v[1] != -v[2]) {
         st_warn(ST_SUB_TUNE, "%s: the ranks' tuning differs (a tuning table or fabric profile "
                 "missing or different on some node, or different STRATA_PIPELINE_DEPTH, "
                 "STRATA_HIER_CHUNK_SIZE or STRATA_RAIL_SHARES): every rank drops its table, "

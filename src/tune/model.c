@@ -148,26 +148,36 @@ static void st_model_flat_level(const st_model_fabric_t *fabric, int channels, i
     }
 }
 
-/* The flat ring all-reduce: the slowest channel, plus the rank's reduction of all channels. */
-static double st_model_ring_flat(const st_model_fabric_t *fabric, const st_model_split_t *split,
-                                 double bytes)
+/* The slowest of the flat ring's channels, each running `ring` (the textbook all-reduce or
+ * all-gather) over all n ranks on its bytes/channels. */
+static double st_model_flat_worst(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                                  double bytes,
+                                  double (*ring)(int, double, const st_model_level_t *))
 {
     int              n        = fabric->ranks_per_node * fabric->nodes;
     int              channels = (split->channels > 0) ? split->channels : 1;
     double           worst    = 0.0;
     st_model_level_t level;
-    int              c;
+
+    for (int c = 0; c < channels; c++) {
+        st_model_flat_level(fabric, channels, c, &level);
+        worst = fmax(worst, ring(n, bytes / channels, &level));
+    }
+    return worst;
+}
+
+/* The flat ring all-reduce: the slowest channel, plus the rank's reduction of all channels. */
+static double st_model_ring_flat(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                                 double bytes)
+{
+    int n = fabric->ranks_per_node * fabric->nodes;
 
     if (n <= 1) {
         return 0.0;
     }
-    for (c = 0; c < channels; c++) {
-        st_model_flat_level(fabric, channels, c, &level);
-        worst = fmax(worst, st_model_ring_allreduce(n, bytes / channels, &level));
-    }
-    return worst + st_model_reduce_time((double)(n - 1) / n * bytes,
-                                        fabric->nodes > 1 ? fabric->inter.gamma
-                                                          : fabric->intra.gamma);
+    return st_model_flat_worst(fabric, split, bytes, st_model_ring_allreduce) +
+           st_model_reduce_time((double)(n - 1) / n * bytes,
+                                fabric->nodes > 1 ? fabric->inter.gamma : fabric->intra.gamma);
 }
 
 /* hier (hier.c) on one chunk of `bytes`, phase by phase. This project's own composition of
@@ -233,6 +243,27 @@ static double st_model_small(const st_model_fabric_t *fabric, double bytes)
     return t;
 }
 
+/* What the rails' burst credits save a hierarchical all-reduce of `bytes`, once per operation:
+ * the rails end together no earlier than the slowest of (its bytes/beta - its credit), so the
+ * gain is max_r D_r/beta_r - max_r (D_r/beta_r - credit_r), D_r = 2(N-1)/N share_r bytes. */
+static double st_model_hier_credit(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                                   double bytes)
+{
+    int    N = fabric->nodes;
+    double tmax = 0.0, tcred = 0.0;
+
+    for (int r = 0; r < fabric->nrails; r++) {
+        double d = 2.0 * (N - 1) / N * st_model_share(fabric, split, r) * bytes;
+        double t = d / st_model_rail_beta(fabric, r);
+
+        if (d > 0) {
+            tmax  = fmax(tmax, t);
+            tcred = fmax(tcred, t - st_model_rail_credit(fabric, r, d));
+        }
+    }
+    return tmax - tcred;
+}
+
 st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_split_t *split,
                                st_model_algo_t algo, double bytes, st_model_time_t *time_p)
 {
@@ -273,21 +304,9 @@ st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_s
         }
         time.total = st_model_pipeline(chunk_phase, ST_MODEL_NPHASES, chunks);
         if (fabric->nodes > 1) {
-            /* each rail's credit, once per operation: the rails finish together no earlier
-             * than the slowest of (its bytes/beta - its credit) */
-            int    N = fabric->nodes;
-            double tmax = 0.0, tcred = 0.0, credit;
+            double credit = fmin(st_model_hier_credit(fabric, split, bytes),
+                                 0.9 * time.phase[ST_MODEL_PH_INTER]);
 
-            for (i = 0; i < fabric->nrails; i++) {
-                double d = 2.0 * (N - 1) / N * st_model_share(fabric, split, i) * bytes;
-                double t = d / st_model_rail_beta(fabric, i);
-
-                if (d > 0) {
-                    tmax  = fmax(tmax, t);
-                    tcred = fmax(tcred, t - st_model_rail_credit(fabric, i, d));
-                }
-            }
-            credit = fmin(tmax - tcred, 0.9 * time.phase[ST_MODEL_PH_INTER]);
             time.phase[ST_MODEL_PH_INTER] -= credit;
             time.total -= credit;
         }
@@ -369,17 +388,9 @@ st_status_t st_model_best_chunk(const st_model_fabric_t *fabric, const st_model_
 double st_model_flat_allgather(const st_model_fabric_t *fabric, const st_model_split_t *split,
                                double bytes_per_rank)
 {
-    int              n        = fabric->ranks_per_node * fabric->nodes;
-    int              channels = (split->channels > 0) ? split->channels : 1;
-    double           worst    = 0.0;
-    st_model_level_t level;
-    int              c;
+    double n = (double)fabric->ranks_per_node * fabric->nodes;
 
-    for (c = 0; c < channels; c++) {
-        st_model_flat_level(fabric, channels, c, &level);
-        worst = fmax(worst, st_model_ring_allgather(n, n * bytes_per_rank / channels, &level));
-    }
-    return worst;
+    return st_model_flat_worst(fabric, split, n * bytes_per_rank, st_model_ring_allgather);
 }
 
 /* This project's own: `buckets` equal buckets of comm/buckets each; bucket i (1-based) is ready at

@@ -27,21 +27,6 @@ static int st_tune_env_set(const char *name, const char *ignore)
     return v != NULL && v[0] != '\0' && (ignore == NULL || strcmp(v, ignore) != 0);
 }
 
-/* Distinct rails: the entries of STRATA_RAIL_IFNAMES, or 1. */
-static int st_tune_nics(void)
-{
-    const char *list = st_core_config.rail_ifnames;
-    int         n = 1;
-
-    if (list == NULL || list[0] == '\0') {
-        return 1;
-    }
-    for (const char *p = list; *p != '\0'; p++) {
-        n += (*p == ',');
-    }
-    return ST_MIN(n, ST_MODEL_MAX_RAILS);
-}
-
 /* "2,1" -> shares 2/3, 1/3 of nics rails. ST_ERR_INVALID (logged) when malformed. */
 static st_status_t st_tune_parse_shares(const char *str, int nics, double *share)
 {
@@ -86,14 +71,11 @@ static st_status_t st_tune_parse_shares(const char *str, int nics, double *share
 /* Shard j of a chunk goes over the rail of its owner (local rank j), rail j mod nics: each shard
  * gets its rail's share divided among the rail's shards. Only with equal nodes (otherwise a
  * shard's owners sit on different rails of different nodes). */
-static void st_tune_set_shares(st_tune_policy_t *p, const st_comm_t *comm, const double *share)
+static void st_tune_set_shares(st_tune_policy_t *p, const st_comm_t *comm, int equal,
+                               const double *share)
 {
     int per_rail[ST_MODEL_MAX_RAILS] = {0};
-    int equal = 1;
 
-    for (int node = 0; node < comm->nnodes; node++) {
-        equal &= st_topo_local_size(comm->topo, node) == p->nshards;
-    }
     if (!equal || comm->nnodes < 2 || p->nics < 2 ||
         p->nshards > (int)(sizeof(p->shard_cum) / sizeof(p->shard_cum[0])) - 1) {
         return;
@@ -132,6 +114,7 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
     const char       *profile = st_core_config.profile_file;
     char              err[1024], shares[128], window[32];
     int               have_share = 0, equal = 1;
+    int               env_depth = st_tune_env_set("PIPELINE_DEPTH", NULL);
 
     p = calloc(1, sizeof(*p));
     if (p == NULL) {
@@ -141,7 +124,7 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
     p->depth        = st_core_config.pipeline_depth;
     p->window_chunk = 0;
     p->nshards      = st_topo_nrails(comm->topo);
-    p->nics         = st_tune_nics();
+    p->nics         = st_tune_count_rails(st_core_config.rail_ifnames);
     p->env_algo     = st_tune_env_set("ALGO", "auto");
     p->env_chunk    = st_tune_env_set("HIER_CHUNK_SIZE", "auto");
     p->env_small    = st_tune_env_set("SMALL_THRESHOLD", NULL);
@@ -196,7 +179,7 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
         if (!p->env_chunk) {
             p->window_chunk = max_chunk;
         }
-        if (!st_tune_env_set("PIPELINE_DEPTH", NULL) && p->table.pipeline_depth > 0) {
+        if (!env_depth && p->table.pipeline_depth > 0) {
             p->depth = p->table.pipeline_depth;
         }
         for (int r = 0; r < p->nics; r++) {
@@ -213,7 +196,7 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
                 sizeof(p->source) - strlen(p->source) - 1);
     }
     if (have_share) {
-        st_tune_set_shares(p, comm, share);
+        st_tune_set_shares(p, comm, equal, share);
     }
     if (p->have_shares) {
         /* what the shards really get (a NIC's share divided among its local ranks) */
@@ -235,7 +218,7 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
     }
     st_info(ST_SUB_TUNE, "%s: tuning from %s; pipeline depth %u%s, window slots %s, shard shares "
             "%s%s%s%s", comm->name, p->source, p->depth,
-            st_tune_env_set("PIPELINE_DEPTH", NULL) ? " (STRATA_PIPELINE_DEPTH)" : "", window,
+            env_depth ? " (STRATA_PIPELINE_DEPTH)" : "", window,
             shares, p->env_algo ? "; STRATA_ALGO overrides the algorithm" : "",
             p->env_chunk && p->have_table ? "; STRATA_HIER_CHUNK_SIZE overrides the chunks" : "",
             p->env_small && p->have_table ? "; STRATA_SMALL_THRESHOLD overrides the handover"
@@ -335,22 +318,30 @@ size_t st_tune_policy_shard_max(const st_comm_t *comm, size_t units, int nshards
     return best;
 }
 
+static uint32_t st_tune_fnv(uint32_t h, const void *data, size_t len)
+{
+    const unsigned char *b = data;
+
+    for (size_t k = 0; k < len; k++) {
+        h = (h ^ b[k]) * 16777619u; /* FNV-1a */
+    }
+    return h;
+}
+
 uint32_t st_tune_policy_hash(const st_comm_t *comm)
 {
     const st_tune_policy_t *p = comm->tune;
-    uint32_t                h = 2166136261u; /* FNV-1a */
-    const unsigned char    *parts[] = {(const void *)&p->have_table, (const void *)&p->table,
-                                       (const void *)&p->depth, (const void *)&p->window_chunk,
-                                       (const void *)&p->have_shares, (const void *)p->shard_cum};
-    const size_t            lens[] = {sizeof(p->have_table), sizeof(p->table), sizeof(p->depth),
-                                      sizeof(p->window_chunk), sizeof(p->have_shares),
-                                      sizeof(p->shard_cum)};
+    uint32_t                h = 2166136261u;
 
-    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
-        for (size_t k = 0; k < lens[i]; k++) {
-            h = (h ^ parts[i][k]) * 16777619u;
-        }
+    if (p == NULL) {
+        return 0; /* init ran out of memory: its status says so */
     }
+    h = st_tune_fnv(h, &p->have_table, sizeof(p->have_table));
+    h = st_tune_fnv(h, &p->table, sizeof(p->table));
+    h = st_tune_fnv(h, &p->depth, sizeof(p->depth));
+    h = st_tune_fnv(h, &p->window_chunk, sizeof(p->window_chunk));
+    h = st_tune_fnv(h, &p->have_shares, sizeof(p->have_shares));
+    h = st_tune_fnv(h, p->shard_cum, sizeof(p->shard_cum));
     return h & 0x7fffffffu;
 }
 

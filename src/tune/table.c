@@ -25,6 +25,19 @@ const char *st_tune_algo_name(int algo)
     return (algo >= 0 && algo < ST_MODEL_NALGOS) ? st_tune_algo_names[algo] : "unknown";
 }
 
+int st_tune_count_rails(const char *list)
+{
+    int n = 1;
+
+    if (list == NULL || list[0] == '\0') {
+        return 1;
+    }
+    for (; *list != '\0'; list++) {
+        n += (*list == ',');
+    }
+    return (n < ST_MODEL_MAX_RAILS) ? n : ST_MODEL_MAX_RAILS;
+}
+
 int st_tune_algo_parse(const char *name)
 {
     for (int a = 0; a < ST_MODEL_NALGOS; a++) {
@@ -204,6 +217,33 @@ static int st_json_layout(json_t *root, int *g, int *n, int *r)
            st_json_int(layout, "nodes", n) && st_json_int(layout, "rails", r);
 }
 
+/* An optional member `key` (absent or null: dst untouched): an array of n finite numbers >= 0,
+ * one per rail. 0, with the reason in err, when it is anything else. */
+static int st_json_rail_numbers(json_t *root, const char *key, int n, double *dst,
+                                const char *path, char *err, size_t errlen)
+{
+    json_t *arr = json_object_get(root, key), *e;
+    size_t  i;
+
+    if (arr == NULL || json_is_null(arr)) {
+        return 1;
+    }
+    if (!json_is_array(arr) || json_array_size(arr) != (size_t)n || n > ST_MODEL_MAX_RAILS) {
+        st_tune_fail(err, errlen, "%s: \"%s\" must be an array of %d numbers (one per rail)",
+                     path, key, n);
+        return 0;
+    }
+    json_array_foreach(arr, i, e) {
+        if (!json_is_number(e) || !(json_number_value(e) >= 0) ||
+            !isfinite(json_number_value(e))) {
+            st_tune_fail(err, errlen, "%s: %s[%zu] is not a number >= 0", path, key, i);
+            return 0;
+        }
+        dst[i] = json_number_value(e);
+    }
+    return 1;
+}
+
 static json_t *st_json_layout_new(int g, int n, int r)
 {
     return json_pack("{s:i, s:i, s:i}", "ranks_per_node", g, "nodes", n, "rails", r);
@@ -222,8 +262,8 @@ static st_status_t st_json_save(json_t *root, const char *path)
 st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *err, size_t errlen)
 {
     st_tune_table_t t;
-    json_t         *root, *entries, *shares, *e;
-    size_t          i, depth;
+    json_t         *root, *entries, *jdepth, *e;
+    size_t          i;
     st_status_t     status = ST_ERR_INVALID;
 
     memset(&t, 0, sizeof(t));
@@ -236,29 +276,16 @@ st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *e
                      path);
         goto out;
     }
-    if (json_is_null(json_object_get(root, "pipeline_depth"))) {
-        depth = 0; /* as absent: STRATA_PIPELINE_DEPTH */
-    } else if (!st_json_size(root, "pipeline_depth", &depth, 1, 0) || depth > 16 ||
-               (depth == 0 && json_object_get(root, "pipeline_depth") != NULL)) {
+    jdepth = json_object_get(root, "pipeline_depth"); /* absent or null: STRATA_PIPELINE_DEPTH */
+    if (jdepth != NULL && !json_is_null(jdepth) &&
+        (!json_is_integer(jdepth) || json_integer_value(jdepth) < 1 ||
+         json_integer_value(jdepth) > 16)) {
         st_tune_fail(err, errlen, "%s: \"pipeline_depth\" must be an integer in 1..16", path);
         goto out;
     }
-    t.pipeline_depth = (unsigned)depth;
-    shares = json_object_get(root, "rail_shares");
-    if (shares != NULL && !json_is_null(shares)) {
-        if (!json_is_array(shares) || json_array_size(shares) != (size_t)t.nrails ||
-            t.nrails > ST_MODEL_MAX_RAILS) {
-            st_tune_fail(err, errlen, "%s: \"rail_shares\" must be an array of %d numbers (one "
-                         "per rail)", path, t.nrails);
-            goto out;
-        }
-        json_array_foreach(shares, i, e) {
-            if (!json_is_number(e)) {
-                st_tune_fail(err, errlen, "%s: rail_shares[%zu] is not a number", path, i);
-                goto out;
-            }
-            t.rail_share[i] = json_number_value(e);
-        }
+    t.pipeline_depth = json_is_integer(jdepth) ? (unsigned)json_integer_value(jdepth) : 0;
+    if (!st_json_rail_numbers(root, "rail_shares", t.nrails, t.rail_share, path, err, errlen)) {
+        goto out;
     }
     entries = json_object_get(root, "allreduce");
     if (!json_is_array(entries) || json_array_size(entries) == 0 ||
@@ -288,10 +315,9 @@ st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *e
                          "null", path, i);
             goto out;
         }
-        if (!st_json_size(e, "hier_chunk", &te->hier_chunk, 1, 0) ||
-            (te->hier_chunk != 0 && (te->hier_chunk < 64 || te->hier_chunk > ST_TUNE_MAX_CHUNK))) {
-            st_tune_fail(err, errlen, "%s: allreduce[%zu]: \"hier_chunk\" must be a byte count "
-                         "in 64 .. %zu", path, i, (size_t)ST_TUNE_MAX_CHUNK);
+        if (!st_json_size(e, "hier_chunk", &te->hier_chunk, 1, 0)) { /* range: table_check */
+            st_tune_fail(err, errlen, "%s: allreduce[%zu]: \"hier_chunk\" must be a byte count",
+                         path, i);
             goto out;
         }
         if (te->algo != ST_MODEL_HIER) {
@@ -367,8 +393,7 @@ static int st_json_level(json_t *root, const char *key, st_model_level_t *level)
 st_status_t st_profile_read(const char *path, st_model_fabric_t *fabric, char *err, size_t errlen)
 {
     st_model_fabric_t f;
-    json_t           *root, *rails, *e;
-    size_t            i;
+    json_t           *root;
     st_status_t       status = ST_ERR_INVALID;
 
     memset(&f, 0, sizeof(f));
@@ -387,38 +412,11 @@ st_status_t st_profile_read(const char *path, st_model_fabric_t *fabric, char *e
                      "and gamma_Bps >= 0 (numbers)", path);
         goto out;
     }
-    rails = json_object_get(root, "rail_beta_Bps");
-    if (rails != NULL) {
-        if (!json_is_array(rails) || json_array_size(rails) != (size_t)f.nrails) {
-            st_tune_fail(err, errlen, "%s: \"rail_beta_Bps\" must hold %d numbers", path,
-                         f.nrails);
-            goto out;
-        }
-        json_array_foreach(rails, i, e) {
-            if (!json_is_number(e) || !(json_number_value(e) >= 0) ||
-                !isfinite(json_number_value(e))) {
-                st_tune_fail(err, errlen, "%s: rail_beta_Bps[%zu] is not a number >= 0", path, i);
-                goto out;
-            }
-            f.rail_beta[i] = json_number_value(e);
-        }
-    }
-    rails = json_object_get(root, "rail_burst_bytes");
-    if (rails != NULL) {
-        if (!json_is_array(rails) || json_array_size(rails) != (size_t)f.nrails) {
-            st_tune_fail(err, errlen, "%s: \"rail_burst_bytes\" must hold %d numbers", path,
-                         f.nrails);
-            goto out;
-        }
-        json_array_foreach(rails, i, e) {
-            if (!json_is_number(e) || !(json_number_value(e) >= 0) ||
-                !isfinite(json_number_value(e))) {
-                st_tune_fail(err, errlen, "%s: rail_burst_bytes[%zu] is not a number >= 0", path,
-                             i);
-                goto out;
-            }
-            f.rail_burst[i] = json_number_value(e);
-        }
+    if (!st_json_rail_numbers(root, "rail_beta_Bps", f.nrails, f.rail_beta, path, err,
+                              errlen) ||
+        !st_json_rail_numbers(root, "rail_burst_bytes", f.nrails, f.rail_burst, path, err,
+                              errlen)) {
+        goto out;
     }
     if (st_model_fabric_check(&f) != ST_OK) {
         st_tune_fail(err, errlen, "%s: the fabric it describes is not valid", path);

@@ -82,6 +82,10 @@ st_status_t st_profile_read(const char *path, st_model_fabric_t *fabric, char *e
 st_status_t st_profile_write(const char *path, const st_model_fabric_t *fabric,
                              const char *samples_json, const char *comment);
 
+/* Distinct rails named by a STRATA_RAIL_IFNAMES value (its comma-separated entries, at most
+ * ST_MODEL_MAX_RAILS), or 1 when it is NULL or empty. */
+int st_tune_count_rails(const char *list);
+
 /* Names of st_model_algo_t values in the files: "ring", "hier", "small". */
 const char *st_tune_algo_name(int algo);
 /* The value for a name, or -1. */
@@ -89,9 +93,9 @@ int         st_tune_algo_parse(const char *name);
 
 /* The chunks the model chooses among (st_tune_table_from_model in the library and in collbench
  * model --compare). Above 1 MiB a chunk's shards cross the network as messages so large that the
- * pipeline overlaps less than the model assumes: on 2 emulated nodes x 2 ranks at 2 Gbit/s a
- * 64 MiB all-reduce with 4 MiB chunks reached 0.76 of the link (the model: 0.97), with 512 KiB
- * chunks 0.95-0.97 (README, bench/two_nodes.sh). */
+ * pipeline overlaps less than the model assumes: in the 2 Gbit/s sweep of bench/tune_fabrics.sh
+ * (2 emulated nodes x 2 ranks) a 64 MiB all-reduce took 306-325 ms with 4 MiB chunks and 273 ms
+ * with 512 KiB chunks, where the link allows 268 ms; the model put them within 1 %. */
 #define ST_TUNE_MODEL_MIN_CHUNK ((size_t)64 << 10)
 #define ST_TUNE_MODEL_MAX_CHUNK ((size_t)1 << 20)
 

@@ -156,66 +156,99 @@ static void cb_fab_force(const cb_fab_t *f, int g, int nodes, int algo, size_t c
     }
 }
 
-/* Median time of an all-reduce of `bytes` on comm (every rank of the world calls, those outside
- * comm with comm NULL, so that concurrent rings are measured together), the slowest rank per
- * iteration; the phases of the last call (slowest rank) into ph when not NULL. */
-static double cb_fab_time(cb_fab_t *f, strataComm_t comm, size_t bytes, double ph[3])
+static double cb_fab_median(double *t, int n)
 {
-    double  t[CB_FAB_MAX_ITERS], est;
-    size_t  count = CB_MAX(bytes / sizeof(float), (size_t)1);
-    int     iters, i;
-    double  t0;
+    qsort(t, (size_t)n, sizeof(double), cb_fab_cmp);
+    return (n % 2) ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
 
-    /* one warm-up call, which also sizes the run */
+typedef void (*cb_fab_op_t)(cb_fab_t *f, const void *arg);
+
+/* Times op on every rank of the world at once: a warm-up call that sizes the run (about
+ * CB_FAB_TARGET_S of iterations, at least -n, at most CB_FAB_MAX_ITERS: small sizes are noisy on
+ * shared cores and want many), then iterations that each start at a barrier. This rank's times
+ * go to slot `slot` of nslots; med[k] is the median over iterations of the slowest rank of slot
+ * k in each. */
+static void cb_fab_measure(cb_fab_t *f, cb_fab_op_t op, const void *arg, int slot, int nslots,
+                           double *med)
+{
+    double *t, est, t0;
+    int     iters;
+
     cb_fab_barrier(f);
     t0 = cb_now();
-    if (comm != NULL) {
-        CB_FAB_CALL(f, strataAllReduce(f->send, f->recv, count, strataFloat32, strataSum, comm,
-                                       NULL));
-    }
+    op(f, arg);
     est = cb_now() - t0;
     cb_fab_max(f, &est, 1);
-    /* about CB_FAB_TARGET_S of iterations, at least -n (small sizes are noisy on shared
-     * cores: many iterations give a stable median) */
     iters = (int)CB_MIN(CB_MAX(CB_FAB_TARGET_S / CB_MAX(est, 1e-6), (double)f->opts->iters),
                         (double)CB_FAB_MAX_ITERS);
     iters = CB_MAX(iters, 3);
-    for (i = 0; i < iters; i++) {
+    t = calloc((size_t)iters * (size_t)nslots, sizeof(double));
+    if (t == NULL) {
+        fprintf(stderr, "collbench: rank %d: out of memory\n", f->rank);
+        exit(2);
+    }
+    for (int i = 0; i < iters; i++) {
         cb_fab_barrier(f);
         t0 = cb_now();
-        if (comm != NULL) {
-            CB_FAB_CALL(f, strataAllReduce(f->send, f->recv, count, strataFloat32, strataSum,
-                                           comm, NULL));
-        }
-        t[i] = cb_now() - t0;
+        op(f, arg);
+        t[slot * iters + i] = cb_now() - t0;
     }
-    cb_fab_max(f, t, (size_t)iters);
+    cb_fab_max(f, t, (size_t)iters * (size_t)nslots);
+    for (int k = 0; k < nslots; k++) {
+        med[k] = cb_fab_median(t + k * iters, iters);
+    }
+    free(t);
+}
+
+typedef struct cb_fab_ar {
+    strataComm_t comm;
+    size_t       count;
+} cb_fab_ar_t;
+
+static void cb_fab_allreduce_op(cb_fab_t *f, const void *arg)
+{
+    const cb_fab_ar_t *ar = arg;
+
+    CB_FAB_CALL(f, strataAllReduce(f->send, f->recv, ar->count, strataFloat32, strataSum,
+                                   ar->comm, NULL));
+}
+
+/* Median time of a float-sum all-reduce of `bytes` on comm (every rank of the world in one of
+ * the splits that are timed together), the slowest rank per iteration; the phases of the last
+ * call (slowest rank) into ph when not NULL. */
+static double cb_fab_time(cb_fab_t *f, strataComm_t comm, size_t bytes, double ph[3])
+{
+    cb_fab_ar_t ar = {comm, CB_MAX(bytes / sizeof(float), (size_t)1)};
+    double      med;
+
+    cb_fab_measure(f, cb_fab_allreduce_op, &ar, 0, 1, &med);
     if (ph != NULL) {
         strataPhaseTimes_t pt;
 
         memset(ph, 0, 3 * sizeof(double));
-        if (comm != NULL && strataCommGetPhaseTimes(comm, &pt) == strataSuccess &&
+        if (strataCommGetPhaseTimes(comm, &pt) == strataSuccess &&
             strcmp(pt.algorithm, "hier") == 0) {
             memcpy(ph, pt.seconds, 3 * sizeof(double));
         }
         cb_fab_max(f, ph, 3);
     }
-    qsort(t, (size_t)iters, sizeof(double), cb_fab_cmp);
-    return (iters % 2) ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
+    return med;
 }
 
-static int cb_fab_count_nics(void)
-{
-    const char *list = getenv("STRATA_RAIL_IFNAMES");
-    int         n = 1;
+typedef struct cb_fab_step {
+    int    right, left;
+    size_t bytes;
+} cb_fab_step_t;
 
-    if (list == NULL || list[0] == '\0') {
-        return 1;
-    }
-    for (; *list != '\0'; list++) {
-        n += (*list == ',');
-    }
-    return CB_MIN(n, ST_MODEL_MAX_RAILS);
+static void cb_fab_step_op(cb_fab_t *f, const void *arg)
+{
+    const cb_fab_step_t *st = arg;
+
+    CB_FAB_CALL(f, strataGroupStart());
+    CB_FAB_CALL(f, strataSend(f->send, st->bytes, strataUint8, st->right, f->world, NULL));
+    CB_FAB_CALL(f, strataRecv(f->recv, st->bytes, strataUint8, st->left, f->world, NULL));
+    CB_FAB_CALL(f, strataGroupEnd());
 }
 
 /* Median time of one ring step on every rail at once, per local rank (med[l], the slowest node
@@ -224,41 +257,11 @@ static int cb_fab_count_nics(void)
  * endpoints to other nodes go through the rank's own rail). */
 static void cb_fab_exchange(cb_fab_t *f, const int *rank_of, size_t bytes, double *med)
 {
-    static double t[CB_FAB_MAX_RANKS * 8];
-    double        est = 0.0, t0, *mine;
-    int           right = rank_of[((f->node + 1) % f->nnodes) * f->g + f->local];
-    int           left  = rank_of[((f->node + f->nnodes - 1) % f->nnodes) * f->g + f->local];
-    int           iters = 3, maxit = CB_MIN(CB_FAB_MAX_ITERS, (int)(sizeof(t) / sizeof(t[0])) / f->g);
+    cb_fab_step_t st = {rank_of[((f->node + 1) % f->nnodes) * f->g + f->local],
+                        rank_of[((f->node + f->nnodes - 1) % f->nnodes) * f->g + f->local],
+                        bytes};
 
-    for (int i = -1; i < maxit; i++) {
-        if (i == 0) { /* the warm-up (i = -1) sizes the run */
-            cb_fab_max(f, &est, 1);
-            iters = (int)CB_MIN(CB_MAX(CB_FAB_TARGET_S / CB_MAX(est, 1e-6),
-                                       (double)f->opts->iters), (double)maxit);
-            iters = CB_MAX(iters, 3);
-            memset(t, 0, sizeof(double) * (size_t)(iters * f->g));
-        }
-        if (i >= iters) {
-            break;
-        }
-        cb_fab_barrier(f);
-        t0 = cb_now();
-        CB_FAB_CALL(f, strataGroupStart());
-        CB_FAB_CALL(f, strataSend(f->send, bytes, strataUint8, right, f->world, NULL));
-        CB_FAB_CALL(f, strataRecv(f->recv, bytes, strataUint8, left, f->world, NULL));
-        CB_FAB_CALL(f, strataGroupEnd());
-        if (i < 0) {
-            est = cb_now() - t0;
-        } else {
-            t[f->local * iters + i] = cb_now() - t0;
-        }
-    }
-    cb_fab_max(f, t, (size_t)(iters * f->g));
-    for (int l = 0; l < f->g; l++) {
-        mine = t + l * iters;
-        qsort(mine, (size_t)iters, sizeof(double), cb_fab_cmp);
-        med[l] = (iters % 2) ? mine[iters / 2] : 0.5 * (mine[iters / 2 - 1] + mine[iters / 2]);
-    }
+    cb_fab_measure(f, cb_fab_step_op, &st, f->local, f->g, med);
 }
 
 /* ---- calibrate ---------------------------------------------------------------------------------- */
@@ -470,17 +473,12 @@ static void cb_fab_retime(cb_fab_t *f, const cb_cand_t *cands, const int *set, i
             t[nset][k] = cb_fab_time(f, tuned, bytes, NULL);
         }
     }
-    for (int j = 0; j <= nset; j++) {
-        if (j == nset && tuned == NULL) {
-            break;
-        }
-        qsort(t[j], CB_FAB_ROUNDS, sizeof(double), cb_fab_cmp);
-        if (j < nset) {
-            med[j] = t[j][CB_FAB_ROUNDS / 2];
-            CB_FAB_CALL(f, strataCommDestroy(comms[j]));
-        } else {
-            *tuned_med = t[j][CB_FAB_ROUNDS / 2];
-        }
+    for (int j = 0; j < nset; j++) {
+        med[j] = cb_fab_median(t[j], CB_FAB_ROUNDS);
+        CB_FAB_CALL(f, strataCommDestroy(comms[j]));
+    }
+    if (tuned != NULL) {
+        *tuned_med = cb_fab_median(t[nset], CB_FAB_ROUNDS);
     }
 }
 
@@ -759,7 +757,7 @@ int cb_fabric_rank_main(const cb_opts_t *opts, int rank, int nranks, const strat
     f.opts   = opts;
     f.rank   = rank;
     f.nranks = nranks;
-    f.nics   = cb_fab_count_nics();
+    f.nics   = st_tune_count_rails(getenv("STRATA_RAIL_IFNAMES"));
     CB_FAB_CALL(&f, strataCommInitRank(&f.world, nranks, *id, rank));
     CB_FAB_CALL(&f, strataCommTopoRank(f.world, &f.node, &f.nnodes, &f.local, &f.g));
     v[0] = f.g;
