@@ -39,6 +39,18 @@ EMUNET_STATE_DIR=${EMUNET_STATE_DIR:-/run/strata-emunet}
 
 emunet_log() { echo "emunet: $*" >&2; }
 
+# A random TCP port for a bootstrap root (STRATA_COMM_ID), below the kernel's ephemeral range
+# (ip_local_port_range): a port inside it may be handed to an outgoing connection on the same
+# address, and the root's bind then fails with EADDRINUSE.
+emunet_root_port()
+{
+    local lo
+
+    lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
+    [ "${lo:-0}" -gt 11024 ] 2>/dev/null || lo=32768
+    echo $((10000 + RANDOM % (lo - 10000)))
+}
+
 # Why this machine cannot run emulated nodes (empty output: it can). Callers print it and SKIP.
 emunet_unavailable()
 {

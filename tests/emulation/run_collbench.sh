@@ -106,7 +106,7 @@ emunet_shm_snapshot "$shmsnap"
 if ! emunet_up "$nodes" "$rate" "$links" "$mtu" >"$logdir/network.txt"; then
     echo "run_collbench: cannot create the emulated network" >&2; exit 99
 fi
-[ -n "$port" ] || port=$((20000 + RANDOM % 20000))
+[ -n "$port" ] || port=$(emunet_root_port)
 
 # A libtool wrapper relinks (or at least resolves) on first use; do that once, not N times at once.
 if head -c 4096 "$collbench" 2>/dev/null | grep -q 'libtool'; then

@@ -61,7 +61,7 @@ if ! emunet_up "$nodes" >"$logdir/network.txt"; then
     echo "test_faults_emu: cannot create the emulated network" >&2
     exit 99
 fi
-port=$((20000 + RANDOM % 20000))
+port=$(emunet_root_port)
 if head -c 4096 "$collbench" 2>/dev/null | grep -q 'libtool'; then
     timeout 30 "$collbench" --help >/dev/null 2>&1 </dev/null
 fi

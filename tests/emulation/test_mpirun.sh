@@ -68,7 +68,7 @@ trap 'exit 143' TERM
 emunet_shm_snapshot "$tmp/shm-before"
 emunet_up 2 >"$tmp/network.txt" || { echo "test_mpirun: cannot create the network" >&2; exit 99; }
 printf 'node0 slots=2\nnode1 slots=2\n' >"$tmp/hostfile"
-port=$((20000 + RANDOM % 20000))
+port=$(emunet_root_port)
 export NS_AGENT_LOG="$tmp/agent.log"
 
 # mpirun in node0; session directories in $tmp (removed with it, even after a crash of orted).

@@ -6,6 +6,8 @@
 # Exit 0 pass, 1 fail, 99 no collbench.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../emulation/emunet.sh
+. "$here/../emulation/emunet.sh"
 collbench=${COLLBENCH:-}
 [ "${1:-}" = --collbench ] && collbench=$2
 if [ -z "$collbench" ]; then
@@ -95,7 +97,7 @@ else
 fi
 
 # ranks started one by one with different STRATA_ALGO: status 2 at once, not a hang
-port=$((20000 + RANDOM % 20000))
+port=$(emunet_root_port)
 for r in 0 1; do
     algo=ring; [ $r = 1 ] && algo=hier
     STRATA_COMM_ID=127.0.0.1:$port STRATA_ALGO=$algo timeout 60 "$collbench" --rank $r --nranks 2 \
