@@ -31,8 +31,11 @@
  * was too short once on a loaded 2-core machine: test_mismatch saw the broken connection's error
  * instead of the mismatch; a dead peer's error now comes up to 2 s later) */
 #define ST_EXEC_CHECK_GRACE_S 2.0
-/* how long transfers cancelled after a mismatch may finish before their connections break */
-#define ST_EXEC_CANCEL_GRACE_S 0.3
+/* how long transfers cancelled after a mismatch may finish before their connections break: the
+ * peers' last check messages from this rank may still sit unread in their sockets, and a reset
+ * connection drops them (0.3 s was too short under the sanitizers on 2 cores: a peer reported
+ * "Endpoint timeout" instead of the mismatch) */
+#define ST_EXEC_CANCEL_GRACE_S 1.0
 #define ST_EXEC_MAX_FDS     64
 
 static int st_exec_comm_aborted(const st_comm_t *comm)
