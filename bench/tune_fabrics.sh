@@ -56,7 +56,7 @@ for fab in $fabrics; do
     # shellcheck disable=SC2086
     bash "$run" --collbench "$collbench" $args --mtu 9000 --no-bytes-check --timeout 900 -- \
         calibrate --out "$out/$fab.profile.json" -n 20 >"$out/$fab.calibrate.log" 2>&1 || status=1
-    grep '^# \(fabric\|intra\|inter\)' "$out/$fab.calibrate.log"
+    grep '^# \(fabric\|intra\|inter\|rail\)' "$out/$fab.calibrate.log"
     # shellcheck disable=SC2086
     bash "$run" --collbench "$collbench" $args --mtu 9000 --no-bytes-check --timeout 900 -- \
         model --profile "$out/$fab.profile.json" --compare "${sweep[@]}" -n 20 >"$out/$fab.compare.log" 2>&1 || status=1

@@ -161,10 +161,10 @@ st_status_t st_chain_create(const st_coll_args_t *args, st_op_t **op_p)
     }
     if (args->type == ST_COLL_BROADCAST) {
         status = st_pipe_init(&chain->pipe, args, &st_bcast_ops, chunk,
-                              ST_DIV_ROUND_UP(args->count, chunk), 2, 0);
+                              ST_DIV_ROUND_UP(args->count, chunk), 2, 0, 1);
     } else {
         status = st_pipe_init(&chain->pipe, args, &st_reduce_ops, chunk,
-                              ST_DIV_ROUND_UP(args->count, chunk), 2, 1);
+                              ST_DIV_ROUND_UP(args->count, chunk), 2, 1, 1);
     }
     if (status != ST_OK) {
         free(chain);

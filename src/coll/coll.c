@@ -176,7 +176,7 @@ static void st_pipe_destroy(st_op_t *op)
 }
 
 st_status_t st_pipe_init(st_pipe_t *pipe, const st_coll_args_t *args, const st_pipe_ops_t *ops,
-                         size_t chunk, size_t ncols, int nsteps, int need_tmp)
+                         size_t chunk, size_t ncols, int nsteps, int need_tmp, int min_depth)
 {
     size_t chunk_bytes;
 
@@ -188,6 +188,7 @@ st_status_t st_pipe_init(st_pipe_t *pipe, const st_coll_args_t *args, const st_p
     pipe->nsteps       = nsteps;
     pipe->need_tmp     = need_tmp;
     pipe->depth        = (int)st_core_config.pipeline_depth; /* 1..16, checked at init */
+    pipe->depth        = ST_MIN(ST_MAX(pipe->depth, min_depth), ST_PIPE_MAX_DEPTH);
     if ((size_t)pipe->depth > ncols) {
         pipe->depth = (int)ST_MAX(ncols, 1);
     }

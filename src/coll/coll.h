@@ -56,6 +56,8 @@ typedef struct st_coll_args {
     st_algo_t        algo;   /* forced algorithm (internal calls); ST_ALGO_AUTO: select */
     size_t           hier_chunk; /* bytes per hier chunk from the tuning (select.c); 0: hier's
                                   * own rule */
+    int              channels;   /* flat ring: rings at once (select.c: STRATA_RING_CHANNELS or
+                                  * the tuning); 0 or 1: one */
 } st_coll_args_t;
 
 const char *st_coll_name(st_coll_type_t type);
@@ -131,9 +133,13 @@ struct st_pipe {
 };
 
 /* Initialises the pipeline part of pipe (the algorithm fills its own fields and ops before or
- * after). ncols columns of nsteps steps; chunk in elements. */
+ * after). ncols columns of nsteps steps; chunk in elements; at least min_depth columns in flight
+ * (STRATA_PIPELINE_DEPTH otherwise; never more than ncols or ST_PIPE_MAX_DEPTH). */
 st_status_t st_pipe_init(st_pipe_t *pipe, const st_coll_args_t *args, const st_pipe_ops_t *ops,
-                         size_t chunk, size_t ncols, int nsteps, int need_tmp);
+                         size_t chunk, size_t ncols, int nsteps, int need_tmp, int min_depth);
+
+/* Most flat-ring channels a call may have (STRATA_RING_CHANNELS, tuning tables). */
+#define ST_RING_MAX_CHANNELS 8
 
 /* Elements per pipeline chunk for dtype from STRATA_CHUNK_SIZE (at least 1). */
 size_t st_coll_chunk_elems(strataDataType_t dtype);

@@ -17,6 +17,14 @@
  * Per rank and all-reduce of S bytes the ring sends 2(n-1)/n * S bytes: the bandwidth-optimal
  * amount, hence nccl-tests' busbw factor 2(n-1)/n (Patarasuk and Yuan, "Bandwidth optimal
  * all-reduce algorithms for clusters of workstations", JPDC 2009).
+ *
+ * Channels (args->channels = C > 1, NCCL's term): C rings at once, column k on ring k mod C.
+ * Ring c visits the nodes in the same order but each node's ranks rotated by c, so the rank
+ * that sends the hop out of a node, its last, is a different one per channel: local position
+ * (g-1+c) mod g, whose rail (STRATA_RAIL_IFNAMES) then carries that channel between nodes. With
+ * several NICs per node the flat ring so uses them all, where one ring crosses on one. Every
+ * column is still reduced in one fixed order (its channel's), so results stay bitwise the same
+ * on every rank and from run to run for a given C.
  */
 #include "config.h"
 
@@ -29,11 +37,15 @@
 
 typedef struct st_ring {
     st_pipe_t        pipe;     /* first: the op is the pipe is the ring */
-    const st_topo_t *topo;     /* ring order: the comm's hierarchy, which outlives the op */
     int              rs_steps; /* reduce-scatter steps (n-1 or 0) */
     int              ag_steps; /* all-gather steps (n-1 or 0) */
     size_t           base;     /* all-reduce blocks: base elements, the first rem get one more */
     size_t           rem;
+    int              nch;      /* channels, >= 1 */
+    int             *order;    /* order[c n + x]: the rank at position x of channel c's ring */
+    int              pos[ST_RING_MAX_CHANNELS];   /* this rank's position in each channel */
+    int              left[ST_RING_MAX_CHANNELS];
+    int              right[ST_RING_MAX_CHANNELS];
 } st_ring_t;
 
 static inline int st_ring_mod(int x, int n)
@@ -41,10 +53,16 @@ static inline int st_ring_mod(int x, int n)
     return ((x % n) + n) % n;
 }
 
-/* Block of the rank at ring position x: that rank's number. */
-static inline int st_ring_blk(const st_ring_t *ring, int x)
+/* Channel of column k. */
+static inline int st_ring_ch(const st_ring_t *ring, size_t k)
 {
-    return st_topo_ring_rank(ring->topo, st_ring_mod(x, ring->pipe.n));
+    return (int)(k % (size_t)ring->nch);
+}
+
+/* Block of the rank at position x of channel c's ring: that rank's number. */
+static inline int st_ring_blk(const st_ring_t *ring, int c, int x)
+{
+    return ring->order[c * ring->pipe.n + st_ring_mod(x, ring->pipe.n)];
 }
 
 static size_t st_ring_block_count(const st_ring_t *ring, int b)
@@ -86,12 +104,14 @@ static st_status_t st_ring_prepare(st_pipe_t *pipe, st_pipe_col_t *col, int step
     int         sb, rb;
     uint32_t    sub = (uint32_t)((col->k * (size_t)pipe->nsteps + (size_t)step) & ST_TAG_SUB_MASK);
 
-    x->send_peer = pipe->right;
-    x->recv_peer = pipe->left;
+    int         c = st_ring_ch(ring, col->k), pos = ring->pos[c];
+
+    x->send_peer = ring->right[c];
+    x->recv_peer = ring->left[c];
     x->send_sub  = x->recv_sub = sub;
     if (step < ring->rs_steps) {
-        sb = st_ring_blk(ring, pipe->pos - step - 1);
-        rb = st_ring_blk(ring, pipe->pos - step - 2);
+        sb = st_ring_blk(ring, c, pos - step - 1);
+        rb = st_ring_blk(ring, c, pos - step - 2);
         len = st_ring_chunk(ring, sb, col->k, &first);
         if (step == 0) {
             if (pipe->args.redop.premul && len > 0) {
@@ -111,8 +131,8 @@ static st_status_t st_ring_prepare(st_pipe_t *pipe, st_pipe_col_t *col, int step
         x->recv_len = len * es;
     } else {
         int t = step - ring->rs_steps;
-        sb = st_ring_blk(ring, pipe->pos - t);
-        rb = st_ring_blk(ring, pipe->pos - t - 1);
+        sb = st_ring_blk(ring, c, pos - t);
+        rb = st_ring_blk(ring, c, pos - t - 1);
         len = st_ring_chunk(ring, sb, col->k, &first);
         x->send_buf = pipe->dst + first * es;
         x->send_len = len * es;
@@ -129,12 +149,13 @@ static st_status_t st_ring_complete(st_pipe_t *pipe, st_pipe_col_t *col, int ste
     size_t     es = pipe->esize;
     size_t     first, len;
     char      *target;
-    int        rb;
+    int        rb, c;
 
     if (step >= ring->rs_steps) {
         return ST_OK; /* all-gather: received in place */
     }
-    rb  = st_ring_blk(ring, pipe->pos - step - 2);
+    c   = st_ring_ch(ring, col->k);
+    rb  = st_ring_blk(ring, c, ring->pos[c] - step - 2);
     len = st_ring_chunk(ring, rb, col->k, &first);
     if (len == 0) {
         return ST_OK;
@@ -152,6 +173,32 @@ static st_status_t st_ring_complete(st_pipe_t *pipe, st_pipe_col_t *col, int ste
         st_reduce_post(&pipe->args.redop, target, len);
     }
     return ST_OK;
+}
+
+/* The channels' ring orders: the hierarchy's ring (node-contiguous) with the ranks of each node
+ * rotated by c in channel c; this rank's position and neighbours in each. */
+static void st_ring_orders(st_ring_t *ring, const st_topo_t *topo, int rank, int n)
+{
+    for (int s = 0, e; s < n; s = e) {
+        int node = st_topo_node(topo, st_topo_ring_rank(topo, s));
+
+        for (e = s + 1; e < n && st_topo_node(topo, st_topo_ring_rank(topo, e)) == node; e++) {
+        }
+        for (int c = 0; c < ring->nch; c++) {
+            for (int j = 0; j < e - s; j++) {
+                ring->order[c * n + s + j] = st_topo_ring_rank(topo, s + (j + c) % (e - s));
+            }
+        }
+    }
+    for (int c = 0; c < ring->nch; c++) {
+        for (int x = 0; x < n; x++) {
+            if (ring->order[c * n + x] == rank) {
+                ring->pos[c] = x;
+            }
+        }
+        ring->left[c]  = st_ring_blk(ring, c, ring->pos[c] - 1);
+        ring->right[c] = st_ring_blk(ring, c, ring->pos[c] + 1);
+    }
 }
 
 static const st_pipe_ops_t st_ring_ops = {
@@ -187,7 +234,7 @@ st_status_t st_ring_create(const st_coll_args_t *args, st_op_t **op_p)
     size_t     maxblock;
     st_ring_t *ring;
     st_status_t status;
-    int        nsteps;
+    int        nsteps, nch;
 
     *op_p = NULL;
     if (args->count == 0) {
@@ -197,15 +244,18 @@ st_status_t st_ring_create(const st_coll_args_t *args, st_op_t **op_p)
         st_ring_local(args);
         return ST_OK;
     }
-    ring = calloc(1, sizeof(*ring));
+    nch  = ST_MIN(ST_MAX(args->channels, 1), ST_RING_MAX_CHANNELS);
+    ring = calloc(1, sizeof(*ring) + sizeof(int) * (size_t)nch * (size_t)n);
     if (ring == NULL) {
         return ST_ERR_NO_MEMORY;
     }
-    ring->topo       = comm->topo;
+    ring->nch        = nch;
+    ring->order      = (int *)(ring + 1);
     ring->pipe.n     = n;
-    ring->pipe.pos   = st_topo_ring_pos(comm->topo, comm->rank);
-    ring->pipe.left  = st_topo_ring_rank(comm->topo, st_ring_mod(ring->pipe.pos - 1, n));
-    ring->pipe.right = st_topo_ring_rank(comm->topo, st_ring_mod(ring->pipe.pos + 1, n));
+    st_ring_orders(ring, comm->topo, comm->rank, n);
+    ring->pipe.pos   = ring->pos[0];
+    ring->pipe.left  = ring->left[0];
+    ring->pipe.right = ring->right[0];
     ring->pipe.src   = args->sendbuff;
     ring->pipe.dst   = args->recvbuff;
     switch (args->type) {
@@ -231,8 +281,11 @@ st_status_t st_ring_create(const st_coll_args_t *args, st_op_t **op_p)
         break;
     }
     nsteps = ring->rs_steps + ring->ag_steps;
+    if (nch > 1 && ST_DIV_ROUND_UP(maxblock, chunk) < (size_t)nch) {
+        chunk = ST_MAX(ST_DIV_ROUND_UP(maxblock, (size_t)nch), 1); /* a column per channel */
+    }
     status = st_pipe_init(&ring->pipe, args, &st_ring_ops, chunk,
-                          ST_DIV_ROUND_UP(maxblock, chunk), nsteps, ring->rs_steps > 0);
+                          ST_DIV_ROUND_UP(maxblock, chunk), nsteps, ring->rs_steps > 0, nch);
     if (status != ST_OK) {
         free(ring);
         return status;

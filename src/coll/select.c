@@ -25,6 +25,9 @@
 #include "topo/topo.h"
 #include "tune/policy.h"
 
+_Static_assert(ST_RING_MAX_CHANNELS == ST_TUNE_MAX_CHANNELS,
+               "tuning tables and the flat ring agree on the most channels");
+
 static const char *const st_algo_names[] = {"auto", "ring", "hier", "small"};
 
 st_algo_t st_algo_parse(const char *name)
@@ -72,6 +75,11 @@ st_status_t st_coll_config_check(void)
                  "handles", st_core_config.small_threshold, ST_INTRA_SMALL_MAX);
         return ST_ERR_INVALID;
     }
+    if (st_core_config.ring_channels > ST_RING_MAX_CHANNELS) {
+        st_error(ST_SUB_COLL, "STRATA_RING_CHANNELS %u is outside [0, %d]",
+                 st_core_config.ring_channels, ST_RING_MAX_CHANNELS);
+        return ST_ERR_INVALID;
+    }
     if (st_core_config.pipeline_depth < 1 || st_core_config.pipeline_depth > ST_PIPE_MAX_DEPTH) {
         st_error(ST_SUB_COLL, "STRATA_PIPELINE_DEPTH %u is outside [1, %d]",
                  st_core_config.pipeline_depth, ST_PIPE_MAX_DEPTH);
@@ -104,6 +112,7 @@ static st_algo_t st_coll_choose(st_coll_args_t *args)
     if (algo == ST_ALGO_AUTO) {
         algo = st_algo_parse(st_core_config.algo); /* checked at init */
     }
+    args->channels = (int)st_core_config.ring_channels; /* 0: one, unless the tuning says */
     if (comm->nranks == 1 || comm->intra == NULL) {
         return ST_ALGO_RING;
     }
@@ -113,6 +122,8 @@ static st_algo_t st_coll_choose(st_coll_args_t *args)
     if (algo == ST_ALGO_AUTO && args->type == ST_COLL_ALLREDUCE &&
         st_tune_policy_allreduce(comm, st_coll_bytes(args), st_small_fits(args), &choice)) {
         args->hier_chunk = choice.hier_chunk; /* a tuning table's, or the model's */
+        args->channels   = st_core_config.ring_channels > 0 ? (int)st_core_config.ring_channels
+                                                            : choice.channels;
         return choice.algo == ST_MODEL_SMALL ? ST_ALGO_SMALL
                : choice.algo == ST_MODEL_HIER ? ST_ALGO_HIER : ST_ALGO_RING;
     }

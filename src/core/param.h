@@ -66,6 +66,7 @@ typedef struct st_core_config {
     double spin_time;         /* seconds of spinning before a waiter blocks */
     size_t chunk_size;        /* bytes per pipeline chunk */
     unsigned pipeline_depth;  /* chunks in flight per ring */
+    unsigned ring_channels;   /* flat-ring channels; 0: the tuning's, else 1 */
     char  *algo;              /* algorithm choice */
     size_t hier_chunk_size;   /* bytes of the buffer per hierarchical pipeline chunk */
     size_t small_threshold;   /* all-reduce bytes up to which auto takes the small algorithm */

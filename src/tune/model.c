@@ -31,21 +31,52 @@ st_status_t st_model_fabric_check(const st_model_fabric_t *fabric)
         !(fabric->inter.gamma >= 0)) {
         return ST_ERR_INVALID;
     }
+    if (!(fabric->exchange_alpha >= 0)) {
+        return ST_ERR_INVALID;
+    }
     for (r = 0; r < fabric->nrails; r++) {
-        if (!(st_model_rail_beta(fabric, r) > 0) || !(fabric->rail_burst[r] >= 0)) {
+        const st_model_credit_t *c = &fabric->rail_credit[r];
+
+        if (!(st_model_rail_beta(fabric, r) > 0) || !(fabric->rail_burst[r] >= 0) || c->n < 0 ||
+            c->n > ST_MODEL_CREDIT_POINTS) {
             return ST_ERR_INVALID;
+        }
+        for (int i = 0; i < c->n; i++) {
+            if (!(c->bytes[i] > (i > 0 ? c->bytes[i - 1] : 0.0)) || !(c->credit[i] >= 0) ||
+                !(c->credit[i] <= c->bytes[i])) {
+                return ST_ERR_INVALID;
+            }
         }
     }
     return ST_OK;
 }
 
 /* This project's own: a token bucket (tc tbf on the emulated links, a policer on a real one)
- * lets rail_burst bytes through at once after an idle moment, so an operation that moves D bytes
- * over the rail finishes min(burst, D)/beta earlier than D/beta says. calibrate measures the
- * burst from a 1 MiB exchange (docs/model.md); a link that is not shaped measures about 0. */
+ * lets some bytes through at once after an idle moment, so an operation that moves D bytes over
+ * the rail finishes credit/beta earlier than D/beta says. How much depends on D and on how long
+ * the rail rested (the bucket refills at the rate between operations), so calibrate measures the
+ * credit of exchanges of several sizes and the model interpolates (docs/model.md); a profile
+ * with one constant burst (rail_burst) takes min(burst, D). A link that is not shaped measures
+ * about 0. */
 double st_model_rail_credit(const st_model_fabric_t *fabric, int rail, double bytes)
 {
-    return fmin(fabric->rail_burst[rail], fmax(bytes, 0.0)) / st_model_rail_beta(fabric, rail);
+    const st_model_credit_t *c = &fabric->rail_credit[rail];
+    double                   d = fmax(bytes, 0.0), credit, b0 = 0.0, c0 = 0.0;
+
+    if (c->n == 0) {
+        credit = fabric->rail_burst[rail];
+    } else {
+        credit = c->credit[c->n - 1];
+        for (int i = 0; i < c->n; i++) {
+            if (d <= c->bytes[i]) {
+                credit = c0 + (c->credit[i] - c0) * (d - b0) / (c->bytes[i] - b0);
+                break;
+            }
+            b0 = c->bytes[i];
+            c0 = c->credit[i];
+        }
+    }
+    return fmin(credit, d) / st_model_rail_beta(fabric, rail);
 }
 
 double st_model_rail_beta(const st_model_fabric_t *fabric, int rail)
@@ -225,8 +256,9 @@ static void st_model_hier_chunk(const st_model_fabric_t *fabric, const st_model_
 
 /* small (small.c), this project's own: every rank writes its bytes to its window (one
  * synchronisation), reads and reduces the g-1 others; with several nodes the leader then sends its
- * partial to the N-1 other leaders and receives theirs over rail 0 (one latency, all messages in
- * flight), reduces them, and the node reads the result (one more synchronisation). */
+ * partial to the N-1 other leaders and receives theirs over rail 0 (one latency, exchange_alpha
+ * when measured, all messages in flight), reduces them, and the node reads the result (one more
+ * synchronisation). */
 static double st_model_small(const st_model_fabric_t *fabric, double bytes)
 {
     int    g = fabric->ranks_per_node, N = fabric->nodes;
@@ -235,7 +267,8 @@ static double st_model_small(const st_model_fabric_t *fabric, double bytes)
     t = fabric->intra.alpha + (g - 1) * bytes / fabric->intra.beta +
         st_model_reduce_time((g - 1) * bytes, fabric->intra.gamma);
     if (N > 1) {
-        t += fabric->inter.alpha + (N - 1) * bytes / st_model_rail_beta(fabric, 0) -
+        t += (fabric->exchange_alpha > 0 ? fabric->exchange_alpha : fabric->inter.alpha) +
+             (N - 1) * bytes / st_model_rail_beta(fabric, 0) -
              st_model_rail_credit(fabric, 0, (N - 1) * bytes) +
              st_model_reduce_time((N - 1) * bytes, fabric->inter.gamma) + fabric->intra.alpha +
              bytes / fabric->intra.beta;

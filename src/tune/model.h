@@ -33,6 +33,18 @@ typedef struct st_model_level {
     double gamma; /* bytes/s one rank reduces; 0: reduction not counted (fused, or unknown) */
 } st_model_level_t;
 
+#define ST_MODEL_CREDIT_POINTS 8
+
+/* A shaped rail's measured burst credit as a function of the bytes an operation moves over it
+ * (calibrate's exchanges at several sizes): credit[i] bytes pass "for free" when bytes[i] are
+ * moved; linear in between, from (0, 0), constant beyond the last point, never above the bytes
+ * moved (docs/model.md). */
+typedef struct st_model_credit {
+    int    n;                               /* points; 0: rail_burst alone */
+    double bytes[ST_MODEL_CREDIT_POINTS];   /* increasing, > 0 */
+    double credit[ST_MODEL_CREDIT_POINTS];  /* 0 .. bytes[i] */
+} st_model_credit_t;
+
 /* The machine: what a measured fabric profile will fill in. */
 typedef struct st_model_fabric {
     int              ranks_per_node; /* g >= 1 */
@@ -46,6 +58,11 @@ typedef struct st_model_fabric {
                                                       * passes at once after the idle moment
                                                       * between operations (tc tbf, policers);
                                                       * 0: not shaped (docs/model.md) */
+    st_model_credit_t rail_credit[ST_MODEL_MAX_RAILS]; /* measured per size; n = 0: the
+                                                         * constant rail_burst */
+    double           exchange_alpha; /* seconds: one message between node leaders with the
+                                      * rails otherwise idle (the small algorithm's exchange);
+                                      * 0: inter.alpha */
 } st_model_fabric_t;
 
 /* How an all-reduce is split over phases, chunks, channels and rails: what tune will sweep. */
@@ -99,7 +116,8 @@ double st_model_pipeline(const double *phase, int nphases, double chunks);
 /* ---- strata's algorithms --------------------------------------------------------------------- */
 
 /* The time an operation that sends `bytes` over rail r in each direction saves on a shaped rail:
- * min(rail_burst[r], bytes) / beta_r (0 when rail_burst is 0). */
+ * credit / beta_r, credit = rail_credit[r] interpolated at `bytes` when it has points, else
+ * min(rail_burst[r], bytes); never more than bytes (0 when the rail is not shaped). */
 double st_model_rail_credit(const st_model_fabric_t *fabric, int rail, double bytes);
 
 /* Time of an all-reduce of `bytes` with `algo` on this fabric and split. ST_ERR_INVALID for a bad

@@ -235,6 +235,8 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
             }
             if (e->algo == ST_MODEL_HIER) {
                 snprintf(chunk, sizeof(chunk), ", chunk %zu B", e->hier_chunk);
+            } else if (e->algo == ST_MODEL_RING && e->channels > 1) {
+                snprintf(chunk, sizeof(chunk), ", %d channels", e->channels);
             }
             st_info(ST_SUB_TUNE, "%s: all-reduce %s: %s%s", comm->name, upto,
                     st_tune_algo_name(e->algo), chunk);
@@ -270,6 +272,7 @@ int st_tune_policy_allreduce(st_comm_t *comm, size_t bytes, int small_fits,
     }
     choice->algo       = e->algo;
     choice->hier_chunk = p->env_chunk ? 0 : e->hier_chunk;
+    choice->channels   = e->channels;
     if (!p->used[i]) {
         p->used[i] = 1;
         if (e->algo == ST_MODEL_HIER && p->env_chunk) {
@@ -278,6 +281,10 @@ int st_tune_policy_allreduce(st_comm_t *comm, size_t bytes, int small_fits,
         } else if (e->algo == ST_MODEL_HIER) {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: hier, chunk %zu B (entry %d of %s)",
                     comm->name, bytes, choice->hier_chunk, i, p->source);
+        } else if (e->algo == ST_MODEL_RING && e->channels > 1) {
+            st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: ring, %d channels%s (entry %d of %s)",
+                    comm->name, bytes, e->channels, st_core_config.ring_channels > 0
+                    ? " (STRATA_RING_CHANNELS wins)" : "", i, p->source);
         } else {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: %s (entry %d of %s)", comm->name,
                     bytes, st_tune_algo_name(e->algo), i, p->source);

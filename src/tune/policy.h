@@ -35,6 +35,7 @@ typedef struct st_tune_policy {
 typedef struct st_tune_choice {
     int    algo;       /* st_model_algo_t */
     size_t hier_chunk; /* bytes; 0: coll/hier.c's rule from the window's chunk */
+    int    channels;   /* flat ring: rings at once; 0: one */
 } st_tune_choice_t;
 
 /* Decides comm's tuning (comm->tune): reads the table (tune_file; NULL: STRATA_TUNE_FILE; "": no

@@ -109,6 +109,10 @@ st_status_t st_tune_table_check(const st_tune_table_t *t, char *err, size_t errl
             return st_tune_fail(err, errlen, "allreduce[%d]: hier_chunk %zu is outside 64 B .. "
                                 "%zu B", i, e->hier_chunk, (size_t)ST_TUNE_MAX_CHUNK);
         }
+        if (e->channels < 0 || e->channels > ST_TUNE_MAX_CHANNELS) {
+            return st_tune_fail(err, errlen, "allreduce[%d]: channels %d is outside 1 .. %d", i,
+                                e->channels, ST_TUNE_MAX_CHANNELS);
+        }
         if (i + 1 < t->nentries && e->max_bytes == ST_TUNE_NO_LIMIT) {
             return st_tune_fail(err, errlen, "allreduce[%d]: only the last entry may have no "
                                 "max_bytes (or null)", i);
@@ -217,13 +221,34 @@ static int st_json_layout(json_t *root, int *g, int *n, int *r)
            st_json_int(layout, "nodes", n) && st_json_int(layout, "rails", r);
 }
 
+/* An array of at most `max` finite numbers >= 0 into dst; the count, or -1 (err set). */
+static int st_json_numbers(json_t *arr, int max, double *dst, const char *path, const char *what,
+                           char *err, size_t errlen)
+{
+    json_t *e;
+    size_t  i;
+
+    if (!json_is_array(arr) || json_array_size(arr) > (size_t)max) {
+        st_tune_fail(err, errlen, "%s: %s must be an array of at most %d numbers", path, what, max);
+        return -1;
+    }
+    json_array_foreach(arr, i, e) {
+        if (!json_is_number(e) || !(json_number_value(e) >= 0) ||
+            !isfinite(json_number_value(e))) {
+            st_tune_fail(err, errlen, "%s: %s[%zu] is not a number >= 0", path, what, i);
+            return -1;
+        }
+        dst[i] = json_number_value(e);
+    }
+    return (int)json_array_size(arr);
+}
+
 /* An optional member `key` (absent or null: dst untouched): an array of n finite numbers >= 0,
  * one per rail. 0, with the reason in err, when it is anything else. */
 static int st_json_rail_numbers(json_t *root, const char *key, int n, double *dst,
                                 const char *path, char *err, size_t errlen)
 {
-    json_t *arr = json_object_get(root, key), *e;
-    size_t  i;
+    json_t *arr = json_object_get(root, key);
 
     if (arr == NULL || json_is_null(arr)) {
         return 1;
@@ -233,13 +258,45 @@ static int st_json_rail_numbers(json_t *root, const char *key, int n, double *ds
                      path, key, n);
         return 0;
     }
-    json_array_foreach(arr, i, e) {
-        if (!json_is_number(e) || !(json_number_value(e) >= 0) ||
-            !isfinite(json_number_value(e))) {
-            st_tune_fail(err, errlen, "%s: %s[%zu] is not a number >= 0", path, key, i);
+    return st_json_numbers(arr, n, dst, path, key, err, errlen) >= 0;
+}
+
+/* "rail_credit": null, or one {"bytes": [...], "credit_bytes": [...]} per rail (the measured
+ * burst credit, st_model_credit_t); the points' order and range are checked with the fabric. */
+static int st_json_rail_credit(json_t *root, int nrails, st_model_credit_t *credit,
+                               const char *path, char *err, size_t errlen)
+{
+    json_t *arr = json_object_get(root, "rail_credit"), *e;
+    size_t  r;
+
+    if (arr == NULL || json_is_null(arr)) {
+        return 1;
+    }
+    if (!json_is_array(arr) || json_array_size(arr) != (size_t)nrails) {
+        st_tune_fail(err, errlen, "%s: \"rail_credit\" must be an array of %d objects (one per "
+                     "rail)", path, nrails);
+        return 0;
+    }
+    json_array_foreach(arr, r, e) {
+        int nb, nc;
+
+        if (!json_is_object(e)) {
+            st_tune_fail(err, errlen, "%s: rail_credit[%zu] is not an object", path, r);
             return 0;
         }
-        dst[i] = json_number_value(e);
+        nb = st_json_numbers(json_object_get(e, "bytes"), ST_MODEL_CREDIT_POINTS,
+                             credit[r].bytes, path, "rail_credit[].bytes", err, errlen);
+        nc = st_json_numbers(json_object_get(e, "credit_bytes"), ST_MODEL_CREDIT_POINTS,
+                             credit[r].credit, path, "rail_credit[].credit_bytes", err, errlen);
+        if (nb < 0 || nc < 0) {
+            return 0;
+        }
+        if (nb != nc) {
+            st_tune_fail(err, errlen, "%s: rail_credit[%zu] has %d bytes and %d credit_bytes", path,
+                         r, nb, nc);
+            return 0;
+        }
+        credit[r].n = nb;
     }
     return 1;
 }
@@ -323,6 +380,17 @@ st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *e
         if (te->algo != ST_MODEL_HIER) {
             te->hier_chunk = 0; /* only hier has chunks */
         }
+        if (json_object_get(e, "channels") != NULL) {
+            json_t *ch = json_object_get(e, "channels");
+
+            if (!json_is_integer(ch) || json_integer_value(ch) < 1 ||
+                json_integer_value(ch) > ST_TUNE_MAX_CHANNELS) {
+                st_tune_fail(err, errlen, "%s: allreduce[%zu]: \"channels\" must be an integer "
+                             "1 .. %d", path, i, ST_TUNE_MAX_CHANNELS);
+                goto out;
+            }
+            te->channels = te->algo == ST_MODEL_RING ? (int)json_integer_value(ch) : 0;
+        }
         t.nentries++;
     }
     if (st_tune_table_check(&t, err, errlen) != ST_OK) {
@@ -363,6 +431,9 @@ st_status_t st_tune_table_write(const char *path, const st_tune_table_t *t, cons
         json_object_set_new(je, "algo", json_string(st_tune_algo_name(e->algo)));
         if (e->algo == ST_MODEL_HIER && e->hier_chunk != 0) {
             json_object_set_new(je, "hier_chunk", json_integer((json_int_t)e->hier_chunk));
+        }
+        if (e->algo == ST_MODEL_RING && e->channels > 1) {
+            json_object_set_new(je, "channels", json_integer(e->channels));
         }
         json_array_append_new(entries, je);
     }
@@ -415,7 +486,13 @@ st_status_t st_profile_read(const char *path, st_model_fabric_t *fabric, char *e
     if (!st_json_rail_numbers(root, "rail_beta_Bps", f.nrails, f.rail_beta, path, err,
                               errlen) ||
         !st_json_rail_numbers(root, "rail_burst_bytes", f.nrails, f.rail_burst, path, err,
-                              errlen)) {
+                              errlen) ||
+        !st_json_rail_credit(root, f.nrails, f.rail_credit, path, err, errlen)) {
+        goto out;
+    }
+    if (json_object_get(root, "exchange_alpha_s") != NULL &&
+        !st_json_num(root, "exchange_alpha_s", &f.exchange_alpha, 1)) {
+        st_tune_fail(err, errlen, "%s: \"exchange_alpha_s\" must be a number >= 0", path);
         goto out;
     }
     if (st_model_fabric_check(&f) != ST_OK) {
@@ -450,12 +527,21 @@ st_status_t st_profile_write(const char *path, const st_model_fabric_t *f,
             return ST_ERR_INVALID;
         }
     }
-    json_t *bursts = json_array();
+    json_t *bursts = json_array(), *credits = json_array();
+    int     ncredit = 0;
 
     rails = json_array();
     for (int r = 0; r < f->nrails; r++) {
+        json_t *b = json_array(), *c = json_array();
+
         json_array_append_new(rails, json_real(st_model_rail_beta(f, r)));
         json_array_append_new(bursts, json_real(f->rail_burst[r]));
+        for (int i = 0; i < f->rail_credit[r].n; i++) {
+            json_array_append_new(b, json_real(f->rail_credit[r].bytes[i]));
+            json_array_append_new(c, json_real(f->rail_credit[r].credit[i]));
+        }
+        ncredit += f->rail_credit[r].n;
+        json_array_append_new(credits, json_pack("{s:o, s:o}", "bytes", b, "credit_bytes", c));
     }
     root = json_object();
     json_object_set_new(root, "format", json_string(ST_TUNE_PROFILE_FORMAT));
@@ -466,6 +552,14 @@ st_status_t st_profile_write(const char *path, const st_model_fabric_t *f,
     json_object_set_new(root, "inter", st_json_level_new(&f->inter));
     json_object_set_new(root, "rail_beta_Bps", rails);
     json_object_set_new(root, "rail_burst_bytes", bursts);
+    if (ncredit > 0) {
+        json_object_set_new(root, "rail_credit", credits);
+    } else {
+        json_decref(credits);
+    }
+    if (f->exchange_alpha > 0) {
+        json_object_set_new(root, "exchange_alpha_s", json_real(f->exchange_alpha));
+    }
     if (samples != NULL) {
         json_object_set_new(root, "samples", samples);
     }
@@ -495,11 +589,25 @@ void st_tune_table_from_model(const st_model_fabric_t *fabric, size_t small_max,
     split.small_max = small_max;
     for (int k = 3; k <= 30; k++) {
         size_t           bytes = (size_t)1 << k;
-        st_tune_entry_t  e = {bytes, ST_MODEL_RING, 0};
+        st_tune_entry_t  e = {bytes, ST_MODEL_RING, 0, 0};
         st_model_time_t  best, th;
         st_model_algo_t  algo;
         size_t           chunk = 0;
 
+        /* the flat ring's channels: one per rail at most helps (channel c crosses on rail
+         * (g-1+c) mod R) */
+        split.channels = 1;
+        for (int c = 2; c <= fabric->nrails && c <= ST_TUNE_MAX_CHANNELS; c++) {
+            st_model_split_t sc = split;
+            st_model_time_t  tb, tc;
+
+            sc.channels = c;
+            if (st_model_allreduce(fabric, &split, ST_MODEL_RING, (double)bytes, &tb) == ST_OK &&
+                st_model_allreduce(fabric, &sc, ST_MODEL_RING, (double)bytes, &tc) == ST_OK &&
+                tc.total < tb.total) {
+                split.channels = c;
+            }
+        }
         if (st_model_choose(fabric, &split, (double)bytes, &algo, &best) != ST_OK) {
             continue;
         }
@@ -509,15 +617,17 @@ void st_tune_table_from_model(const st_model_fabric_t *fabric, size_t small_max,
             e.algo = ST_MODEL_HIER;
         }
         e.hier_chunk = e.algo == ST_MODEL_HIER ? chunk : 0;
+        e.channels   = (e.algo == ST_MODEL_RING && split.channels > 1) ? split.channels : 0;
         if (t->nentries > 0 && t->entries[t->nentries - 1].algo == e.algo &&
-            t->entries[t->nentries - 1].hier_chunk == e.hier_chunk) {
+            t->entries[t->nentries - 1].hier_chunk == e.hier_chunk &&
+            t->entries[t->nentries - 1].channels == e.channels) {
             t->entries[t->nentries - 1].max_bytes = bytes; /* extend the range */
         } else if (t->nentries < ST_TUNE_MAX_ENTRIES) {
             t->entries[t->nentries++] = e;
         }
     }
     if (t->nentries == 0) {
-        t->entries[t->nentries++] = (st_tune_entry_t){0, ST_MODEL_RING, 0};
+        t->entries[t->nentries++] = (st_tune_entry_t){0, ST_MODEL_RING, 0, 0};
     }
     t->entries[t->nentries - 1].max_bytes = ST_TUNE_NO_LIMIT;
 }

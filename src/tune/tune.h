@@ -12,8 +12,8 @@
  *
  * Precedence in the library (st_tune_init, st_tune_allreduce):
  *   1. a STRATA_* parameter the user set (STRATA_ALGO other than auto, STRATA_HIER_CHUNK_SIZE other
- *      than auto, STRATA_SMALL_THRESHOLD, STRATA_PIPELINE_DEPTH, STRATA_RAIL_SHARES) wins for what
- *      it sets;
+ *      than auto, STRATA_SMALL_THRESHOLD, STRATA_PIPELINE_DEPTH, STRATA_RAIL_SHARES,
+ *      STRATA_RING_CHANNELS) wins for what it sets;
  *   2. a tuning table (strataConfig_t.tuneFile, else STRATA_TUNE_FILE);
  *   3. the cost model fed by a fabric profile (STRATA_PROFILE_FILE): per size, the algorithm and
  *      chunk it predicts fastest, rail shares proportional to the rails' bandwidths;
@@ -34,6 +34,8 @@
 #define ST_TUNE_NO_LIMIT    SIZE_MAX
 /* the largest hier_chunk a table may give: each local rank's window holds 2 x depth of them */
 #define ST_TUNE_MAX_CHUNK   ((size_t)16 << 20)
+/* the most flat-ring channels a table may give (coll/coll.h: ST_RING_MAX_CHANNELS) */
+#define ST_TUNE_MAX_CHANNELS 8
 
 /* One size range of all-reduce. */
 typedef struct st_tune_entry {
@@ -41,6 +43,8 @@ typedef struct st_tune_entry {
                         * dtype size) and more than the previous entry's; ST_TUNE_NO_LIMIT: any */
     int    algo;       /* st_model_algo_t: ring, hier or small */
     size_t hier_chunk; /* bytes per hierarchical pipeline chunk; 0: the window's chunk */
+    int    channels;   /* flat ring (ring entries): rings at once, 1..ST_TUNE_MAX_CHANNELS;
+                        * 0: one */
 } st_tune_entry_t;
 
 typedef struct st_tune_table {
@@ -57,10 +61,12 @@ typedef struct st_tune_table {
 
 /* Reads a tuning table. ST_ERR_INVALID, with the reason in err (path, what, where), when the file
  * is not a regular file or cannot be read, is not JSON, lacks a field, has a value out of range
- * (algorithm not ring, hier or small; hier_chunk outside 64 B .. ST_TUNE_MAX_CHUNK; entries not
+ * (algorithm not ring, hier or small; hier_chunk outside 64 B .. ST_TUNE_MAX_CHUNK; channels
+ * outside 1 .. ST_TUNE_MAX_CHANNELS; entries not
  * ascending; an entry other than the last without max_bytes; the last entry bounded; more than
  * ST_TUNE_MAX_ENTRIES; shares negative or not summing to 1 within 1e-3 over nrails;
- * pipeline_depth outside 1..16). A hier_chunk on a ring or small entry is dropped. */
+ * pipeline_depth outside 1..16). A hier_chunk on a ring or small entry, and channels on a hier
+ * or small one, are dropped. */
 st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *err, size_t errlen);
 /* Writes it (indented JSON, max_bytes of the last entry as null), with a free-text comment.
  * ST_ERR_IO when the file cannot be written. */

@@ -105,6 +105,24 @@ if run shares STRATA_RAIL_IFNAMES=lo,lo STRATA_RAIL_SHARES=3,1 STRATA_DEBUG=INFO
     grep -q "Out of bounds values : 0 OK" "$tmp/shares.out" || fail "shares: wrong results"
     echo "ok: rail shares 3,1: $(grep -c '^ *[0-9]' "$tmp/shares.out") rows, all right"
 fi
+# 5b. flat-ring channels from a table (two "rails" on lo): the INFO line names them, every
+#     collective and datatype right at odd sizes; STRATA_RING_CHANNELS beats the table
+table "$tmp/ch.json" 2 2 '[{"max_bytes":null,"algo":"ring","channels":2}]'
+sed -i 's/"rails":1/"rails":2/' "$tmp/ch.json"
+if run channels STRATA_RAIL_IFNAMES=lo,lo STRATA_TUNE_FILE="$tmp/ch.json" STRATA_DEBUG=INFO STRATA_DEBUG_SUBSYS=TUNE -- \
+    all_reduce -np 4 --nodes 2 -b 100 -e 5M -f 7 -n 2 -w 1 -d all -o all; then
+    grep -q "all-reduce of [0-9]* B: ring, 2 channels (entry 0 of tuning table" "$tmp/channels.err" ||
+        fail "channels: no INFO line for ring with 2 channels"
+    grep -q "Out of bounds values : 0 OK" "$tmp/channels.out" || fail "channels: wrong results"
+    echo "ok: ring with 2 channels from a table: $(grep -c '^ *[0-9]' "$tmp/channels.out") rows, all right"
+fi
+if run channels_env STRATA_RAIL_IFNAMES=lo,lo STRATA_TUNE_FILE="$tmp/ch.json" STRATA_RING_CHANNELS=3 STRATA_DEBUG=INFO STRATA_DEBUG_SUBSYS=TUNE -- \
+    all -np 4 --nodes 2 -b 100 -e 1M -f 31 -n 1 -w 0 -d all; then
+    grep -q "ring, 2 channels (STRATA_RING_CHANNELS wins)" "$tmp/channels_env.err" ||
+        fail "channels: STRATA_RING_CHANNELS not said to win over the table"
+    grep -q "Out of bounds values : 0 OK" "$tmp/channels_env.out" || fail "channels_env: wrong results"
+    echo "ok: STRATA_RING_CHANNELS=3 over the table, every collective right"
+fi
 # 6. bad input: tune without --out, an override set, STRATA_RAIL_SHARES malformed
 timeout 20 "$collbench" tune -np 4 --nodes 2 >"$tmp/x.out" 2>&1; rc=$?
 [ "$rc" = 2 ] && grep -q "needs --out" "$tmp/x.out" || fail "tune without --out: rc $rc"
@@ -112,6 +130,11 @@ STRATA_ALGO=hier timeout 60 "$collbench" tune --out "$tmp/x.json" -np 4 --nodes 
 [ "$rc" = 2 ] && grep -q "STRATA_ALGO=hier would override" "$tmp/x.out" || fail "tune under STRATA_ALGO: rc $rc"
 STRATA_RAIL_SHARES=2,x timeout 60 "$collbench" all_reduce -np 2 --nodes 2 -b 1K -e 1K >"$tmp/x.out" 2>&1; rc=$?
 [ "$rc" = 2 ] && grep -q "STRATA_RAIL_SHARES '2,x' is malformed" "$tmp/x.out" || fail "bad STRATA_RAIL_SHARES: rc $rc"
+STRATA_RING_CHANNELS=9 timeout 60 "$collbench" all_reduce -np 2 --nodes 2 -b 1K -e 1K >"$tmp/x.out" 2>&1; rc=$?
+[ "$rc" = 2 ] && grep -q "STRATA_RING_CHANNELS 9 is outside \[0, 8\]" "$tmp/x.out" || fail "STRATA_RING_CHANNELS=9: rc $rc"
+table "$tmp/x.json" 2 2 '[{"max_bytes":null,"algo":"ring","channels":0}]'
+STRATA_TUNE_FILE="$tmp/x.json" timeout 60 "$collbench" all_reduce -np 4 --nodes 2 -b 1K -e 1K >"$tmp/x.out" 2>&1; rc=$?
+[ "$rc" = 0 ] && grep -q 'channels" must be an integer 1 .. 8' "$tmp/x.out" || fail "table with channels 0: rc $rc, no WARN"
 
 [ "$fails" = 0 ] && { echo "test_tune_files: all passed"; exit 0; }
 echo "test_tune_files: $fails failure(s)"

@@ -218,6 +218,49 @@ static void test_burst_credit(void **state)
     assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
 }
 
+/* A measured credit curve (rail_credit) replaces the constant burst: points (16384, 0) and
+ * (65536, 30000) B on rail 0 (10e9 B/s). At 8192 B: on the line from (0, 0) to the first point,
+ * 0; at 40960 B: half way from 0 to 30000, 15000 B = 1.5 us; at 1e6 B (beyond the last point):
+ * 30000 B = 3 us; at 20000 B the credit would be 1708 B < 20000: 0.1708 us. Small at 64 KiB
+ * (16.17504 us without a credit) loses 3 us: 13.17504 us; with exchange_alpha 20 us instead of
+ * inter.alpha (5 us: fabric_2x4) it takes 15 us more: 28.17504 us. Points out of order, a credit
+ * above its bytes or more points than ST_MODEL_CREDIT_POINTS are refused. */
+static void test_credit_curve(void **state)
+{
+    st_model_fabric_t f;
+    st_model_split_t  s;
+    st_model_time_t   t;
+
+    fabric_2x4(&f, &s);
+    f.rail_burst[0]           = 1e9; /* ignored once there are points */
+    f.rail_credit[0].n        = 2;
+    f.rail_credit[0].bytes[0] = 16384;
+    f.rail_credit[0].bytes[1] = 65536;
+    f.rail_credit[0].credit[0] = 0;
+    f.rail_credit[0].credit[1] = 30000;
+    assert_int_equal(st_model_fabric_check(&f), ST_OK);
+    assert_close(st_model_rail_credit(&f, 0, 8192), 0.0);
+    assert_close(st_model_rail_credit(&f, 0, 40960), 1.5e-6);
+    assert_close(st_model_rail_credit(&f, 0, 1e6), 3e-6);
+    assert_close(st_model_rail_credit(&f, 0, 20000), 30000.0 * (20000 - 16384) / 49152 / 10e9);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 65536, &t), ST_OK);
+    assert_close(t.total, 13.17504e-6);
+    f.exchange_alpha = 20e-6;
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 65536, &t), ST_OK);
+    assert_close(t.total, 28.17504e-6);
+    f.rail_credit[0].bytes[1] = 16384;
+    assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
+    f.rail_credit[0].bytes[1]  = 65536;
+    f.rail_credit[0].credit[1] = 70000;
+    assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
+    f.rail_credit[0].credit[1] = 30000;
+    f.rail_credit[0].n         = ST_MODEL_CREDIT_POINTS + 1;
+    assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
+    f.rail_credit[0].n = 2;
+    f.exchange_alpha   = -1;
+    assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
+}
+
 static void test_allgather_bucket_powersgd(void **state)
 {
     st_model_fabric_t f;
@@ -418,6 +461,7 @@ int main(void)
         cmocka_unit_test(test_ring_channels),
         cmocka_unit_test(test_small_and_choose),
         cmocka_unit_test(test_burst_credit),
+        cmocka_unit_test(test_credit_curve),
         cmocka_unit_test(test_allgather_bucket_powersgd),
         cmocka_unit_test(test_seed_preset_printed),
         cmocka_unit_test(test_seed_values),

@@ -53,9 +53,9 @@ static void sample_table(st_tune_table_t *t)
     t->rail_share[0]  = 2.0 / 3.0;
     t->rail_share[1]  = 1.0 / 3.0;
     t->nentries       = 3;
-    t->entries[0]     = (st_tune_entry_t){65536, ST_MODEL_SMALL, 0};
-    t->entries[1]     = (st_tune_entry_t){1048576, ST_MODEL_RING, 0};
-    t->entries[2]     = (st_tune_entry_t){ST_TUNE_NO_LIMIT, ST_MODEL_HIER, 524288};
+    t->entries[0]     = (st_tune_entry_t){65536, ST_MODEL_SMALL, 0, 0};
+    t->entries[1]     = (st_tune_entry_t){1048576, ST_MODEL_RING, 0, 2};
+    t->entries[2]     = (st_tune_entry_t){ST_TUNE_NO_LIMIT, ST_MODEL_HIER, 524288, 0};
 }
 
 static void test_table_round_trip(void **state)
@@ -76,7 +76,9 @@ static void test_table_round_trip(void **state)
     assert_int_equal(back.entries[0].algo, ST_MODEL_SMALL);
     assert_int_equal(back.entries[0].max_bytes, 65536);
     assert_int_equal(back.entries[1].algo, ST_MODEL_RING);
+    assert_int_equal(back.entries[1].channels, 2);
     assert_int_equal(back.entries[2].algo, ST_MODEL_HIER);
+    assert_int_equal(back.entries[2].channels, 0);
     assert_int_equal(back.entries[2].hier_chunk, 524288);
     assert_true(back.entries[2].max_bytes == ST_TUNE_NO_LIMIT);
     /* lookup: boundaries belong to the entry they end */
@@ -122,6 +124,12 @@ static void test_table_rejects(void **state)
          "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"algo\":\"hier\",\"hier_chunk\":8}]}",
          "hier_chunk"},
         {"{\"format\":\"strata-tune-table\",\"version\":1,\"format\":\"x\"}", "duplicate"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+         "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"algo\":\"ring\",\"channels\":9}]}",
+         "channels"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+         "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"algo\":\"ring\",\"channels\":\"2\"}]}",
+         "channels"},
         {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
          "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"algo\":\"hier\",\"hier_chunk\":"
          "4611686018427387904}]}", "hier_chunk"},
@@ -173,6 +181,8 @@ static void test_profile_round_trip(void **state)
     f.rail_beta[0]   = 250e6;
     f.rail_beta[1]   = 125e6;
     f.rail_burst[0]  = 65536;
+    f.exchange_alpha = 40e-6;
+    f.rail_credit[0] = (st_model_credit_t){2, {16384, 65536}, {1000, 65536}};
     assert_int_equal(st_profile_write(tmp_path, &f, "{\"t8\": 1e-4}", "test"), ST_OK);
     assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_OK);
     assert_int_equal(back.ranks_per_node, 2);
@@ -182,6 +192,28 @@ static void test_profile_round_trip(void **state)
     assert_true(fabs(back.inter.beta - 187.5e6) < 1e-3);
     assert_true(fabs(back.rail_beta[1] - 125e6) < 1e-3);
     assert_true(back.rail_burst[0] == 65536 && back.rail_burst[1] == 0);
+    assert_true(fabs(back.exchange_alpha - 40e-6) < 1e-14);
+    assert_int_equal(back.rail_credit[0].n, 2);
+    assert_int_equal(back.rail_credit[1].n, 0);
+    assert_true(back.rail_credit[0].bytes[1] == 65536 && back.rail_credit[0].credit[0] == 1000);
+    /* a credit curve that does not match the rails, or whose points disagree, is refused */
+    write_text("{\"format\":\"strata-fabric-profile\",\"version\":1,\"layout\":{\"ranks_per_node\":"
+               "2,\"nodes\":2,\"rails\":1},\"intra\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},"
+               "\"inter\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},\"rail_credit\":[{\"bytes\":"
+               "[1,2],\"credit_bytes\":[0]}]}");
+    assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_ERR_INVALID);
+    assert_non_null(strstr(err, "2 bytes and 1 credit_bytes"));
+    write_text("{\"format\":\"strata-fabric-profile\",\"version\":1,\"layout\":{\"ranks_per_node\":"
+               "2,\"nodes\":2,\"rails\":1},\"intra\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},"
+               "\"inter\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},\"rail_credit\":[{\"bytes\":"
+               "[2,1],\"credit_bytes\":[0,0]}]}");
+    assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_ERR_INVALID);
+    assert_non_null(strstr(err, "not valid"));
+    write_text("{\"format\":\"strata-fabric-profile\",\"version\":1,\"layout\":{\"ranks_per_node\":"
+               "2,\"nodes\":2,\"rails\":1},\"intra\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},"
+               "\"inter\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},\"exchange_alpha_s\":-1}");
+    assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_ERR_INVALID);
+    assert_non_null(strstr(err, "exchange_alpha_s"));
     /* samples must be JSON */
     assert_int_equal(st_profile_write(tmp_path, &f, "{not json", "test"), ST_ERR_INVALID);
     /* a profile without a positive bandwidth is refused */

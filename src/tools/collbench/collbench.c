@@ -343,7 +343,7 @@ static int cb_fab_check_args(const cb_opts_t *opts)
 {
     static const char *const overrides[] = {"STRATA_ALGO", "STRATA_HIER_CHUNK_SIZE",
                                             "STRATA_PIPELINE_DEPTH", "STRATA_RAIL_SHARES",
-                                            "STRATA_SMALL_THRESHOLD"};
+                                            "STRATA_SMALL_THRESHOLD", "STRATA_RING_CHANNELS"};
     struct stat st;
     char        dir[4096];
     const char *slash;

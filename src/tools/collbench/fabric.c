@@ -56,11 +56,16 @@
 #define CB_FAB_TARGET_S    0.3   /* seconds of timed iterations per measurement, about */
 #define CB_FAB_INTRA_BYTES ((size_t)4 << 20)
 #define CB_FAB_INTER_BYTES ((size_t)16 << 20)
-#define CB_FAB_BURST_BYTES ((size_t)1 << 20)
+#define CB_FAB_BURST_BYTES ((size_t)1 << 20)  /* the largest burst credit exchange */
+#define CB_FAB_CREDIT_POINTS 5                 /* credit exchanges: 4 KiB .. 1 MiB, x4 */
 #define CB_FAB_MAX_CANDS   32
 #define CB_FAB_MAX_RANKS   4096
 #define CB_FAB_TOP         3     /* forced configurations timed again against the tuned one */
 #define CB_FAB_ROUNDS      5     /* tuned vs best forced: alternating rounds, median of each */
+#define CB_FAB_ROUNDS_SMALL 11   /* the same up to CB_FAB_SMALL_BYTES, rounds of half the time:
+                                  * 0.1-0.3 ms operations on shared cores drift between rounds
+                                  * by more than the 5 % to be resolved */
+#define CB_FAB_SMALL_BYTES ((size_t)256 << 10)
 
 typedef struct cb_fab {
     const cb_opts_t  *opts;
@@ -72,6 +77,7 @@ typedef struct cb_fab {
     size_t            bufbytes;
     int               seq;                    /* temporary table files */
     st_model_fabric_t fabric;                 /* calibrated or read */
+    double            target_s;               /* seconds per measurement (CB_FAB_TARGET_S) */
 } cb_fab_t;
 
 /* One measured configuration. */
@@ -80,6 +86,7 @@ typedef struct cb_cand {
     size_t chunk;         /* hier */
     int    depth;         /* hier */
     int    prop;          /* hier: 1 = shares proportional to the rails, 0 = even */
+    int    channels;      /* ring: rings at once (0 or 1: one) */
     double t[64];         /* per size; 0 = not measured */
 } cb_cand_t;
 
@@ -141,7 +148,7 @@ static strataComm_t cb_fab_split(cb_fab_t *f, int color, const st_tune_table_t *
 
 /* A table forcing one configuration for every size, on a layout of g x nodes. */
 static void cb_fab_force(const cb_fab_t *f, int g, int nodes, int algo, size_t chunk, int depth,
-                         const double *share, st_tune_table_t *t)
+                         int channels, const double *share, st_tune_table_t *t)
 {
     memset(t, 0, sizeof(*t));
     t->ranks_per_node = g;
@@ -149,8 +156,9 @@ static void cb_fab_force(const cb_fab_t *f, int g, int nodes, int algo, size_t c
     t->nrails         = f->nics;
     t->pipeline_depth = (unsigned)depth;
     t->nentries       = 1;
-    t->entries[0]     = (st_tune_entry_t){ST_TUNE_NO_LIMIT, algo, algo == ST_MODEL_HIER ? chunk
-                                                                                     : 0};
+    t->entries[0]     = (st_tune_entry_t){ST_TUNE_NO_LIMIT, algo,
+                                          algo == ST_MODEL_HIER ? chunk : 0,
+                                          algo == ST_MODEL_RING ? channels : 0};
     if (share != NULL && f->nics > 1) {
         memcpy(t->rail_share, share, sizeof(double) * (size_t)f->nics);
     }
@@ -180,7 +188,7 @@ static void cb_fab_measure(cb_fab_t *f, cb_fab_op_t op, const void *arg, int slo
     op(f, arg);
     est = cb_now() - t0;
     cb_fab_max(f, &est, 1);
-    iters = (int)CB_MIN(CB_MAX(CB_FAB_TARGET_S / CB_MAX(est, 1e-6), (double)f->opts->iters),
+    iters = (int)CB_MIN(CB_MAX(f->target_s / CB_MAX(est, 1e-6), (double)f->opts->iters),
                         (double)CB_FAB_MAX_ITERS);
     iters = CB_MAX(iters, 3);
     t = calloc((size_t)iters * (size_t)nslots, sizeof(double));
@@ -284,7 +292,7 @@ static void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
     /* intra: every node's ranks at once */
     fab->intra = (st_model_level_t){1e-6, 1e10, 0.0};
     if (g > 1) {
-        cb_fab_force(f, g, 1, ST_MODEL_HIER, CB_FAB_INTRA_BYTES, 1, NULL, &t);
+        cb_fab_force(f, g, 1, ST_MODEL_HIER, CB_FAB_INTRA_BYTES, 1, 0, NULL, &t);
         comm = cb_fab_split(f, f->node, &t);
         t8   = cb_fab_time(f, comm, 8, NULL);
         tS   = cb_fab_time(f, comm, CB_FAB_INTRA_BYTES, ph);
@@ -337,23 +345,44 @@ static void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
         for (int r = 0; r < f->nics; r++) {
             fab->inter.beta += fab->rail_beta[r] / f->nics;
         }
-        /* a shaped rail's burst: what a 1 MiB exchange (after the idle moment of the barrier, as
-         * between the operations of a measurement) gets through beyond alpha + D/beta */
-        cb_fab_exchange(f, irank_of, CB_FAB_BURST_BYTES, tB_l);
-        for (int r = 0; r < f->nics; r++) {
-            double d = 0.0, tmax = 0.0;
-
-            for (int l = r; l < g; l += f->nics) {
-                d += (double)CB_FAB_BURST_BYTES;
-                tmax = CB_MAX(tmax, tB_l[l]);
-            }
-            if (d > 0 && fab->rail_beta[r] > 0) {
-                fab->rail_burst[r] = CB_MIN(CB_MAX(d - (tmax - t8) * fab->rail_beta[r], 0.0), d);
-            }
-        }
+        /* a shaped rail's burst credit: what exchanges of 4 KiB .. 1 MiB per local rank (after
+         * the idle moment of the barrier, as between the operations of a measurement) get
+         * through beyond alpha + D/beta, D the bytes of the rail's local ranks */
         pos += (size_t)snprintf(samples + pos, len - pos, "\"inter_step8_s\": %.9g, "
-                                "\"inter_step16M_s\": %.9g, \"inter_step1M_s\": %.9g, ", t8, tS,
-                                tB_l[0]);
+                                "\"inter_step16M_s\": %.9g, ", t8, tS);
+        for (int k = 0; k < CB_FAB_CREDIT_POINTS; k++) {
+            size_t d1 = CB_FAB_BURST_BYTES >> (2 * (CB_FAB_CREDIT_POINTS - 1 - k));
+
+            cb_fab_exchange(f, irank_of, d1, tB_l);
+            for (int r = 0; r < f->nics; r++) {
+                st_model_credit_t *c = &fab->rail_credit[r];
+                double             d = 0.0, tmax = 0.0;
+
+                for (int l = r; l < g; l += f->nics) {
+                    d += (double)d1;
+                    tmax = CB_MAX(tmax, tB_l[l]);
+                }
+                if (d > 0 && fab->rail_beta[r] > 0) {
+                    c->bytes[c->n]  = d;
+                    c->credit[c->n] = CB_MIN(CB_MAX(d - (tmax - t8) * fab->rail_beta[r], 0.0), d);
+                    fab->rail_burst[r] = c->credit[c->n++]; /* the largest point */
+                }
+            }
+            pos += (size_t)snprintf(samples + pos, len - pos, "\"inter_step%zu_s\": %.9g, ", d1,
+                                    tB_l[0]);
+        }
+        /* the small algorithm's leader exchange on its own: small forced at 8 B on the world,
+         * less its two window synchronisations */
+        {
+            double tsm;
+
+            cb_fab_force(f, g, N, ST_MODEL_SMALL, 0, 1, 0, NULL, &t);
+            comm = cb_fab_split(f, 0, &t);
+            tsm  = cb_fab_time(f, comm, 8, NULL);
+            CB_FAB_CALL(f, strataCommDestroy(comm));
+            fab->exchange_alpha = CB_MAX(tsm - 2 * fab->intra.alpha, 0.25 * tsm);
+            pos += (size_t)snprintf(samples + pos, len - pos, "\"small8_s\": %.9g, ", tsm);
+        }
     }
     snprintf(samples + pos, len - pos, "\"method\": \"collbench calibrate (src/tools/collbench/"
              "fabric.c)\"}");
@@ -372,11 +401,19 @@ static void cb_fab_print_profile(const cb_fab_t *f)
     for (int r = 0; r < fab->nrails; r++) {
         printf("%s%.4f", r ? ", " : "; rails ", st_model_rail_beta(fab, r) / 1e9);
     }
-    printf(" GB/s; burst");
+    printf(" GB/s; exchange alpha %.2f us\n", fab->exchange_alpha * 1e6);
     for (int r = 0; r < fab->nrails; r++) {
-        printf(" %.0f", fab->rail_burst[r] / 1024.0);
+        const st_model_credit_t *c = &fab->rail_credit[r];
+
+        printf("# rail %d burst credit (KiB credited of KiB moved):", r);
+        for (int i = 0; i < c->n; i++) {
+            printf(" %.0f/%.0f", c->credit[i] / 1024.0, c->bytes[i] / 1024.0);
+        }
+        if (c->n == 0) {
+            printf(" %.0f KiB at most", fab->rail_burst[r] / 1024.0);
+        }
+        printf("\n");
     }
-    printf(" KiB\n");
 }
 
 /* ---- sizes -------------------------------------------------------------------------------------- */
@@ -411,9 +448,14 @@ static void cb_fab_cand_str(const cb_cand_t *c, char *buf, size_t len)
 {
     char chunk[32];
 
-    if (c->algo == ST_MODEL_HIER) {
+    if (c->algo == ST_MODEL_HIER && c->depth > 0) {
         cb_fab_size_str(c->chunk, chunk, sizeof(chunk));
         snprintf(buf, len, "hier/%s/d%d%s", chunk, c->depth, c->prop ? "/prop" : "");
+    } else if (c->algo == ST_MODEL_HIER) { /* a table's entry: depth and shares are the table's */
+        cb_fab_size_str(c->chunk, chunk, sizeof(chunk));
+        snprintf(buf, len, "hier/%s", chunk);
+    } else if (c->algo == ST_MODEL_RING && c->channels > 1) {
+        snprintf(buf, len, "ring/ch%d", c->channels);
     } else {
         snprintf(buf, len, "%s", st_tune_algo_name(c->algo));
     }
@@ -440,7 +482,7 @@ static strataComm_t cb_fab_cand_comm(cb_fab_t *f, const cb_cand_t *c)
     double          share[ST_MODEL_MAX_RAILS];
 
     cb_fab_shares(f, c->prop, share);
-    cb_fab_force(f, f->g, f->nnodes, c->algo, c->chunk, c->depth, share, &t);
+    cb_fab_force(f, f->g, f->nnodes, c->algo, c->chunk, c->depth, c->channels, share, &t);
     return cb_fab_split(f, 0, &t);
 }
 
@@ -455,17 +497,23 @@ static int cb_fab_in(const int *set, int n, int c)
 }
 
 /* Times the candidates of set (and `tuned` when not NULL) at `bytes` in CB_FAB_ROUNDS
- * alternating rounds; the median round of each into med[] (and *tuned_med). */
+ * alternating rounds (CB_FAB_ROUNDS_SMALL shorter ones for small sizes); the median round of each
+ * into med[] (and *tuned_med). */
 static void cb_fab_retime(cb_fab_t *f, const cb_cand_t *cands, const int *set, int nset,
                           strataComm_t tuned, size_t bytes, double *med, double *tuned_med)
 {
     strataComm_t comms[CB_FAB_TOP + 2];
-    double       t[CB_FAB_TOP + 3][CB_FAB_ROUNDS];
+    double       t[CB_FAB_TOP + 3][CB_FAB_ROUNDS_SMALL];
+    int          rounds = bytes <= CB_FAB_SMALL_BYTES ? CB_FAB_ROUNDS_SMALL : CB_FAB_ROUNDS;
+    double       target = f->target_s;
 
+    if (bytes <= CB_FAB_SMALL_BYTES) {
+        f->target_s = target / 2;
+    }
     for (int j = 0; j < nset; j++) {
         comms[j] = cb_fab_cand_comm(f, &cands[set[j]]);
     }
-    for (int k = 0; k < CB_FAB_ROUNDS; k++) {
+    for (int k = 0; k < rounds; k++) {
         for (int j = 0; j < nset; j++) {
             t[j][k] = cb_fab_time(f, comms[j], bytes, NULL);
         }
@@ -474,12 +522,13 @@ static void cb_fab_retime(cb_fab_t *f, const cb_cand_t *cands, const int *set, i
         }
     }
     for (int j = 0; j < nset; j++) {
-        med[j] = cb_fab_median(t[j], CB_FAB_ROUNDS);
+        med[j] = cb_fab_median(t[j], rounds);
         CB_FAB_CALL(f, strataCommDestroy(comms[j]));
     }
     if (tuned != NULL) {
-        *tuned_med = cb_fab_median(t[nset], CB_FAB_ROUNDS);
+        *tuned_med = cb_fab_median(t[nset], rounds);
     }
+    f->target_s = target;
 }
 
 static int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
@@ -496,6 +545,9 @@ static int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
     memset(cands, 0, sizeof(cands));
     cands[ncand++] = (cb_cand_t){.algo = ST_MODEL_SMALL};
     cands[ncand++] = (cb_cand_t){.algo = ST_MODEL_RING};
+    for (int ch = 2; ch <= CB_MIN(f->nics, ST_TUNE_MAX_CHANNELS) && f->nnodes > 1; ch++) {
+        cands[ncand++] = (cb_cand_t){.algo = ST_MODEL_RING, .channels = ch}; /* one per rail */
+    }
     for (int prop = 0; prop <= (f->nics > 1 && f->nnodes > 1); prop++) {
         for (size_t chunk = (size_t)256 << 10; chunk <= ((size_t)4 << 20); chunk *= 2) {
             for (int depth = 2; depth <= 4; depth += 2) {
@@ -609,10 +661,12 @@ static int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
     table.pipeline_depth = (unsigned)depth_win;
     for (int i = 0; i < nsizes; i++) {
         const cb_cand_t *c = &cands[best[i]];
-        st_tune_entry_t  e = {sizes[i], c->algo, c->algo == ST_MODEL_HIER ? c->chunk : 0};
+        st_tune_entry_t  e = {sizes[i], c->algo, c->algo == ST_MODEL_HIER ? c->chunk : 0,
+                              c->algo == ST_MODEL_RING ? c->channels : 0};
 
         if (table.nentries > 0 && table.entries[table.nentries - 1].algo == e.algo &&
-            table.entries[table.nentries - 1].hier_chunk == e.hier_chunk) {
+            table.entries[table.nentries - 1].hier_chunk == e.hier_chunk &&
+            table.entries[table.nentries - 1].channels == e.channels) {
             table.entries[table.nentries - 1].max_bytes = e.max_bytes;
         } else {
             table.entries[table.nentries++] = e;
@@ -714,9 +768,12 @@ static int cb_fab_compare(cb_fab_t *f, const size_t *sizes, int nsizes)
         const st_tune_entry_t *e = st_tune_table_lookup(&table, sizes[i]);
         st_model_time_t        pt;
         double                 ph[3], t;
-        char                   name[48], chunk[32];
+        char                   name[48];
+        cb_cand_t              as_cand = {.algo = e->algo, .chunk = e->hier_chunk,
+                                          .channels = e->channels};
 
-        split.chunk = e->hier_chunk;
+        split.chunk    = e->hier_chunk;
+        split.channels = e->channels;
         t = cb_fab_time(f, comm, sizes[i], ph);
         if (st_model_allreduce(&fab, &split, (st_model_algo_t)e->algo, (double)sizes[i], &pt) !=
             ST_OK) {
@@ -724,9 +781,7 @@ static int cb_fab_compare(cb_fab_t *f, const size_t *sizes, int nsizes)
         }
         if (f->rank == 0) {
             cb_fab_size_str(sizes[i], sz, sizeof(sz));
-            cb_fab_size_str(e->hier_chunk, chunk, sizeof(chunk));
-            snprintf(name, sizeof(name), "%s%s%s", st_tune_algo_name(e->algo),
-                     e->algo == ST_MODEL_HIER ? "/" : "", e->algo == ST_MODEL_HIER ? chunk : "");
+            cb_fab_cand_str(&as_cand, name, sizeof(name));
             printf("  %10s  %-14s %12.1f %12.1f %+7.1f%%", sz, name, t * 1e6, pt.total * 1e6,
                    pt.total > 0 ? 100.0 * (pt.total - t) / t : 0.0);
             if (e->algo == ST_MODEL_HIER) {
@@ -751,12 +806,13 @@ int cb_fabric_rank_main(const cb_opts_t *opts, int rank, int nranks, const strat
     size_t   sizes[64];
     int      nsizes, gmin, gmax, ret = 0;
     double   v[2];
-    char     samples[1024], err[512];
+    char     samples[2048], err[512];
 
     memset(&f, 0, sizeof(f));
-    f.opts   = opts;
-    f.rank   = rank;
-    f.nranks = nranks;
+    f.opts     = opts;
+    f.target_s = CB_FAB_TARGET_S;
+    f.rank     = rank;
+    f.nranks   = nranks;
     f.nics   = st_tune_count_rails(getenv("STRATA_RAIL_IFNAMES"));
     CB_FAB_CALL(&f, strataCommInitRank(&f.world, nranks, *id, rank));
     CB_FAB_CALL(&f, strataCommTopoRank(f.world, &f.node, &f.nnodes, &f.local, &f.g));
