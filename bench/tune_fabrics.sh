@@ -1,6 +1,6 @@
 #!/bin/bash
 # tune_fabrics.sh: issue 6's acceptance in one go, on three emulated fabrics (2 nodes x 2 ranks,
-# MTU 9000, tests/emulation/run_collbench.sh):
+# MTU 9000, rank r pinned to CPU r mod CPUs: tests/emulation/run_collbench.sh --bind):
 #   2g      one link per node capped at 2 Gbit/s
 #   500m    one link per node capped at 500 Mbit/s
 #   2g+1g   two links per node, one rail each (STRATA_RAIL_IFNAMES=emu0,emu1), at 2 and 1 Gbit/s
@@ -13,7 +13,8 @@
 # shares and the speedup of proportional over even shares at 64 MiB.
 #   bench/tune_fabrics.sh [--collbench P] [--out DIR] [--fabrics "2g 500m 2g+1g"] [-n ITERS]
 # Needs root and network namespaces (exit 77 otherwise). Files (profiles, tables, logs) stay in
-# --out (default: a new folder under /tmp, printed). Takes about 5 minutes.
+# --out (default: a new folder under /tmp, printed). Takes about 15 minutes; run it on a quiet
+# machine (anything else on the cores moves the sub-millisecond sizes by tens of percent).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 run=$here/../tests/emulation/run_collbench.sh
@@ -54,15 +55,15 @@ for fab in $fabrics; do
     echo
     echo "######## fabric $fab: 2 nodes x 2 ranks, $args, MTU 9000"
     # shellcheck disable=SC2086
-    bash "$run" --collbench "$collbench" $args --mtu 9000 --no-bytes-check --timeout 900 -- \
+    bash "$run" --collbench "$collbench" $args --mtu 9000 --no-bytes-check --bind --timeout 900 -- \
         calibrate --out "$out/$fab.profile.json" -n 20 >"$out/$fab.calibrate.log" 2>&1 || status=1
-    grep '^# \(fabric\|intra\|inter\|rail\)' "$out/$fab.calibrate.log"
+    grep '^# \(fabric\|intra\|inter\|rail\|small\|hier\)' "$out/$fab.calibrate.log"
     # shellcheck disable=SC2086
-    bash "$run" --collbench "$collbench" $args --mtu 9000 --no-bytes-check --timeout 900 -- \
+    bash "$run" --collbench "$collbench" $args --mtu 9000 --no-bytes-check --bind --timeout 900 -- \
         model --profile "$out/$fab.profile.json" --compare "${sweep[@]}" -n 20 >"$out/$fab.compare.log" 2>&1 || status=1
     grep -E '^#  +size|^ +[0-9]+[KM]? ' "$out/$fab.compare.log"
     # shellcheck disable=SC2086
-    bash "$run" --collbench "$collbench" $args --mtu 9000 --no-bytes-check --timeout 1800 -- \
+    bash "$run" --collbench "$collbench" $args --mtu 9000 --no-bytes-check --bind --timeout 1800 -- \
         tune --profile "$out/$fab.profile.json" --out "$out/$fab.table.json" "${sweep[@]}" -n "$iters" \
         >"$out/$fab.tune.log" 2>&1 || status=1
     grep -E '^#   (small|ring|hier)|^# tuning table|^#  +size|^ +[0-9]+[KM]? |^# rail shares' "$out/$fab.tune.log"

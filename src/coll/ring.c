@@ -19,12 +19,16 @@
  * all-reduce algorithms for clusters of workstations", JPDC 2009).
  *
  * Channels (args->channels = C > 1, NCCL's term): C rings at once, column k on ring k mod C.
- * Ring c visits the nodes in the same order but each node's ranks rotated by c, so the rank
- * that sends the hop out of a node, its last, is a different one per channel: local position
- * (g-1+c) mod g, whose rail (STRATA_RAIL_IFNAMES) then carries that channel between nodes. With
- * several NICs per node the flat ring so uses them all, where one ring crosses on one. Every
- * column is still reduced in one fixed order (its channel's), so results stay bitwise the same
- * on every rank and from run to run for a given C.
+ * Ring c visits the nodes in the same order, and inside node k the local ranks c, c+1, ..,
+ * c+g-1 (mod g), reversed on odd nodes (a snake): the hop out of a node then goes between two
+ * ranks of the same local rank, so over one rail (STRATA_RAIL_IFNAMES: local rank l sends and
+ * receives on rail l; a hop between two rails would go where the routes send it), and ring c
+ * leaves even nodes on rail (c-1) mod g and odd ones on rail c. With several NICs per node the
+ * channels so spread over them all, where one ring crosses on one (with an odd number of nodes
+ * the hop from the last node back to node 0 joins two rails). Every column is still reduced in
+ * one fixed order (its channel's), so results stay bitwise the same on every rank and from run
+ * to run for a given C. One channel keeps the hierarchy's ring order (NUMA and PCI inside a
+ * node). select.c gives channels to all-reduce only.
  */
 #include "config.h"
 
@@ -179,14 +183,22 @@ static st_status_t st_ring_complete(st_pipe_t *pipe, st_pipe_col_t *col, int ste
  * rotated by c in channel c; this rank's position and neighbours in each. */
 static void st_ring_orders(st_ring_t *ring, const st_topo_t *topo, int rank, int n)
 {
-    for (int s = 0, e; s < n; s = e) {
+    for (int s = 0, e, k = 0; s < n; s = e, k++) {
         int node = st_topo_node(topo, st_topo_ring_rank(topo, s));
 
         for (e = s + 1; e < n && st_topo_node(topo, st_topo_ring_rank(topo, e)) == node; e++) {
         }
+        if (ring->nch == 1) { /* the hierarchy's ring as it is */
+            for (int j = 0; j < e - s; j++) {
+                ring->order[s + j] = st_topo_ring_rank(topo, s + j);
+            }
+            continue;
+        }
         for (int c = 0; c < ring->nch; c++) {
             for (int j = 0; j < e - s; j++) {
-                ring->order[c * n + s + j] = st_topo_ring_rank(topo, s + (j + c) % (e - s));
+                int l = (c + (k % 2 ? e - s - 1 - j : j)) % (e - s); /* local rank */
+
+                ring->order[c * n + s + j] = st_topo_node_rank(topo, node, l);
             }
         }
     }

@@ -52,8 +52,8 @@ static const st_config_field_t st_core_config_fields[] = {
      offsetof(st_core_config_t, chunk_size), ST_CFG_SIZE},
     {"PIPELINE_DEPTH", "4", "chunks in flight per ring",
      offsetof(st_core_config_t, pipeline_depth), ST_CFG_UINT},
-    {"RING_CHANNELS", "0", "rings the flat ring runs at once, each leaving a node through a "
-     "different local rank (and so its rail), 1..8; 0: the tuning's, else 1",
+    {"RING_CHANNELS", "0", "rings the flat ring's all-reduce runs at once, each leaving a node "
+     "through a different local rank (and so its rail), 1..8; 0: the tuning's, else 1",
      offsetof(st_core_config_t, ring_channels), ST_CFG_UINT},
     {"ALGO", "auto", "algorithm: auto (by size and layout), ring (flat ring; chain for "
      "broadcast and reduce), hier (intra-node windows + one inter-node ring per rail), small "

@@ -20,6 +20,9 @@
 
 #include "tune/model.h"
 
+static int st_model_credit_ok(const st_model_credit_t *c);
+static int st_model_rest_ok(const st_model_rest_t *r);
+
 st_status_t st_model_fabric_check(const st_model_fabric_t *fabric)
 {
     int r;
@@ -31,21 +34,14 @@ st_status_t st_model_fabric_check(const st_model_fabric_t *fabric)
         !(fabric->inter.gamma >= 0)) {
         return ST_ERR_INVALID;
     }
-    if (!(fabric->exchange_alpha >= 0)) {
+    if (!(fabric->exchange_alpha >= 0) || !st_model_credit_ok(&fabric->small_credit) ||
+        !st_model_rest_ok(&fabric->hier_rest)) {
         return ST_ERR_INVALID;
     }
     for (r = 0; r < fabric->nrails; r++) {
-        const st_model_credit_t *c = &fabric->rail_credit[r];
-
-        if (!(st_model_rail_beta(fabric, r) > 0) || !(fabric->rail_burst[r] >= 0) || c->n < 0 ||
-            c->n > ST_MODEL_CREDIT_POINTS) {
+        if (!(st_model_rail_beta(fabric, r) > 0) || !(fabric->rail_burst[r] >= 0) ||
+            !st_model_credit_ok(&fabric->rail_credit[r])) {
             return ST_ERR_INVALID;
-        }
-        for (int i = 0; i < c->n; i++) {
-            if (!(c->bytes[i] > (i > 0 ? c->bytes[i - 1] : 0.0)) || !(c->credit[i] >= 0) ||
-                !(c->credit[i] <= c->bytes[i])) {
-                return ST_ERR_INVALID;
-            }
         }
     }
     return ST_OK;
@@ -58,13 +54,12 @@ st_status_t st_model_fabric_check(const st_model_fabric_t *fabric)
  * credit of exchanges of several sizes and the model interpolates (docs/model.md); a profile
  * with one constant burst (rail_burst) takes min(burst, D). A link that is not shaped measures
  * about 0. */
-double st_model_rail_credit(const st_model_fabric_t *fabric, int rail, double bytes)
+static double st_model_credit_at(const st_model_credit_t *c, double burst, double bytes)
 {
-    const st_model_credit_t *c = &fabric->rail_credit[rail];
-    double                   d = fmax(bytes, 0.0), credit, b0 = 0.0, c0 = 0.0;
+    double d = fmax(bytes, 0.0), credit, b0 = 0.0, c0 = 0.0;
 
     if (c->n == 0) {
-        credit = fabric->rail_burst[rail];
+        credit = burst;
     } else {
         credit = c->credit[c->n - 1];
         for (int i = 0; i < c->n; i++) {
@@ -76,7 +71,58 @@ double st_model_rail_credit(const st_model_fabric_t *fabric, int rail, double by
             c0 = c->credit[i];
         }
     }
-    return fmin(credit, d) / st_model_rail_beta(fabric, rail);
+    return fmin(credit, d);
+}
+
+double st_model_rail_credit(const st_model_fabric_t *fabric, int rail, double bytes)
+{
+    return st_model_credit_at(&fabric->rail_credit[rail], fabric->rail_burst[rail], bytes) /
+           st_model_rail_beta(fabric, rail);
+}
+
+/* hier_rest at `bytes`: linear between the points, constant outside them. */
+static double st_model_rest_at(const st_model_rest_t *r, double bytes)
+{
+    if (bytes <= r->bytes[0]) {
+        return r->seconds[0];
+    }
+    for (int i = 1; i < r->n; i++) {
+        if (bytes <= r->bytes[i]) {
+            return r->seconds[i - 1] + (r->seconds[i] - r->seconds[i - 1]) *
+                                           (bytes - r->bytes[i - 1]) /
+                                           (r->bytes[i] - r->bytes[i - 1]);
+        }
+    }
+    return r->seconds[r->n - 1];
+}
+
+static int st_model_rest_ok(const st_model_rest_t *r)
+{
+    if (r->n < 0 || r->n > ST_MODEL_CREDIT_POINTS) {
+        return 0;
+    }
+    for (int i = 0; i < r->n; i++) {
+        if (!(r->bytes[i] > (i > 0 ? r->bytes[i - 1] : 0.0)) || !(r->seconds[i] >= 0)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* st_model_credit_t's checks: at most ST_MODEL_CREDIT_POINTS, bytes increasing from > 0, each
+ * credit within [0, bytes]. */
+static int st_model_credit_ok(const st_model_credit_t *c)
+{
+    if (c->n < 0 || c->n > ST_MODEL_CREDIT_POINTS) {
+        return 0;
+    }
+    for (int i = 0; i < c->n; i++) {
+        if (!(c->bytes[i] > (i > 0 ? c->bytes[i - 1] : 0.0)) || !(c->credit[i] >= 0) ||
+            !(c->credit[i] <= c->bytes[i])) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 double st_model_rail_beta(const st_model_fabric_t *fabric, int rail)
@@ -151,7 +197,10 @@ static double st_model_share(const st_model_fabric_t *fabric, const st_model_spl
 
 /* Flat ring (ring.c) over n = g N ranks in node order, `channels` rings at once. The hop that
  * leaves a node is sent by its last local rank, g-1, whose rail (STRATA_RAIL_IFNAMES: local rank
- * l sends through rail l mod R) carries the ring: channel c crosses on rail (g-1+c) mod R. Each
+ * l sends through rail l mod R) carries the ring: channel c crosses on rail (g-1+c) mod R (with
+ * several channels ring.c's snake order leaves even nodes on that rail and odd ones on rail
+ * c mod R: with two nodes each direction of a channel on one of them, and the slowest sets the
+ * pace as this one rail's does when the channels cover the rails evenly). Each
  * ring carries bytes/channels and its slowest link sets its pace: a node boundary, on a rail
  * shared by the channels mapped to it (or the window copy when there is one node). Latency:
  * every step waits for the slowest hop. The level one channel sees: */
@@ -269,7 +318,10 @@ static double st_model_small(const st_model_fabric_t *fabric, double bytes)
     if (N > 1) {
         t += (fabric->exchange_alpha > 0 ? fabric->exchange_alpha : fabric->inter.alpha) +
              (N - 1) * bytes / st_model_rail_beta(fabric, 0) -
-             st_model_rail_credit(fabric, 0, (N - 1) * bytes) +
+             (fabric->small_credit.n > 0
+                  ? st_model_credit_at(&fabric->small_credit, 0.0, (N - 1) * bytes) /
+                        st_model_rail_beta(fabric, 0)
+                  : st_model_rail_credit(fabric, 0, (N - 1) * bytes)) +
              st_model_reduce_time((N - 1) * bytes, fabric->inter.gamma) + fabric->intra.alpha +
              bytes / fabric->intra.beta;
     }
@@ -278,12 +330,15 @@ static double st_model_small(const st_model_fabric_t *fabric, double bytes)
 
 /* What the rails' burst credits save a hierarchical all-reduce of `bytes`, once per operation:
  * the rails end together no earlier than the slowest of (its bytes/beta - its credit), so the
- * gain is max_r D_r/beta_r - max_r (D_r/beta_r - credit_r), D_r = 2(N-1)/N share_r bytes. */
+ * gain is max_r D_r/beta_r - max_r (D_r/beta_r - credit_r), D_r = 2(N-1)/N share_r bytes. A
+ * rail's credit in time is min(D_r/beta_r, rest) with a measured hier_rest, else its credit
+ * curve's. */
 static double st_model_hier_credit(const st_model_fabric_t *fabric, const st_model_split_t *split,
                                    double bytes)
 {
     int    N = fabric->nodes;
     double tmax = 0.0, tcred = 0.0;
+    double rest = fabric->hier_rest.n > 0 ? st_model_rest_at(&fabric->hier_rest, bytes) : -1.0;
 
     for (int r = 0; r < fabric->nrails; r++) {
         double d = 2.0 * (N - 1) / N * st_model_share(fabric, split, r) * bytes;
@@ -291,7 +346,7 @@ static double st_model_hier_credit(const st_model_fabric_t *fabric, const st_mod
 
         if (d > 0) {
             tmax  = fmax(tmax, t);
-            tcred = fmax(tcred, t - st_model_rail_credit(fabric, r, d));
+            tcred = fmax(tcred, t - (rest >= 0 ? fmin(t, rest) : st_model_rail_credit(fabric, r, d)));
         }
     }
     return tmax - tcred;

@@ -45,6 +45,16 @@ typedef struct st_model_credit {
     double credit[ST_MODEL_CREDIT_POINTS];  /* 0 .. bytes[i] */
 } st_model_credit_t;
 
+/* How long the rails rest before a hierarchical all-reduce's inter-node bytes, as a function of
+ * the operation's bytes (calibrate measures hier itself at several sizes): a shaped rail r then
+ * passes min(D_r, beta_r x rest) of its D_r bytes at once. Linear in between, constant outside
+ * the points (docs/model.md). */
+typedef struct st_model_rest {
+    int    n;                               /* points; 0: the rails' credit curves */
+    double bytes[ST_MODEL_CREDIT_POINTS];   /* all-reduce bytes, increasing, > 0 */
+    double seconds[ST_MODEL_CREDIT_POINTS]; /* >= 0 */
+} st_model_rest_t;
+
 /* The machine: what a measured fabric profile will fill in. */
 typedef struct st_model_fabric {
     int              ranks_per_node; /* g >= 1 */
@@ -63,13 +73,20 @@ typedef struct st_model_fabric {
     double           exchange_alpha; /* seconds: one message between node leaders with the
                                       * rails otherwise idle (the small algorithm's exchange);
                                       * 0: inter.alpha */
+    st_model_credit_t small_credit;  /* the burst credit of the small algorithm's exchange on
+                                      * rail 0, measured with small itself (only the leaders
+                                      * send, and the rail rests during the window phases);
+                                      * n = 0: rail_credit[0] */
+    st_model_rest_t  hier_rest;      /* the hierarchical path's burst credit, measured with
+                                      * hier itself; n = 0: rail_credit */
 } st_model_fabric_t;
 
 /* How an all-reduce is split over phases, chunks, channels and rails: what tune will sweep. */
 typedef struct st_model_split {
     size_t chunk;      /* hier pipeline chunk in bytes; 0: the whole buffer is one chunk */
     int    channels;   /* flat ring: concurrent rings, channel c on rail (g-1+c) % R
-                        * (a node's last local rank sends the hop out); 0 is taken as 1 */
+                        * (a node's last local rank sends the hop out; coll/ring.c); 0 is
+                        * taken as 1 */
     size_t small_max;  /* largest all-reduce the small-message algorithm takes; 0: none */
     double rail_share[ST_MODEL_MAX_RAILS]; /* share of the inter-node bytes rail r carries;
                                             * all 0: an even split (what hier does today) */

@@ -261,42 +261,79 @@ static int st_json_rail_numbers(json_t *root, const char *key, int n, double *ds
     return st_json_numbers(arr, n, dst, path, key, err, errlen) >= 0;
 }
 
-/* "rail_credit": null, or one {"bytes": [...], "credit_bytes": [...]} per rail (the measured
- * burst credit, st_model_credit_t); the points' order and range are checked with the fabric. */
-static int st_json_rail_credit(json_t *root, int nrails, st_model_credit_t *credit,
-                               const char *path, char *err, size_t errlen)
+/* One burst credit curve, {"bytes": [...], "credit_bytes": [...]} (st_model_credit_t); the
+ * points' order and range are checked with the fabric. `what` names it in errors. */
+static int st_json_credit(json_t *e, st_model_credit_t *credit, const char *path,
+                          const char *what, char *err, size_t errlen)
+{
+    int nb, nc;
+
+    if (!json_is_object(e)) {
+        st_tune_fail(err, errlen, "%s: %s is not an object", path, what);
+        return 0;
+    }
+    nb = st_json_numbers(json_object_get(e, "bytes"), ST_MODEL_CREDIT_POINTS, credit->bytes, path,
+                         "credit bytes", err, errlen);
+    nc = st_json_numbers(json_object_get(e, "credit_bytes"), ST_MODEL_CREDIT_POINTS,
+                         credit->credit, path, "credit_bytes", err, errlen);
+    if (nb < 0 || nc < 0) {
+        return 0;
+    }
+    if (nb != nc) {
+        st_tune_fail(err, errlen, "%s: %s has %d bytes and %d credit_bytes", path, what, nb, nc);
+        return 0;
+    }
+    credit->n = nb;
+    return 1;
+}
+
+/* "rail_credit": null, or one curve per rail; "small_credit": null or one curve; "hier_rest":
+ * null or {"bytes": [...], "seconds": [...]}. */
+static int st_json_credits(json_t *root, int nrails, st_model_fabric_t *f, const char *path,
+                           char *err, size_t errlen)
 {
     json_t *arr = json_object_get(root, "rail_credit"), *e;
     size_t  r;
+    char    what[48];
 
-    if (arr == NULL || json_is_null(arr)) {
-        return 1;
+    if (arr != NULL && !json_is_null(arr)) {
+        if (!json_is_array(arr) || json_array_size(arr) != (size_t)nrails) {
+            st_tune_fail(err, errlen, "%s: \"rail_credit\" must be an array of %d objects (one "
+                         "per rail)", path, nrails);
+            return 0;
+        }
+        json_array_foreach(arr, r, e) {
+            snprintf(what, sizeof(what), "rail_credit[%zu]", r);
+            if (!st_json_credit(e, &f->rail_credit[r], path, what, err, errlen)) {
+                return 0;
+            }
+        }
     }
-    if (!json_is_array(arr) || json_array_size(arr) != (size_t)nrails) {
-        st_tune_fail(err, errlen, "%s: \"rail_credit\" must be an array of %d objects (one per "
-                     "rail)", path, nrails);
+    e = json_object_get(root, "small_credit");
+    if (e != NULL && !json_is_null(e) &&
+        !st_json_credit(e, &f->small_credit, path, "small_credit", err, errlen)) {
         return 0;
     }
-    json_array_foreach(arr, r, e) {
-        int nb, nc;
+    e = json_object_get(root, "hier_rest");
+    if (e != NULL && !json_is_null(e)) {
+        int nb, ns;
 
         if (!json_is_object(e)) {
-            st_tune_fail(err, errlen, "%s: rail_credit[%zu] is not an object", path, r);
+            st_tune_fail(err, errlen, "%s: hier_rest is not an object", path);
             return 0;
         }
         nb = st_json_numbers(json_object_get(e, "bytes"), ST_MODEL_CREDIT_POINTS,
-                             credit[r].bytes, path, "rail_credit[].bytes", err, errlen);
-        nc = st_json_numbers(json_object_get(e, "credit_bytes"), ST_MODEL_CREDIT_POINTS,
-                             credit[r].credit, path, "rail_credit[].credit_bytes", err, errlen);
-        if (nb < 0 || nc < 0) {
+                             f->hier_rest.bytes, path, "hier_rest bytes", err, errlen);
+        ns = st_json_numbers(json_object_get(e, "seconds"), ST_MODEL_CREDIT_POINTS,
+                             f->hier_rest.seconds, path, "hier_rest seconds", err, errlen);
+        if (nb < 0 || ns < 0) {
             return 0;
         }
-        if (nb != nc) {
-            st_tune_fail(err, errlen, "%s: rail_credit[%zu] has %d bytes and %d credit_bytes", path,
-                         r, nb, nc);
+        if (nb != ns) {
+            st_tune_fail(err, errlen, "%s: hier_rest has %d bytes and %d seconds", path, nb, ns);
             return 0;
         }
-        credit[r].n = nb;
+        f->hier_rest.n = nb;
     }
     return 1;
 }
@@ -487,7 +524,7 @@ st_status_t st_profile_read(const char *path, st_model_fabric_t *fabric, char *e
                               errlen) ||
         !st_json_rail_numbers(root, "rail_burst_bytes", f.nrails, f.rail_burst, path, err,
                               errlen) ||
-        !st_json_rail_credit(root, f.nrails, f.rail_credit, path, err, errlen)) {
+        !st_json_credits(root, f.nrails, &f, path, err, errlen)) {
         goto out;
     }
     if (json_object_get(root, "exchange_alpha_s") != NULL &&
@@ -504,6 +541,17 @@ st_status_t st_profile_read(const char *path, st_model_fabric_t *fabric, char *e
 out:
     json_decref(root);
     return status;
+}
+
+static json_t *st_json_credit_new(const st_model_credit_t *c)
+{
+    json_t *b = json_array(), *cr = json_array();
+
+    for (int i = 0; i < c->n; i++) {
+        json_array_append_new(b, json_real(c->bytes[i]));
+        json_array_append_new(cr, json_real(c->credit[i]));
+    }
+    return json_pack("{s:o, s:o}", "bytes", b, "credit_bytes", cr);
 }
 
 static json_t *st_json_level_new(const st_model_level_t *l)
@@ -532,16 +580,10 @@ st_status_t st_profile_write(const char *path, const st_model_fabric_t *f,
 
     rails = json_array();
     for (int r = 0; r < f->nrails; r++) {
-        json_t *b = json_array(), *c = json_array();
-
         json_array_append_new(rails, json_real(st_model_rail_beta(f, r)));
         json_array_append_new(bursts, json_real(f->rail_burst[r]));
-        for (int i = 0; i < f->rail_credit[r].n; i++) {
-            json_array_append_new(b, json_real(f->rail_credit[r].bytes[i]));
-            json_array_append_new(c, json_real(f->rail_credit[r].credit[i]));
-        }
+        json_array_append_new(credits, st_json_credit_new(&f->rail_credit[r]));
         ncredit += f->rail_credit[r].n;
-        json_array_append_new(credits, json_pack("{s:o, s:o}", "bytes", b, "credit_bytes", c));
     }
     root = json_object();
     json_object_set_new(root, "format", json_string(ST_TUNE_PROFILE_FORMAT));
@@ -559,6 +601,18 @@ st_status_t st_profile_write(const char *path, const st_model_fabric_t *f,
     }
     if (f->exchange_alpha > 0) {
         json_object_set_new(root, "exchange_alpha_s", json_real(f->exchange_alpha));
+    }
+    if (f->small_credit.n > 0) {
+        json_object_set_new(root, "small_credit", st_json_credit_new(&f->small_credit));
+    }
+    if (f->hier_rest.n > 0) {
+        json_t *b = json_array(), *sec = json_array();
+
+        for (int i = 0; i < f->hier_rest.n; i++) {
+            json_array_append_new(b, json_real(f->hier_rest.bytes[i]));
+            json_array_append_new(sec, json_real(f->hier_rest.seconds[i]));
+        }
+        json_object_set_new(root, "hier_rest", json_pack("{s:o, s:o}", "bytes", b, "seconds", sec));
     }
     if (samples != NULL) {
         json_object_set_new(root, "samples", samples);

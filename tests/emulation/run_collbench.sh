@@ -16,6 +16,9 @@
 #     --port P         bootstrap port on node 0 (random)
 #     --timeout S      seconds before ranks are killed (600)
 #     --hostid         also set STRATA_HOSTID=node<k> (default: identity from the UTS hostname)
+#     --bind           pin rank r to CPU r mod (CPUs) (taskset), as mpirun --bind-to core does:
+#                      with more ranks than cores, unpinned runs of the same sizes differed by up
+#                      to 50 % from one run to the next at 0.1-0.3 ms (bench/tune_fabrics.sh)
 #     --no-bytes-check skip the byte-counter check
 #     --logdir D       keep every rank's output in D (default: a temporary folder, removed)
 #     --quiet          print rank 0's table only on failure
@@ -31,6 +34,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/emunet.sh"
 
 nodes=2 np=4 rate="" mtu="" links=1 collbench=${COLLBENCH:-} port="" tmo=600 hostid=0 bytes_check=1
+bind=0
 logdir="" keep_logs=0 quiet=0
 while [ $# -gt 0 ]; do
     case $1 in
@@ -43,6 +47,7 @@ while [ $# -gt 0 ]; do
         --port) port=$2; shift 2 ;;
         --timeout) tmo=$2; shift 2 ;;
         --hostid) hostid=1; shift ;;
+        --bind) bind=1; shift ;;
         --no-bytes-check) bytes_check=0; shift ;;
         --logdir) logdir=$2; keep_logs=1; shift 2 ;;
         --quiet) quiet=1; shift ;;
@@ -146,7 +151,9 @@ for ((r = 0; r < np; r++)); do
           UCX_NET_DEVICES="${UCX_NET_DEVICES:-$EMUNET_IF}")
     [ -n "$rail_ifnames" ] && envs+=(STRATA_RAIL_IFNAMES="${STRATA_RAIL_IFNAMES:-$rail_ifnames}")
     [ "$hostid" = 1 ] && envs+=(STRATA_HOSTID="node$k")
-    emunet_run "$k" env "${envs[@]}" timeout -k 10 "$tmo" \
+    pin=()
+    [ "$bind" = 1 ] && pin=(taskset -c $((r % $(nproc))))
+    emunet_run "$k" "${pin[@]}" env "${envs[@]}" timeout -k 10 "$tmo" \
         "$collbench" --rank "$r" --nranks "$np" "$@" </dev/null >"$logdir/rank$r.log" 2>&1 &
     rank_pids[r]=$!
 done

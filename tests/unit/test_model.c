@@ -261,6 +261,52 @@ static void test_credit_curve(void **state)
     assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
 }
 
+/* The algorithms' own credits. hier_rest: hier at 64e6 B in 1 MiB chunks on fabric_2x4, even
+ * shares: each rail moves 2(N-1)/N x 0.5 x 64e6 = 32e6 B, rail 0 (10e9 B/s) in 3.2 ms, rail 1
+ * (5e9) in 6.4 ms. A rest of 200 us lets each rail pass 200 us of its bytes at once: the
+ * operation ends 200 us earlier (the slow rail's credit), whatever rail_burst says. Two points
+ * (1e6 B, 100 us) and (1e8 B, 300 us) give 100 + 200 x 63/99 = 227.27 us at 64e6 B, and 300 us
+ * beyond the last point (4e8 B); one point is a constant. small_credit: small at 64 KiB (16.17504 us without credit) with its 65536
+ * exchanged bytes fully credited saves 6.5536 us: 9.62144 us, the rails' curves aside. */
+static void test_algorithm_credits(void **state)
+{
+    st_model_fabric_t f;
+    st_model_split_t  s;
+    st_model_time_t   t0, t;
+
+    fabric_2x4(&f, &s);
+    s.chunk = 1 << 20;
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t0), ST_OK);
+    f.rail_burst[0] = f.rail_burst[1] = 1e9; /* ignored once hier_rest has points */
+    f.hier_rest     = (st_model_rest_t){1, {1e6}, {200e-6}};
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t), ST_OK);
+    assert_close(t.total, t0.total - 200e-6);
+    f.hier_rest = (st_model_rest_t){2, {1e6, 1e8}, {100e-6, 300e-6}};
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t), ST_OK);
+    assert_close(t.total, t0.total - (100e-6 + 200e-6 * 63.0 / 99.0));
+    f.hier_rest.n   = 0;
+    f.rail_burst[0] = f.rail_burst[1] = 0;
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 4e8, &t0), ST_OK);
+    f.hier_rest.n = 2;
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 4e8, &t), ST_OK);
+    assert_close(t.total, t0.total - 300e-6);
+    f.hier_rest.seconds[1] = -1;
+    assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
+    f.hier_rest = (st_model_rest_t){2, {1e6, 1e6}, {0, 0}};
+    assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
+
+    fabric_2x4(&f, &s);
+    f.rail_burst[0]  = 1e9; /* ignored by small once small_credit has points */
+    f.small_credit   = (st_model_credit_t){1, {65536}, {65536}};
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 65536, &t), ST_OK);
+    assert_close(t.total, 9.62144e-6);
+    f.small_credit = (st_model_credit_t){1, {65536}, {0}};
+    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 65536, &t), ST_OK);
+    assert_close(t.total, 16.17504e-6);
+    f.small_credit.credit[0] = 70000;
+    assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
+}
+
 static void test_allgather_bucket_powersgd(void **state)
 {
     st_model_fabric_t f;
@@ -462,6 +508,7 @@ int main(void)
         cmocka_unit_test(test_small_and_choose),
         cmocka_unit_test(test_burst_credit),
         cmocka_unit_test(test_credit_curve),
+        cmocka_unit_test(test_algorithm_credits),
         cmocka_unit_test(test_allgather_bucket_powersgd),
         cmocka_unit_test(test_seed_preset_printed),
         cmocka_unit_test(test_seed_values),

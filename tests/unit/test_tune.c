@@ -183,6 +183,8 @@ static void test_profile_round_trip(void **state)
     f.rail_burst[0]  = 65536;
     f.exchange_alpha = 40e-6;
     f.rail_credit[0] = (st_model_credit_t){2, {16384, 65536}, {1000, 65536}};
+    f.small_credit   = (st_model_credit_t){1, {4096}, {4000}};
+    f.hier_rest      = (st_model_rest_t){2, {65536, 262144}, {1e-4, 3e-4}};
     assert_int_equal(st_profile_write(tmp_path, &f, "{\"t8\": 1e-4}", "test"), ST_OK);
     assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_OK);
     assert_int_equal(back.ranks_per_node, 2);
@@ -196,6 +198,9 @@ static void test_profile_round_trip(void **state)
     assert_int_equal(back.rail_credit[0].n, 2);
     assert_int_equal(back.rail_credit[1].n, 0);
     assert_true(back.rail_credit[0].bytes[1] == 65536 && back.rail_credit[0].credit[0] == 1000);
+    assert_true(back.small_credit.n == 1 && back.small_credit.credit[0] == 4000);
+    assert_true(back.hier_rest.n == 2 && back.hier_rest.bytes[1] == 262144 &&
+                fabs(back.hier_rest.seconds[1] - 3e-4) < 1e-15);
     /* a credit curve that does not match the rails, or whose points disagree, is refused */
     write_text("{\"format\":\"strata-fabric-profile\",\"version\":1,\"layout\":{\"ranks_per_node\":"
                "2,\"nodes\":2,\"rails\":1},\"intra\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},"

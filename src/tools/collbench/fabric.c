@@ -19,21 +19,23 @@
  *           measured total at S = 4 MiB;
  *   inter   one ring step on every rail at once (each rank sends to the next node's rank of its
  *           local rank and receives from the previous node's, over its own rail, as the
- *           hierarchical inter-node phase does): alpha = t(8 B), each local rank's beta =
- *           S / (t(S) - alpha) at S = 16 MiB, the betas of the local ranks sharing a NIC added
- *           into that rail's; gamma_inter = gamma_intra (the same cores reduce); each rail's
- *           burst (bytes a token-bucket shaper passes at once after an idle moment) = D -
- *           (t(D) - alpha) beta_rail for the D bytes of a 1 MiB exchange per local rank, within
- *           [0, D].
+ *           hierarchical inter-node phase does): each local rank's beta = S / (t(S) - t(8 B)) at
+ *           S = 16 MiB, the betas of the local ranks sharing a NIC added into that rail's;
+ *           gamma_inter = gamma_intra (the same cores reduce); each rail's burst credit (bytes a
+ *           token-bucket shaper passes at once after the rest between operations) = D - (t(D) -
+ *           t(8 B)) beta_rail for the D bytes of exchanges of 4 KiB .. 1 MiB per local rank;
+ *           alpha_inter and the hierarchical path's rest from hier itself at 8 B .. 1 MiB
+ *           (cb_fab_calibrate_hier); the small algorithm's exchange alpha and credit from small
+ *           itself at 8 B .. 64 KiB (docs/model.md, Calibrate).
  * tune: for every size of the sweep, small (up to 128 KiB), ring, and hier with every chunk of
  *   256 KiB .. 4 MiB and pipeline depth 2 or 4, with even rail shares and with shares
  *   proportional to the calibrated rail bandwidths (several NICs only), timed once each (the
  *   sweep). Selection, largest size first: the sweep's CB_FAB_TOP fastest (and at the largest size
- *   the best hier of each share set) are timed again in CB_FAB_ROUNDS alternating rounds; the
+ *   the best hier of each share set) are timed again, interleaved iteration by iteration; the
  *   fastest hier at the largest size fixes the shares and the pipeline depth (one per table), and
  *   every smaller size chooses among configurations compatible with them. Written as a tuning
  *   table; then the tuned library (a split with the table) and each size's chosen configuration
- *   are timed against each other in CB_FAB_ROUNDS alternating rounds (the check).
+ *   are timed against each other, interleaved (the check).
  * compare: the table the library makes from the profile (STRATA_PROFILE_FILE: the model's
  *   choice per size), timed at every size of the sweep next to the model's prediction, total and
  *   per phase.
@@ -54,6 +56,11 @@
 
 #define CB_FAB_MAX_ITERS   1000
 #define CB_FAB_TARGET_S    0.3   /* seconds of timed iterations per measurement, about */
+#define CB_FAB_WARMUP_S    0.03  /* seconds of warm-up calls per measurement, about */
+#define CB_FAB_CAL_REPS    3     /* calibrate: measurements per time (but the 16 MiB step) */
+#define CB_FAB_SMALL_CREDIT_MAX ((size_t)64 << 10) /* small's credit: 4, 16, 64 KiB */
+#define CB_FAB_REST_MIN    ((size_t)64 << 10)  /* hier's rest: 64 KiB, 256 KiB, 1 MiB */
+#define CB_FAB_REST_MAX    ((size_t)1 << 20)
 #define CB_FAB_INTRA_BYTES ((size_t)4 << 20)
 #define CB_FAB_INTER_BYTES ((size_t)16 << 20)
 #define CB_FAB_BURST_BYTES ((size_t)1 << 20)  /* the largest burst credit exchange */
@@ -61,11 +68,7 @@
 #define CB_FAB_MAX_CANDS   32
 #define CB_FAB_MAX_RANKS   4096
 #define CB_FAB_TOP         3     /* forced configurations timed again against the tuned one */
-#define CB_FAB_ROUNDS      5     /* tuned vs best forced: alternating rounds, median of each */
-#define CB_FAB_ROUNDS_SMALL 11   /* the same up to CB_FAB_SMALL_BYTES, rounds of half the time:
-                                  * 0.1-0.3 ms operations on shared cores drift between rounds
-                                  * by more than the 5 % to be resolved */
-#define CB_FAB_SMALL_BYTES ((size_t)256 << 10)
+#define CB_FAB_PAIRED_S    1.0   /* seconds of iterations per configuration timed interleaved */
 
 typedef struct cb_fab {
     const cb_opts_t  *opts;
@@ -78,6 +81,7 @@ typedef struct cb_fab {
     int               seq;                    /* temporary table files */
     st_model_fabric_t fabric;                 /* calibrated or read */
     double            target_s;               /* seconds per measurement (CB_FAB_TARGET_S) */
+    int               reps;                   /* measurements per time, their median (1) */
 } cb_fab_t;
 
 /* One measured configuration. */
@@ -172,22 +176,35 @@ static double cb_fab_median(double *t, int n)
 
 typedef void (*cb_fab_op_t)(cb_fab_t *f, const void *arg);
 
-/* Times op on every rank of the world at once: a warm-up call that sizes the run (about
- * CB_FAB_TARGET_S of iterations, at least -n, at most CB_FAB_MAX_ITERS: small sizes are noisy on
- * shared cores and want many), then iterations that each start at a barrier. This rank's times
+/* Times op on every rank of the world at once: warm-up calls for about CB_FAB_WARMUP_S (one when a
+ * call takes longer than half of it; the first call on a new communicator also connects its
+ * endpoints and touches its windows, and small sizes measured right after it came out up to 2x
+ * slow), whose mean sizes the run
+ * (about f->target_s of iterations, at least -n, at most CB_FAB_MAX_ITERS: small sizes are noisy
+ * on shared cores and want many), then iterations that each start at a barrier. This rank's times
  * go to slot `slot` of nslots; med[k] is the median over iterations of the slowest rank of slot
  * k in each. */
-static void cb_fab_measure(cb_fab_t *f, cb_fab_op_t op, const void *arg, int slot, int nslots,
-                           double *med)
+static void cb_fab_measure_once(cb_fab_t *f, cb_fab_op_t op, const void *arg, int slot,
+                                int nslots, double *med)
 {
     double *t, est, t0;
-    int     iters;
+    int     iters, warm;
 
     cb_fab_barrier(f);
     t0 = cb_now();
     op(f, arg);
     est = cb_now() - t0;
     cb_fab_max(f, &est, 1);
+    /* long calls: the first one's extra cost is lost in them */
+    warm = (2 * est > CB_FAB_WARMUP_S) ? 0 : (int)CB_MIN(CB_FAB_WARMUP_S / CB_MAX(est, 1e-6), 100);
+    if (warm > 0) {
+        t0 = cb_now();
+        for (int i = 0; i < warm; i++) {
+            op(f, arg);
+        }
+        est = (cb_now() - t0) / warm;
+        cb_fab_max(f, &est, 1);
+    }
     iters = (int)CB_MIN(CB_MAX(f->target_s / CB_MAX(est, 1e-6), (double)f->opts->iters),
                         (double)CB_FAB_MAX_ITERS);
     iters = CB_MAX(iters, 3);
@@ -207,6 +224,29 @@ static void cb_fab_measure(cb_fab_t *f, cb_fab_op_t op, const void *arg, int slo
         med[k] = cb_fab_median(t + k * iters, iters);
     }
     free(t);
+}
+
+/* cb_fab_measure_once f->reps times (calibrate's short measurements: one whole measurement can be
+ * off when the shared cores are busy), the median of each slot. */
+static void cb_fab_measure(cb_fab_t *f, cb_fab_op_t op, const void *arg, int slot, int nslots,
+                           double *med)
+{
+    double *all = calloc((size_t)f->reps * (size_t)nslots, sizeof(double));
+
+    if (all == NULL) {
+        fprintf(stderr, "collbench: rank %d: out of memory\n", f->rank);
+        exit(2);
+    }
+    for (int k = 0; k < f->reps; k++) {
+        cb_fab_measure_once(f, op, arg, slot, nslots, med);
+        for (int s = 0; s < nslots; s++) {
+            all[s * f->reps + k] = med[s];
+        }
+    }
+    for (int s = 0; s < nslots; s++) {
+        med[s] = cb_fab_median(all + s * f->reps, f->reps);
+    }
+    free(all);
 }
 
 typedef struct cb_fab_ar {
@@ -274,6 +314,75 @@ static void cb_fab_exchange(cb_fab_t *f, const int *rank_of, size_t bytes, doubl
 
 /* ---- calibrate ---------------------------------------------------------------------------------- */
 
+/* A measured credit curve, made physical: after the same rest a larger transfer cannot have a
+ * larger share of its bytes credited than a smaller one, so the credited fraction is made
+ * non-increasing from the largest point down (credit_i >= credit_{i+1} bytes_i / bytes_{i+1}).
+ * The small points come from differences of 50-100 us between two noisy times, and came out
+ * near 0 where the operations ran at full credit. */
+static void cb_fab_credit_fix(st_model_credit_t *c)
+{
+    for (int i = c->n - 2; i >= 0; i--) {
+        c->credit[i] = CB_MAX(c->credit[i], c->credit[i + 1] * c->bytes[i] / c->bytes[i + 1]);
+    }
+}
+
+/* Rail shares: proportional to the calibrated rail bandwidths (prop), else even. */
+static void cb_fab_shares(const cb_fab_t *f, int prop, double *share)
+{
+    double sum = 0.0;
+
+    for (int r = 0; r < f->nics; r++) {
+        share[r] = prop ? st_model_rail_beta(&f->fabric, r) : 1.0;
+        sum += share[r];
+    }
+    for (int r = 0; r < f->nics; r++) {
+        share[r] /= sum;
+    }
+}
+
+/* The hierarchical path as it runs, hier forced with one chunk over all ranks, with the shares the
+ * model's tables give it (proportional to the rails, calibrated above):
+ *   at 8 B, two window synchronisations and 2(N-1) ring steps, so alpha_inter =
+ *   (t - 2 alpha_intra) / (2(N-1)) (the 8 B exchange on every rail at once costs more: every
+ *   rank drives the network at once, without the window phases around it);
+ *   at 64 KiB, 256 KiB and 1 MiB, how long the rails rested before its inter-node bytes:
+ *   rest = what t falls short of the model without any credit (hier_rest).
+ * Writes its samples (JSON members) to buf; returns their length. */
+static size_t cb_fab_calibrate_hier(cb_fab_t *f, char *buf, size_t len)
+{
+    st_model_fabric_t *fab = &f->fabric, nocredit;
+    st_model_split_t   split;
+    st_model_time_t    p;
+    st_tune_table_t    t;
+    strataComm_t       comm;
+    int                N = f->nnodes;
+    size_t             pos = 0;
+    double             th, share[ST_MODEL_MAX_RAILS] = {0};
+
+    cb_fab_shares(f, 1, share);
+    cb_fab_force(f, f->g, N, ST_MODEL_HIER, CB_FAB_INTRA_BYTES, 1, 0, share, &t);
+    comm = cb_fab_split(f, 0, &t);
+    th   = cb_fab_time(f, comm, 8, NULL);
+    fab->inter.alpha = CB_MAX(th - 2 * fab->intra.alpha, 0.25 * th) / (2.0 * (N - 1));
+    pos += (size_t)snprintf(buf + pos, len - pos, "\"hier8_s\": %.9g, ", th);
+    nocredit = *fab;
+    memset(nocredit.rail_credit, 0, sizeof(nocredit.rail_credit));
+    memset(nocredit.rail_burst, 0, sizeof(nocredit.rail_burst));
+    memset(&split, 0, sizeof(split));
+    split.chunk = CB_FAB_INTRA_BYTES;
+    memcpy(split.rail_share, share, sizeof(share));
+    for (size_t s = CB_FAB_REST_MIN; s <= CB_FAB_REST_MAX; s *= 4) {
+        double ts = cb_fab_time(f, comm, s, NULL);
+
+        st_model_allreduce(&nocredit, &split, ST_MODEL_HIER, (double)s, &p);
+        fab->hier_rest.bytes[fab->hier_rest.n]     = (double)s;
+        fab->hier_rest.seconds[fab->hier_rest.n++] = CB_MAX(p.total - ts, 0.0);
+        pos += (size_t)snprintf(buf + pos, len - pos, "\"hier%zu_s\": %.9g, ", s, ts);
+    }
+    CB_FAB_CALL(f, strataCommDestroy(comm));
+    return pos;
+}
+
 static void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
 {
     st_model_fabric_t *fab = &f->fabric;
@@ -288,6 +397,7 @@ static void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
     fab->ranks_per_node = g;
     fab->nodes          = N;
     fab->nrails         = f->nics;
+    f->reps             = CB_FAB_CAL_REPS;
     pos += (size_t)snprintf(samples + pos, len - pos, "{");
     /* intra: every node's ranks at once */
     fab->intra = (st_model_level_t){1e-6, 1e10, 0.0};
@@ -330,7 +440,9 @@ static void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
             irank_of[i] = (int)rank_of[i];
         }
         cb_fab_exchange(f, irank_of, 8, t8_l);
+        f->reps = 1; /* 0.1-0.5 s a call on these links: long enough to be steady */
         cb_fab_exchange(f, irank_of, CB_FAB_INTER_BYTES, tS_l);
+        f->reps = CB_FAB_CAL_REPS;
         t8 = tS = 0.0;
         fab->inter.beta = 0.0;
         for (int l = 0; l < g; l++) {
@@ -340,7 +452,6 @@ static void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
             fab->rail_beta[l % f->nics] += (double)CB_FAB_INTER_BYTES /
                                            CB_MAX(tS_l[l] - t8_l[l], 1e-9);
         }
-        fab->inter.alpha = t8;
         fab->inter.gamma = fab->intra.gamma; /* the same cores reduce the received blocks */
         for (int r = 0; r < f->nics; r++) {
             fab->inter.beta += fab->rail_beta[r] / f->nics;
@@ -371,21 +482,49 @@ static void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
             pos += (size_t)snprintf(samples + pos, len - pos, "\"inter_step%zu_s\": %.9g, ", d1,
                                     tB_l[0]);
         }
+        for (int r = 0; r < f->nics; r++) {
+            cb_fab_credit_fix(&fab->rail_credit[r]);
+        }
         /* the small algorithm's leader exchange on its own: small forced at 8 B on the world,
-         * less its two window synchronisations */
+         * less its two window synchronisations; then its burst credit at 4, 16 and 64 KiB: what
+         * t(S) - t(8 B) falls short of the model without credit, times rail 0's bandwidth */
         {
-            double tsm;
+            st_model_split_t  split;
+            st_model_fabric_t nocredit;
+            st_model_time_t   p8, pS;
+            double            tsm, ts;
 
             cb_fab_force(f, g, N, ST_MODEL_SMALL, 0, 1, 0, NULL, &t);
             comm = cb_fab_split(f, 0, &t);
             tsm  = cb_fab_time(f, comm, 8, NULL);
-            CB_FAB_CALL(f, strataCommDestroy(comm));
             fab->exchange_alpha = CB_MAX(tsm - 2 * fab->intra.alpha, 0.25 * tsm);
             pos += (size_t)snprintf(samples + pos, len - pos, "\"small8_s\": %.9g, ", tsm);
+            memset(&split, 0, sizeof(split));
+            split.small_max = CB_FAB_SMALL_CREDIT_MAX;
+            nocredit        = *fab;
+            memset(nocredit.rail_credit, 0, sizeof(nocredit.rail_credit));
+            memset(nocredit.rail_burst, 0, sizeof(nocredit.rail_burst));
+            st_model_allreduce(&nocredit, &split, ST_MODEL_SMALL, 8.0, &p8);
+            for (size_t s = CB_FAB_SMALL_CREDIT_MAX >> 4; s <= CB_FAB_SMALL_CREDIT_MAX; s *= 4) {
+                st_model_credit_t *c = &fab->small_credit;
+                double             d = (double)(N - 1) * (double)s;
+
+                ts = cb_fab_time(f, comm, s, NULL);
+                st_model_allreduce(&nocredit, &split, ST_MODEL_SMALL, (double)s, &pS);
+                c->bytes[c->n]  = d;
+                c->credit[c->n] = CB_MIN(CB_MAX(((pS.total - p8.total) - (ts - tsm)) *
+                                                    st_model_rail_beta(fab, 0), 0.0), d);
+                c->n++;
+                pos += (size_t)snprintf(samples + pos, len - pos, "\"small%zu_s\": %.9g, ", s, ts);
+            }
+            cb_fab_credit_fix(&fab->small_credit);
+            CB_FAB_CALL(f, strataCommDestroy(comm));
         }
+        pos += cb_fab_calibrate_hier(f, samples + pos, len - pos);
     }
     snprintf(samples + pos, len - pos, "\"method\": \"collbench calibrate (src/tools/collbench/"
              "fabric.c)\"}");
+    f->reps = 1;
 }
 
 static void cb_fab_print_profile(const cb_fab_t *f)
@@ -411,6 +550,21 @@ static void cb_fab_print_profile(const cb_fab_t *f)
         }
         if (c->n == 0) {
             printf(" %.0f KiB at most", fab->rail_burst[r] / 1024.0);
+        }
+        printf("\n");
+    }
+    if (fab->hier_rest.n > 0) {
+        printf("# hier's rails rest before the inter-node bytes (us at KiB):");
+        for (int i = 0; i < fab->hier_rest.n; i++) {
+            printf(" %.0f@%.0f", fab->hier_rest.seconds[i] * 1e6, fab->hier_rest.bytes[i] / 1024.0);
+        }
+        printf("\n");
+    }
+    if (fab->small_credit.n > 0) {
+        printf("# small's exchange burst credit on rail 0 (KiB credited of KiB moved):");
+        for (int i = 0; i < fab->small_credit.n; i++) {
+            printf(" %.0f/%.0f", fab->small_credit.credit[i] / 1024.0,
+                   fab->small_credit.bytes[i] / 1024.0);
         }
         printf("\n");
     }
@@ -463,18 +617,6 @@ static void cb_fab_cand_str(const cb_cand_t *c, char *buf, size_t len)
 
 /* ---- tune --------------------------------------------------------------------------------------- */
 
-static void cb_fab_shares(const cb_fab_t *f, int prop, double *share)
-{
-    double sum = 0.0;
-
-    for (int r = 0; r < f->nics; r++) {
-        share[r] = prop ? st_model_rail_beta(&f->fabric, r) : 1.0;
-        sum += share[r];
-    }
-    for (int r = 0; r < f->nics; r++) {
-        share[r] /= sum;
-    }
-}
 
 static strataComm_t cb_fab_cand_comm(cb_fab_t *f, const cb_cand_t *c)
 {
@@ -496,39 +638,85 @@ static int cb_fab_in(const int *set, int n, int c)
     return 0;
 }
 
-/* Times the candidates of set (and `tuned` when not NULL) at `bytes` in CB_FAB_ROUNDS
- * alternating rounds (CB_FAB_ROUNDS_SMALL shorter ones for small sizes); the median round of each
- * into med[] (and *tuned_med). */
+/* Times all-reduces of `bytes` on the n communicators interleaved: every iteration runs each once,
+ * each after a barrier, in an order rotated from one iteration to the next, so that all of them
+ * meet the same state of the cores and links (other load, a shaped link's bucket), which
+ * measurements one after the other did not: in rounds of separate measurements the same
+ * configuration on two communicators came out up to 1.7x apart at 64 KiB. After warm-up calls
+ * (CB_FAB_WARMUP_S, as cb_fab_measure), about CB_FAB_PAIRED_S of iterations per communicator,
+ * at least -n and 5, at most CB_FAB_MAX_ITERS. med[j]: the median over iterations of the slowest
+ * rank's time on comms[j]. */
+static void cb_fab_interleave(cb_fab_t *f, const strataComm_t *comms, int n, size_t bytes,
+                              double *med)
+{
+    size_t  count = CB_MAX(bytes / sizeof(float), (size_t)1);
+    double  est = 0.0, t0, *t;
+    int     iters, warm;
+
+    for (int j = 0; j < n; j++) {
+        cb_fab_ar_t ar = {comms[j], count};
+
+        cb_fab_barrier(f);
+        t0 = cb_now();
+        cb_fab_allreduce_op(f, &ar);
+        est = CB_MAX(est, cb_now() - t0);
+    }
+    cb_fab_max(f, &est, 1);
+    warm = (2 * est > CB_FAB_WARMUP_S) ? 0 : (int)CB_MIN(CB_FAB_WARMUP_S / CB_MAX(est, 1e-6), 100);
+    for (int i = 0; i < warm; i++) {
+        for (int j = 0; j < n; j++) {
+            cb_fab_ar_t ar = {comms[j], count};
+
+            cb_fab_allreduce_op(f, &ar);
+        }
+    }
+    iters = (int)CB_MIN(CB_MAX(CB_FAB_PAIRED_S / CB_MAX(est, 1e-6),
+                               (double)CB_MAX(f->opts->iters, 5)), (double)CB_FAB_MAX_ITERS);
+    t = calloc((size_t)iters * (size_t)n, sizeof(double));
+    if (t == NULL) {
+        fprintf(stderr, "collbench: rank %d: out of memory\n", f->rank);
+        exit(2);
+    }
+    for (int i = 0; i < iters; i++) {
+        for (int jj = 0; jj < n; jj++) {
+            int         j  = (i + jj) % n;
+            cb_fab_ar_t ar = {comms[j], count};
+
+            cb_fab_barrier(f);
+            t0 = cb_now();
+            cb_fab_allreduce_op(f, &ar);
+            t[j * iters + i] = cb_now() - t0;
+        }
+    }
+    cb_fab_max(f, t, (size_t)iters * (size_t)n);
+    for (int j = 0; j < n; j++) {
+        med[j] = cb_fab_median(t + j * iters, iters);
+    }
+    free(t);
+}
+
+/* Times the candidates of set (and `tuned` when not NULL) at `bytes` against each other,
+ * interleaved (cb_fab_interleave); their medians into med[] (and *tuned_med). */
 static void cb_fab_retime(cb_fab_t *f, const cb_cand_t *cands, const int *set, int nset,
                           strataComm_t tuned, size_t bytes, double *med, double *tuned_med)
 {
-    strataComm_t comms[CB_FAB_TOP + 2];
-    double       t[CB_FAB_TOP + 3][CB_FAB_ROUNDS_SMALL];
-    int          rounds = bytes <= CB_FAB_SMALL_BYTES ? CB_FAB_ROUNDS_SMALL : CB_FAB_ROUNDS;
-    double       target = f->target_s;
+    strataComm_t comms[CB_FAB_TOP + 3];
+    double       t[CB_FAB_TOP + 3];
 
-    if (bytes <= CB_FAB_SMALL_BYTES) {
-        f->target_s = target / 2;
-    }
     for (int j = 0; j < nset; j++) {
         comms[j] = cb_fab_cand_comm(f, &cands[set[j]]);
     }
-    for (int k = 0; k < rounds; k++) {
-        for (int j = 0; j < nset; j++) {
-            t[j][k] = cb_fab_time(f, comms[j], bytes, NULL);
-        }
-        if (tuned != NULL) {
-            t[nset][k] = cb_fab_time(f, tuned, bytes, NULL);
-        }
+    if (tuned != NULL) {
+        comms[nset] = tuned;
     }
+    cb_fab_interleave(f, comms, nset + (tuned != NULL), bytes, t);
     for (int j = 0; j < nset; j++) {
-        med[j] = cb_fab_median(t[j], rounds);
+        med[j] = t[j];
         CB_FAB_CALL(f, strataCommDestroy(comms[j]));
     }
     if (tuned != NULL) {
-        *tuned_med = cb_fab_median(t[nset], rounds);
+        *tuned_med = t[nset];
     }
-    f->target_s = target;
 }
 
 static int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
@@ -774,7 +962,9 @@ static int cb_fab_compare(cb_fab_t *f, const size_t *sizes, int nsizes)
 
         split.chunk    = e->hier_chunk;
         split.channels = e->channels;
-        t = cb_fab_time(f, comm, sizes[i], ph);
+        f->reps = sizes[i] < CB_FAB_BURST_BYTES ? CB_FAB_CAL_REPS : 1; /* small sizes: noisy */
+        t       = cb_fab_time(f, comm, sizes[i], ph);
+        f->reps = 1;
         if (st_model_allreduce(&fab, &split, (st_model_algo_t)e->algo, (double)sizes[i], &pt) !=
             ST_OK) {
             memset(&pt, 0, sizeof(pt));
@@ -811,6 +1001,7 @@ int cb_fabric_rank_main(const cb_opts_t *opts, int rank, int nranks, const strat
     memset(&f, 0, sizeof(f));
     f.opts     = opts;
     f.target_s = CB_FAB_TARGET_S;
+    f.reps     = 1;
     f.rank     = rank;
     f.nranks   = nranks;
     f.nics   = st_tune_count_rails(getenv("STRATA_RAIL_IFNAMES"));
