@@ -113,9 +113,9 @@ static st_algo_t st_coll_choose(st_coll_args_t *args)
         algo = st_algo_parse(st_core_config.algo); /* checked at init */
     }
     /* flat-ring channels for all-reduce (0: one, unless the tuning says): it is what the tuning
-     * sweeps and the model prices; reduce-scatter and all-gather keep one ring, whose links
-     * with two channels were not what the rotation intends at every size (two emulated links:
-     * at 1 MiB and 4 MiB some ran all on one link) */
+     * sweeps, the model prices and tests/emulation/test_hier_rails.sh checks on two links;
+     * reduce-scatter and all-gather keep one ring until their channels' links are checked too
+     * (with the first, rotated orders some sizes of them ran all on one link) */
     args->channels = args->type == ST_COLL_ALLREDUCE ? (int)st_core_config.ring_channels : 0;
     if (comm->nranks == 1 || comm->intra == NULL) {
         return ST_ALGO_RING;
