@@ -281,10 +281,14 @@ int st_tune_policy_allreduce(st_comm_t *comm, size_t bytes, int small_fits,
         } else if (e->algo == ST_MODEL_HIER) {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: hier, chunk %zu B (entry %d of %s)",
                     comm->name, bytes, choice->hier_chunk, i, p->source);
+        } else if (e->algo == ST_MODEL_RING && st_core_config.ring_channels > 0) {
+            st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: ring, %u channels from "
+                    "STRATA_RING_CHANNELS (the entry says %d; entry %d of %s)", comm->name, bytes,
+                    st_core_config.ring_channels, e->channels > 1 ? e->channels : 1, i,
+                    p->source);
         } else if (e->algo == ST_MODEL_RING && e->channels > 1) {
-            st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: ring, %d channels%s (entry %d of %s)",
-                    comm->name, bytes, e->channels, st_core_config.ring_channels > 0
-                    ? " (STRATA_RING_CHANNELS wins)" : "", i, p->source);
+            st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: ring, %d channels (entry %d of %s)",
+                    comm->name, bytes, e->channels, i, p->source);
         } else {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: %s (entry %d of %s)", comm->name,
                     bytes, st_tune_algo_name(e->algo), i, p->source);

@@ -261,34 +261,50 @@ static int st_json_rail_numbers(json_t *root, const char *key, int n, double *ds
     return st_json_numbers(arr, n, dst, path, key, err, errlen) >= 0;
 }
 
-/* One burst credit curve, {"bytes": [...], "credit_bytes": [...]} (st_model_credit_t); the
- * points' order and range are checked with the fabric. `what` names it in errors. */
-static int st_json_credit(json_t *e, st_model_credit_t *credit, const char *path,
-                          const char *what, char *err, size_t errlen)
+/* A curve of up to ST_MODEL_CREDIT_POINTS points, {"bytes": [...], "<ykey>": [...]}, into x[],
+ * y[], *n: bytes increasing from > 0, y >= 0, and y <= bytes when y_within_x (a credit in bytes).
+ * `what` names the curve in errors ("rail_credit[1]"). 0, with the reason in err, otherwise. */
+static int st_json_points(json_t *e, const char *ykey, int y_within_x, double *x, double *y,
+                          int *n, const char *path, const char *what, char *err, size_t errlen)
 {
-    int nb, nc;
+    char xs[64], ys[64];
+    int  nx, ny;
 
     if (!json_is_object(e)) {
         st_tune_fail(err, errlen, "%s: %s is not an object", path, what);
         return 0;
     }
-    nb = st_json_numbers(json_object_get(e, "bytes"), ST_MODEL_CREDIT_POINTS, credit->bytes, path,
-                         "credit bytes", err, errlen);
-    nc = st_json_numbers(json_object_get(e, "credit_bytes"), ST_MODEL_CREDIT_POINTS,
-                         credit->credit, path, "credit_bytes", err, errlen);
-    if (nb < 0 || nc < 0) {
+    snprintf(xs, sizeof(xs), "%s.bytes", what);
+    snprintf(ys, sizeof(ys), "%s.%s", what, ykey);
+    nx = st_json_numbers(json_object_get(e, "bytes"), ST_MODEL_CREDIT_POINTS, x, path, xs, err,
+                         errlen);
+    ny = (nx < 0) ? -1 : st_json_numbers(json_object_get(e, ykey), ST_MODEL_CREDIT_POINTS, y,
+                                         path, ys, err, errlen);
+    if (nx < 0 || ny < 0) {
         return 0;
     }
-    if (nb != nc) {
-        st_tune_fail(err, errlen, "%s: %s has %d bytes and %d credit_bytes", path, what, nb, nc);
+    if (nx != ny) {
+        st_tune_fail(err, errlen, "%s: %s has %d bytes and %d %s", path, what, nx, ny, ykey);
         return 0;
     }
-    credit->n = nb;
+    for (int i = 0; i < nx; i++) {
+        if (!(x[i] > (i > 0 ? x[i - 1] : 0.0))) {
+            st_tune_fail(err, errlen, "%s: %s[%d] = %g: the bytes must increase from above 0",
+                         path, xs, i, x[i]);
+            return 0;
+        }
+        if (y_within_x && y[i] > x[i]) {
+            st_tune_fail(err, errlen, "%s: %s[%d] = %g exceeds its bytes, %g", path, ys, i, y[i],
+                         x[i]);
+            return 0;
+        }
+    }
+    *n = nx;
     return 1;
 }
 
-/* "rail_credit": null, or one curve per rail; "small_credit": null or one curve; "hier_rest":
- * null or {"bytes": [...], "seconds": [...]}. */
+/* "rail_credit": null, or one {"bytes", "credit_bytes"} curve per rail; "small_credit": null or
+ * one such curve; "hier_rest": null or {"bytes": [...], "seconds": [...]}. */
 static int st_json_credits(json_t *root, int nrails, st_model_fabric_t *f, const char *path,
                            char *err, size_t errlen)
 {
@@ -303,39 +319,25 @@ static int st_json_credits(json_t *root, int nrails, st_model_fabric_t *f, const
             return 0;
         }
         json_array_foreach(arr, r, e) {
+            st_model_credit_t *c = &f->rail_credit[r];
+
             snprintf(what, sizeof(what), "rail_credit[%zu]", r);
-            if (!st_json_credit(e, &f->rail_credit[r], path, what, err, errlen)) {
+            if (!st_json_points(e, "credit_bytes", 1, c->bytes, c->credit, &c->n, path, what, err,
+                                errlen)) {
                 return 0;
             }
         }
     }
     e = json_object_get(root, "small_credit");
     if (e != NULL && !json_is_null(e) &&
-        !st_json_credit(e, &f->small_credit, path, "small_credit", err, errlen)) {
+        !st_json_points(e, "credit_bytes", 1, f->small_credit.bytes, f->small_credit.credit,
+                        &f->small_credit.n, path, "small_credit", err, errlen)) {
         return 0;
     }
     e = json_object_get(root, "hier_rest");
-    if (e != NULL && !json_is_null(e)) {
-        int nb, ns;
-
-        if (!json_is_object(e)) {
-            st_tune_fail(err, errlen, "%s: hier_rest is not an object", path);
-            return 0;
-        }
-        nb = st_json_numbers(json_object_get(e, "bytes"), ST_MODEL_CREDIT_POINTS,
-                             f->hier_rest.bytes, path, "hier_rest bytes", err, errlen);
-        ns = st_json_numbers(json_object_get(e, "seconds"), ST_MODEL_CREDIT_POINTS,
-                             f->hier_rest.seconds, path, "hier_rest seconds", err, errlen);
-        if (nb < 0 || ns < 0) {
-            return 0;
-        }
-        if (nb != ns) {
-            st_tune_fail(err, errlen, "%s: hier_rest has %d bytes and %d seconds", path, nb, ns);
-            return 0;
-        }
-        f->hier_rest.n = nb;
-    }
-    return 1;
+    return e == NULL || json_is_null(e) ||
+           st_json_points(e, "seconds", 0, f->hier_rest.bytes, f->hier_rest.seconds,
+                          &f->hier_rest.n, path, "hier_rest", err, errlen);
 }
 
 static json_t *st_json_layout_new(int g, int n, int r)

@@ -213,7 +213,13 @@ static void test_profile_round_trip(void **state)
                "\"inter\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},\"rail_credit\":[{\"bytes\":"
                "[2,1],\"credit_bytes\":[0,0]}]}");
     assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_ERR_INVALID);
-    assert_non_null(strstr(err, "not valid"));
+    assert_non_null(strstr(err, "rail_credit[0].bytes[1] = 1: the bytes must increase"));
+    write_text("{\"format\":\"strata-fabric-profile\",\"version\":1,\"layout\":{\"ranks_per_node\":"
+               "2,\"nodes\":2,\"rails\":1},\"intra\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},"
+               "\"inter\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},\"small_credit\":{\"bytes\":"
+               "[4096],\"credit_bytes\":[5000]}}");
+    assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_ERR_INVALID);
+    assert_non_null(strstr(err, "small_credit.credit_bytes[0] = 5000 exceeds its bytes"));
     write_text("{\"format\":\"strata-fabric-profile\",\"version\":1,\"layout\":{\"ranks_per_node\":"
                "2,\"nodes\":2,\"rails\":1},\"intra\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},"
                "\"inter\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},\"exchange_alpha_s\":-1}");

@@ -533,8 +533,9 @@ static void cb_fab_print_profile(const cb_fab_t *f)
 
     printf("# fabric: %d ranks per node x %d nodes, %d rail(s)\n", fab->ranks_per_node,
            fab->nodes, fab->nrails);
-    printf("# intra: alpha %.2f us, beta %.3f GB/s, gamma %.3f GB/s\n", fab->intra.alpha * 1e6,
-           fab->intra.beta / 1e9, fab->intra.gamma / 1e9);
+    printf("# intra: alpha %.2f us, beta %.3f GB/s, gamma %.3f GB/s%s\n", fab->intra.alpha * 1e6,
+           fab->intra.beta / 1e9, fab->intra.gamma / 1e9, fab->ranks_per_node > 1 ? "" :
+           " (one rank per node: not measured, placeholders the model never uses here)");
     printf("# inter: alpha %.2f us, beta %.4f GB/s", fab->inter.alpha * 1e6,
            fab->inter.beta / 1e9);
     for (int r = 0; r < fab->nrails; r++) {
@@ -1017,6 +1018,12 @@ int cb_fabric_rank_main(const cb_opts_t *opts, int rank, int nranks, const strat
             fprintf(stderr, "collbench: nodes of %d to %d ranks: calibrate, tune and compare need "
                     "the same number of ranks on every node\n", gmin, gmax);
         }
+        strataCommDestroy(f.world);
+        return 2;
+    }
+    if (nranks < 2 && opts->fab_mode == CB_FAB_CALIBRATE) {
+        fprintf(stderr, "collbench: calibrate needs at least 2 ranks: one rank has no window "
+                "nor network to measure\n");
         strataCommDestroy(f.world);
         return 2;
     }
