@@ -18,7 +18,7 @@
 #     --hostid         also set STRATA_HOSTID=node<k> (default: identity from the UTS hostname)
 #     --bind           pin rank r to CPU r mod (CPUs) (taskset), as mpirun --bind-to core does:
 #                      with more ranks than cores, unpinned runs of the same sizes differed by up
-#                      to 50 % from one run to the next at 0.1-0.3 ms (bench/tune_fabrics.sh)
+#                      to 70 % from one run to the next at 0.1-0.3 ms (bench/tune_fabrics.sh)
 #     --no-bytes-check skip the byte-counter check
 #     --logdir D       keep every rank's output in D (default: a temporary folder, removed)
 #     --quiet          print rank 0's table only on failure
