@@ -54,44 +54,10 @@ if [ -n "$why" ]; then
     exit 77
 fi
 
-emunet_cleanup_stale 2>/dev/null
-export EMUNET_ID="st$$"
-export EMUNET_OWNER=$$
-# /tmp/strata-emu.<pid>.*: cleanup-stale removes it if this script is SIGKILLed.
-[ -n "$logdir" ] || logdir=$(mktemp -d "/tmp/strata-emu.$$.XXXXXX")
-mkdir -p "$logdir" || exit 2
-shmsnap="$logdir/.shm-before"
-rank_pids=()
-killer=""
-
-cleanup()
-{
-    local rc=$?
-    trap - EXIT INT TERM
-    [ -n "$killer" ] && kill "$killer" 2>/dev/null
-    [ ${#rank_pids[@]} -gt 0 ] && kill -TERM "${rank_pids[@]}" 2>/dev/null
-    emunet_down "$EMUNET_ID"
-    emunet_shm_cleanup "$shmsnap"
-    if [ "$keep_logs" = 0 ]; then rm -rf "$logdir"; else rm -f "$shmsnap"; fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'echo "run_ddp_emu: interrupted" >&2; exit 130' INT
-trap 'exit 143' TERM
-
-emunet_shm_snapshot "$shmsnap"
-if ! emunet_up "$nodes" "$rate" 1 "$mtu" >"$logdir/network.txt"; then
-    echo "run_ddp_emu: cannot create the emulated network" >&2; exit 2
-fi
-port=$((20000 + RANDOM % 20000))
+emunet_job_start run_ddp_emu "$nodes" "$rate" 1 "$mtu" || exit 2
+port=$(emunet_root_port)
 master=$(emunet_ip 0)
-
-node_of=() local_of=()
-per=$((np / nodes)) extra=$((np % nodes)) r=0
-for ((k = 0; k < nodes; k++)); do
-    cnt=$((per + (k < extra ? 1 : 0)))
-    for ((i = 0; i < cnt; i++)); do node_of[r]=$k; local_of[r]=$i; r=$((r + 1)); done
-done
+per=$((np / nodes)) extra=$((np % nodes))
 declare -a rx0
 for ((k = 0; k < nodes; k++)); do rx0[k]=$(emunet_ifbytes "$k" rx); done
 
@@ -112,29 +78,7 @@ for ((r = 0; r < np; r++)); do
     rank_pids[r]=$!
 done
 
-# Wait for all; once one rank fails the others cannot finish: give them 15 s, then stop them.
-declare -A running rank_of
-declare -a rank_rc
-for ((r = 0; r < np; r++)); do running[${rank_pids[r]}]=1; rank_of[${rank_pids[r]}]=$r; done
-failed=0
-while [ ${#running[@]} -gt 0 ]; do
-    for pid in "${!running[@]}"; do
-        kill -0 "$pid" 2>/dev/null && continue
-        wait "$pid"
-        rc=$?
-        unset "running[$pid]"
-        r=${rank_of[$pid]}
-        rank_rc[r]=$rc
-        if [ "$rc" != 0 ] && [ "$failed" = 0 ]; then
-            failed=1
-            echo "run_ddp_emu: rank $r (node ${node_of[r]}) exited with $rc" \
-                 "$([ "$rc" = 124 ] && echo "(timeout ${tmo}s)")" >&2
-            (sleep 15; kill -TERM "${rank_pids[@]}" 2>/dev/null) &
-            killer=$!
-        fi
-    done
-    [ ${#running[@]} -gt 0 ] && sleep 0.2
-done
+emunet_job_wait "$tmo"
 
 cat "$logdir/rank0.log"
 status=0

@@ -32,6 +32,8 @@
 #   emunet.sh list                                networks, owners, alive or stale
 # Library: `source emunet.sh` defines emunet_up, emunet_run, emunet_ifbytes, emunet_down,
 # emunet_cleanup_stale ...; the network belongs to $$ (the sourcing script) unless EMUNET_ID is set.
+# emunet_job_start and emunet_job_wait run a job of ranks on a network of its own (run_collbench.sh,
+# examples/run_ddp_emu.sh).
 
 EMUNET_IF=${EMUNET_IF:-emu0}
 EMUNET_SUBNET=${EMUNET_SUBNET:-10.77.0}
@@ -435,6 +437,92 @@ emunet_ifbytes()
     case $dir in rx|tx) ;; *) emunet_log "bytes: rx or tx"; return 1 ;; esac
     case $ifn in [0-9]|[0-9][0-9]) ifn=$(emunet_ifname "$ifn") ;; esac
     ip netns exec "$ns" cat "/sys/class/net/$ifn/statistics/${dir}_bytes"
+}
+
+# ---- a job: ranks on emulated nodes (run_collbench.sh, examples/run_ddp_emu.sh) ---------------
+# The caller sets logdir ("" for a new folder under /tmp, removed at exit unless keep_logs=1),
+# starts each rank in the background and stores its pid in rank_pids[r].
+
+# emunet_job_start NAME NODES RATE LINKS MTU: own a new network (EMUNET_ID st<pid>, the sourcing
+# script's), the log folder, a snapshot of /dev/shm, and an EXIT trap that stops the ranks, takes
+# the network down and removes what they left in /dev/shm. Fills node_of[r] and local_of[r] for
+# NP=$np ranks in contiguous blocks, the first (np % nodes) nodes one rank more. Returns 1, said
+# on stderr, when the network cannot be made.
+emunet_job_start()
+{
+    local name=$1 nodes=$2 rate=$3 links=$4 mtu=$5 per extra r=0 k i cnt
+
+    emunet_job_name=$name
+    emunet_cleanup_stale 2>/dev/null
+    export EMUNET_ID="st$$"
+    export EMUNET_OWNER=$$
+    # /tmp/strata-emu.<pid>.*: cleanup-stale removes it if the script is SIGKILLed
+    [ -n "$logdir" ] || logdir=$(mktemp -d "/tmp/strata-emu.$$.XXXXXX")
+    mkdir -p "$logdir" || return 1
+    emunet_job_shm="$logdir/.shm-before"
+    rank_pids=()
+    emunet_job_killer=""
+    trap emunet_job_cleanup EXIT
+    trap 'echo "$emunet_job_name: interrupted" >&2; exit 130' INT
+    trap 'exit 143' TERM
+    emunet_shm_snapshot "$emunet_job_shm"
+    if ! emunet_up "$nodes" "$rate" "$links" "$mtu" >"$logdir/network.txt"; then
+        echo "$name: cannot create the emulated network" >&2
+        return 1
+    fi
+    node_of=() local_of=()
+    per=$((np / nodes)) extra=$((np % nodes))
+    for ((k = 0; k < nodes; k++)); do
+        cnt=$((per + (k < extra ? 1 : 0)))
+        for ((i = 0; i < cnt; i++)); do node_of[r]=$k; local_of[r]=$i; r=$((r + 1)); done
+    done
+}
+
+emunet_job_cleanup()
+{
+    local rc=$?
+
+    trap - EXIT INT TERM
+    [ -n "$emunet_job_killer" ] && kill "$emunet_job_killer" 2>/dev/null
+    [ ${#rank_pids[@]} -gt 0 ] && kill -TERM "${rank_pids[@]}" 2>/dev/null
+    emunet_down "$EMUNET_ID"
+    emunet_shm_cleanup "$emunet_job_shm"
+    if [ "${keep_logs:-0}" = 0 ]; then rm -rf "$logdir"; else rm -f "$emunet_job_shm"; fi
+    exit "$rc"
+}
+
+# emunet_job_wait TIMEOUT: waits for every rank of rank_pids; rank_rc[r] their statuses. Once one
+# fails the others cannot finish: it is named on stderr, failed=1, and the rest are stopped 15 s
+# later. TIMEOUT (seconds) only names a status of 124 as the ranks' timeout.
+emunet_job_wait()
+{
+    local tmo=$1 pid rc r
+    local -A running=() rank_of=()
+
+    rank_rc=()
+    failed=0
+    for ((r = 0; r < ${#rank_pids[@]}; r++)); do
+        running[${rank_pids[r]}]=1
+        rank_of[${rank_pids[r]}]=$r
+    done
+    while [ ${#running[@]} -gt 0 ]; do
+        for pid in "${!running[@]}"; do
+            kill -0 "$pid" 2>/dev/null && continue
+            wait "$pid"   # bash keeps the status of a reaped child for this
+            rc=$?
+            unset "running[$pid]"
+            r=${rank_of[$pid]}
+            rank_rc[r]=$rc
+            if [ "$rc" != 0 ] && [ "$failed" = 0 ]; then
+                failed=1
+                echo "$emunet_job_name: rank $r (node ${node_of[r]}) exited with $rc" \
+                     "$([ "$rc" = 124 ] && echo "(timeout ${tmo}s)")" >&2
+                (sleep 15; kill -TERM "${rank_pids[@]}" 2>/dev/null) &
+                emunet_job_killer=$!
+            fi
+        done
+        [ ${#running[@]} -gt 0 ] && sleep 0.1
+    done
 }
 
 emunet_usage()

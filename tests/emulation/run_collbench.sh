@@ -83,48 +83,13 @@ if [ -z "$collbench" ] || [ ! -x "$collbench" ]; then
 fi
 collbench=$(cd "$(dirname "$collbench")" && pwd)/$(basename "$collbench")
 
-emunet_cleanup_stale 2>/dev/null
-export EMUNET_ID="st$$"
-export EMUNET_OWNER=$$
-[ -n "$logdir" ] || logdir=$(mktemp -d "/tmp/strata-emu.$$.XXXXXX")
-mkdir -p "$logdir"
-shmsnap="$logdir/.shm-before"
-rank_pids=()
-killer=""
-
-cleanup()
-{
-    local rc=$?
-    trap - EXIT INT TERM
-    [ -n "$killer" ] && kill "$killer" 2>/dev/null
-    [ ${#rank_pids[@]} -gt 0 ] && kill -TERM "${rank_pids[@]}" 2>/dev/null
-    emunet_down "$EMUNET_ID"
-    emunet_shm_cleanup "$shmsnap"
-    if [ "$keep_logs" = 0 ]; then rm -rf "$logdir"; else rm -f "$shmsnap"; fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'echo "run_collbench: interrupted" >&2; exit 130' INT
-trap 'exit 143' TERM
-
-emunet_shm_snapshot "$shmsnap"
-if ! emunet_up "$nodes" "$rate" "$links" "$mtu" >"$logdir/network.txt"; then
-    echo "run_collbench: cannot create the emulated network" >&2; exit 99
-fi
+emunet_job_start run_collbench "$nodes" "$rate" "$links" "$mtu" || exit 99
 [ -n "$port" ] || port=$(emunet_root_port)
 
 # A libtool wrapper relinks (or at least resolves) on first use; do that once, not N times at once.
 if head -c 4096 "$collbench" 2>/dev/null | grep -q 'libtool'; then
     timeout 30 "$collbench" --help >/dev/null 2>&1 </dev/null
 fi
-
-# Rank r runs on node_of[r]: contiguous blocks, the first (np % nodes) nodes one rank more.
-node_of=()
-per=$((np / nodes)) extra=$((np % nodes)) r=0
-for ((k = 0; k < nodes; k++)); do
-    cnt=$((per + (k < extra ? 1 : 0)))
-    for ((i = 0; i < cnt; i++)); do node_of[r]=$k; r=$((r + 1)); done
-done
 
 # Byte counters of every link of every node: [k*links + l].
 declare -a lrx0 ltx0
@@ -158,31 +123,7 @@ for ((r = 0; r < np; r++)); do
     rank_pids[r]=$!
 done
 
-# Wait for all; once one rank fails the others cannot finish, so give them 15 s, then stop them.
-declare -A rank_of
-for ((r = 0; r < np; r++)); do rank_of[${rank_pids[r]}]=$r; done
-declare -a rank_rc
-failed=0
-declare -A running
-for ((r = 0; r < np; r++)); do running[${rank_pids[r]}]=1; done
-while [ ${#running[@]} -gt 0 ]; do
-    for pid in "${!running[@]}"; do
-        kill -0 "$pid" 2>/dev/null && continue
-        wait "$pid"   # bash keeps the status of a reaped child for this
-        rc=$?
-        unset "running[$pid]"
-        r=${rank_of[$pid]}
-        rank_rc[r]=$rc
-        if [ "$rc" != 0 ] && [ "$failed" = 0 ]; then
-            failed=1
-            echo "run_collbench: rank $r (node ${node_of[r]}) exited with $rc" \
-                 "$([ "$rc" = 124 ] && echo "(timeout ${tmo}s)")" >&2
-            (sleep 15; kill -TERM "${rank_pids[@]}" 2>/dev/null) &
-            killer=$!
-        fi
-    done
-    [ ${#running[@]} -gt 0 ] && sleep 0.1
-done
+emunet_job_wait "$tmo"
 t_end=$(date +%s.%N)
 
 declare -a rx tx lrx
