@@ -304,7 +304,7 @@ bench_emu_collbench_cmd()
 }
 bench_emu_collbench()
 {
-    BENCH_PORT=$((20000 + RANDOM % 20000))
+    BENCH_PORT=$(emunet_root_port)
     bench_ranks "$1" "$BENCH_NP" bench_emu_collbench_cmd
 }
 

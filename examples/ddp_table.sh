@@ -14,6 +14,8 @@ set -u
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/.." && pwd)
+# shellcheck source=../tests/emulation/emunet.sh
+. "$top/tests/emulation/emunet.sh" # emunet_root_port
 py=${STRATA_PYTHON:-/usr/bin/python3}
 comms="gloo strata strata-fp16" rate=1gbit local=1 emu=1 keep=""
 while [ $# -gt 0 ]; do
@@ -58,7 +60,7 @@ for comm in $comms; do
         echo "# 1 node x 4 ranks, --comm $comm" >&2
         # shellcheck disable=SC2086
         setsid timeout -k 10 600 "$py" -m torch.distributed.run --nnodes 1 --nproc_per_node 4 \
-            --master_addr 127.0.0.1 --master_port $((20000 + RANDOM % 20000)) \
+            --master_addr 127.0.0.1 --master_port "$(emunet_root_port)" \
             --log_dir "$out/logs-local-$comm" $workaround \
             "$top/examples/ddp_digits.py" --comm "$comm" --json "$f" "${extra[@]}" \
             >"$out/local-$comm.log" 2>&1 </dev/null &
