@@ -65,13 +65,11 @@ echo "# run_ddp_emu: $np ranks on $nodes emulated nodes${rate:+, links capped at
      "master $master:$port, interface $EMUNET_IF"
 for ((r = 0; r < np; r++)); do
     k=${node_of[r]}
+    emunet_rank_env
     envs=(RANK="$r" WORLD_SIZE="$np" LOCAL_RANK="${local_of[r]}" GROUP_RANK="$k"
           LOCAL_WORLD_SIZE="$((per + (k < extra ? 1 : 0)))"
           MASTER_ADDR="$master" MASTER_PORT="$port" OMP_NUM_THREADS=1
-          GLOO_SOCKET_IFNAME="$EMUNET_IF"
-          STRATA_SOCKET_IFNAME="${STRATA_SOCKET_IFNAME:-$EMUNET_IF}"
-          UCX_NET_DEVICES="${UCX_NET_DEVICES:-$EMUNET_IF}"
-          STRATA_BOOTSTRAP_TIMEOUT="${STRATA_BOOTSTRAP_TIMEOUT:-60s}"
+          GLOO_SOCKET_IFNAME="$EMUNET_IF" "${emunet_env[@]}"
           PYTHONPATH="$top/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1)
     emunet_run "$k" env "${envs[@]}" timeout -k 10 "$tmo" \
         "$python" "$top/examples/ddp_digits.py" "$@" </dev/null >"$logdir/rank$r.log" 2>&1 &

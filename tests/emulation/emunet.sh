@@ -478,6 +478,33 @@ emunet_job_start()
     done
 }
 
+# emunet_rank_env: fills emunet_env with what every rank of a job needs on the emulated network,
+# the user's settings kept: strata's bootstrap and UCX on the emulated link only
+# (STRATA_SOCKET_IFNAME, UCX_NET_DEVICES) and a bootstrap timeout for slow, oversubscribed starts.
+emunet_rank_env()
+{
+    emunet_env=(STRATA_SOCKET_IFNAME="${STRATA_SOCKET_IFNAME:-$EMUNET_IF}"
+                UCX_NET_DEVICES="${UCX_NET_DEVICES:-$EMUNET_IF}"
+                STRATA_BOOTSTRAP_TIMEOUT="${STRATA_BOOTSTRAP_TIMEOUT:-60s}")
+}
+
+# emunet_node_cpu NODE LOCAL NODES: the CPU for local rank LOCAL of emulated node NODE of NODES,
+# giving each node its own CPUs as real nodes have (run_collbench.sh --bind): with C CPUs (nproc)
+# and NODES < C, node k owns C/NODES of them from k*(C/NODES) and local rank i takes the
+# (i mod C/NODES)-th; with NODES >= C, node k owns CPU k mod C.
+emunet_node_cpu()
+{
+    local node=$1 loc=$2 nodes=$3 c per
+
+    c=$(nproc)
+    if [ "$nodes" -ge "$c" ]; then
+        echo $((node % c))
+    else
+        per=$((c / nodes))
+        echo $((node * per + loc % per))
+    fi
+}
+
 emunet_job_cleanup()
 {
     local rc=$?

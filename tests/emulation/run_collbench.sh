@@ -16,9 +16,14 @@
 #     --port P         bootstrap port on node 0 (random)
 #     --timeout S      seconds before ranks are killed (600)
 #     --hostid         also set STRATA_HOSTID=node<k> (default: identity from the UTS hostname)
-#     --bind           pin rank r to CPU r mod (CPUs) (taskset), as mpirun --bind-to core does:
-#                      with more ranks than cores, unpinned runs of the same sizes differed by up
-#                      to 70 % from one run to the next at 0.1-0.3 ms (bench/tune_fabrics.sh)
+#     --bind           give each emulated node its own CPUs and pin its ranks to them (taskset),
+#                      as on real nodes, where no two nodes share a core: with N nodes and C CPUs,
+#                      node k gets C/N of them (CPU k mod C when N >= C) and its local rank i
+#                      the i-th of those, modulo their number. Unpinned, runs of the same sizes
+#                      differed by up to 70 % from one run to the next at 0.1-0.3 ms; with rank
+#                      r on CPU r mod C (the two nodes' leaders then share a core), by up to
+#                      50 %; pinned per node, by 10-15 % (2 nodes x 2 ranks, 2 CPUs;
+#                      bench/tune_fabrics.sh)
 #     --no-bytes-check skip the byte-counter check
 #     --logdir D       keep every rank's output in D (default: a temporary folder, removed)
 #     --quiet          print rank 0's table only on failure
@@ -110,14 +115,12 @@ echo "# collbench $*"
 t_start=$(date +%s.%N)
 for ((r = 0; r < np; r++)); do
     k=${node_of[r]}
-    envs=(STRATA_COMM_ID="${EMUNET_SUBNET}.1:$port"
-          STRATA_SOCKET_IFNAME="${STRATA_SOCKET_IFNAME:-$EMUNET_IF}"
-          STRATA_BOOTSTRAP_TIMEOUT="${STRATA_BOOTSTRAP_TIMEOUT:-60s}"
-          UCX_NET_DEVICES="${UCX_NET_DEVICES:-$EMUNET_IF}")
+    emunet_rank_env
+    envs=(STRATA_COMM_ID="${EMUNET_SUBNET}.1:$port" "${emunet_env[@]}")
     [ -n "$rail_ifnames" ] && envs+=(STRATA_RAIL_IFNAMES="${STRATA_RAIL_IFNAMES:-$rail_ifnames}")
     [ "$hostid" = 1 ] && envs+=(STRATA_HOSTID="node$k")
     pin=()
-    [ "$bind" = 1 ] && pin=(taskset -c $((r % $(nproc))))
+    [ "$bind" = 1 ] && pin=(taskset -c "$(emunet_node_cpu "$k" "${local_of[r]}" "$nodes")")
     emunet_run "$k" "${pin[@]}" env "${envs[@]}" timeout -k 10 "$tmo" \
         "$collbench" --rank "$r" --nranks "$np" "$@" </dev/null >"$logdir/rank$r.log" 2>&1 &
     rank_pids[r]=$!
