@@ -336,6 +336,7 @@ static void st_param_log_table(const st_config_table_t *table, void *unused ST_U
 static pthread_once_t st_param_once = PTHREAD_ONCE_INIT;
 static st_status_t    st_param_status;
 static char           st_param_errmsg[512]; /* why parsing failed, repeated at every call */
+static __thread int   st_param_said;        /* this thread's call parsed and logged it already */
 
 /* A forked child is a new process whose environment may differ (collbench and the tests give each
  * child rank its own STRATA_HOSTID): parse again at its first call. */
@@ -359,14 +360,16 @@ static void st_param_init_once(void)
         st_param_for_each(st_param_log_table, NULL);
     } else {
         snprintf(st_param_errmsg, sizeof(st_param_errmsg), "%s", st_log_last_error());
+        st_param_said = 1;
     }
 }
 
 st_status_t st_param_init(void)
 {
     pthread_once(&st_param_once, st_param_init_once);
-    if (st_param_status != ST_OK) {
+    if (st_param_status != ST_OK && !st_param_said) {
         st_log_error(ST_SUB_ENV, __FILE__, __LINE__, "%s", st_param_errmsg);
     }
+    st_param_said = 0;
     return st_param_status;
 }

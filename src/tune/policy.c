@@ -16,17 +16,6 @@
 #include "topo/topo.h"
 #include "tune/policy.h"
 
-/* Whether the user set STRATA_<name> (to something other than `ignore`, e.g. "auto"). */
-static int st_tune_env_set(const char *name, const char *ignore)
-{
-    char        var[64];
-    const char *v;
-
-    snprintf(var, sizeof(var), "STRATA_%s", name);
-    v = getenv(var);
-    return v != NULL && v[0] != '\0' && (ignore == NULL || strcmp(v, ignore) != 0);
-}
-
 /* "2,1" -> shares 2/3, 1/3 of nics rails. ST_ERR_INVALID (logged) when malformed. */
 static st_status_t st_tune_parse_shares(const char *str, int nics, double *share)
 {
@@ -114,7 +103,7 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
     const char       *profile = st_core_config.profile_file;
     char              err[1024], shares[128], window[32];
     int               have_share = 0, equal = 1;
-    int               env_depth = st_tune_env_set("PIPELINE_DEPTH", NULL);
+    int               env_depth = st_tune_env_set(ST_TUNE_ENV_DEPTH, NULL);
 
     p = calloc(1, sizeof(*p));
     if (p == NULL) {
@@ -125,9 +114,9 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
     p->window_chunk = 0;
     p->nshards      = st_topo_nrails(comm->topo);
     p->nics         = st_tune_count_rails(st_core_config.rail_ifnames);
-    p->env_algo     = st_tune_env_set("ALGO", "auto");
-    p->env_chunk    = st_tune_env_set("HIER_CHUNK_SIZE", "auto");
-    p->env_small    = st_tune_env_set("SMALL_THRESHOLD", NULL);
+    p->env_algo     = st_tune_env_set(ST_TUNE_ENV_ALGO, NULL);
+    p->env_chunk    = st_tune_env_set(ST_TUNE_ENV_CHUNK, NULL);
+    p->env_small    = st_tune_env_set(ST_TUNE_ENV_SMALL, NULL);
     snprintf(p->source, sizeof(p->source), "built-in defaults");
     if (tune_file == NULL) {
         tune_file = st_core_config.tune_file; /* "" from the config: no table */
@@ -148,6 +137,10 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
         } else {
             p->have_table = 1;
             snprintf(p->source, sizeof(p->source), "tuning table %s", tune_file);
+            if (p->table.ignored[0] != '\0') {
+                st_warn(ST_SUB_TUNE, "%s: tuning table %s: ignored %s: they apply to another "
+                        "algorithm", comm->name, tune_file, p->table.ignored);
+            }
         }
     }
     if (!p->have_table && profile != NULL && profile[0] != '\0') {

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -46,6 +47,55 @@ int st_tune_algo_parse(const char *name)
         }
     }
     return -1;
+}
+
+/* The variables of st_tune_env_set, each with the value that means "no override" (NULL: any
+ * non-empty value overrides). */
+static const struct {
+    const char *name, *none;
+} st_tune_env[ST_TUNE_ENV_COUNT] = {
+    [ST_TUNE_ENV_ALGO]     = {"STRATA_ALGO", "auto"},
+    [ST_TUNE_ENV_CHUNK]    = {"STRATA_HIER_CHUNK_SIZE", "auto"},
+    [ST_TUNE_ENV_DEPTH]    = {"STRATA_PIPELINE_DEPTH", NULL},
+    [ST_TUNE_ENV_SMALL]    = {"STRATA_SMALL_THRESHOLD", NULL},
+    [ST_TUNE_ENV_SHARES]   = {"STRATA_RAIL_SHARES", NULL},
+    [ST_TUNE_ENV_CHANNELS] = {"STRATA_RING_CHANNELS", NULL},
+};
+
+int st_tune_env_set(int k, const char **value)
+{
+    const char *v;
+
+    if (k < 0 || k >= ST_TUNE_ENV_COUNT) {
+        return 0;
+    }
+    v = getenv(st_tune_env[k].name);
+    if (value != NULL) {
+        *value = v;
+    }
+    return v != NULL && v[0] != '\0' && (st_tune_env[k].none == NULL ||
+                                          strcmp(v, st_tune_env[k].none) != 0);
+}
+
+const char *st_tune_env_override(const char **value)
+{
+    for (int k = 0; k < ST_TUNE_ENV_COUNT; k++) {
+        if (st_tune_env_set(k, value)) {
+            return st_tune_env[k].name;
+        }
+    }
+    return NULL;
+}
+
+/* Notes in t->ignored that entry i's `field` was dropped (it does not apply to algo). */
+static void st_tune_ignored(st_tune_table_t *t, size_t i, const char *field, const char *algo)
+{
+    size_t len = strlen(t->ignored);
+
+    if (len + 1 < sizeof(t->ignored)) {
+        snprintf(t->ignored + len, sizeof(t->ignored) - len, "%sallreduce[%zu].%s (on %s)",
+                 len > 0 ? ", " : "", i, field, algo);
+    }
 }
 
 static st_status_t st_tune_fail(char *err, size_t errlen, const char *fmt, ...)
@@ -416,8 +466,9 @@ st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *e
                          path, i);
             goto out;
         }
-        if (te->algo != ST_MODEL_HIER) {
-            te->hier_chunk = 0; /* only hier has chunks */
+        if (te->algo != ST_MODEL_HIER && te->hier_chunk != 0) {
+            st_tune_ignored(&t, i, "hier_chunk", json_string_value(al));
+            te->hier_chunk = 0;
         }
         if (json_object_get(e, "channels") != NULL) {
             json_t *ch = json_object_get(e, "channels");
@@ -429,6 +480,9 @@ st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *e
                 goto out;
             }
             te->channels = te->algo == ST_MODEL_RING ? (int)json_integer_value(ch) : 0;
+            if (te->algo != ST_MODEL_RING) {
+                st_tune_ignored(&t, i, "channels", json_string_value(al));
+            }
         }
         t.nentries++;
     }

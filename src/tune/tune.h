@@ -55,6 +55,8 @@ typedef struct st_tune_table {
     double          rail_share[ST_MODEL_MAX_RAILS]; /* of the inter-node bytes; all 0: even */
     int             nentries;       /* >= 1; ascending max_bytes, the last ST_TUNE_NO_LIMIT */
     st_tune_entry_t entries[ST_TUNE_MAX_ENTRIES];
+    char            ignored[192];   /* st_tune_table_read: the fields it dropped, for the
+                                     * reader's WARN ("" when none) */
 } st_tune_table_t;
 
 /* ---- files (jansson) -------------------------------------------------------------------------- */
@@ -66,7 +68,7 @@ typedef struct st_tune_table {
  * ascending; an entry other than the last without max_bytes; the last entry bounded; more than
  * ST_TUNE_MAX_ENTRIES; shares negative or not summing to 1 within 1e-3 over nrails;
  * pipeline_depth outside 1..16). A hier_chunk on a ring or small entry, and channels on a hier
- * or small one, are dropped. */
+ * or small one, are dropped and named in table->ignored (the library WARNs it). */
 st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *err, size_t errlen);
 /* Writes it (indented JSON, max_bytes of the last entry as null), with a free-text comment.
  * ST_ERR_IO when the file cannot be written. */
@@ -91,6 +93,28 @@ st_status_t st_profile_write(const char *path, const st_model_fabric_t *fabric,
 /* Distinct rails named by a STRATA_RAIL_IFNAMES value (its comma-separated entries, at most
  * ST_MODEL_MAX_RAILS), or 1 when it is NULL or empty. */
 int st_tune_count_rails(const char *list);
+
+/* The STRATA_* variables that override a communicator's tuned or modelled choices (STRATA_ALGO
+ * and friends, docs/model.md): one list for the library (tune/policy.c) and for collbench's
+ * calibrate, tune and compare, which refuse to run under one. */
+enum {
+    ST_TUNE_ENV_ALGO,     /* STRATA_ALGO, but "auto" */
+    ST_TUNE_ENV_CHUNK,    /* STRATA_HIER_CHUNK_SIZE, but "auto" */
+    ST_TUNE_ENV_DEPTH,    /* STRATA_PIPELINE_DEPTH */
+    ST_TUNE_ENV_SMALL,    /* STRATA_SMALL_THRESHOLD */
+    ST_TUNE_ENV_SHARES,   /* STRATA_RAIL_SHARES */
+    ST_TUNE_ENV_CHANNELS, /* STRATA_RING_CHANNELS */
+    ST_TUNE_ENV_COUNT
+};
+
+/* Whether variable k (ST_TUNE_ENV_*) is set in the environment to a value that overrides (not
+ * empty, not "auto" where that means the default); its value, or NULL, in *value when value is
+ * not NULL. 0 for k out of range. */
+int st_tune_env_set(int k, const char **value);
+
+/* The full name of the first variable of the list that st_tune_env_set finds set, with its value
+ * in *value (when value is not NULL); NULL when none is. */
+const char *st_tune_env_override(const char **value);
 
 /* Names of st_model_algo_t values in the files: "ring", "hier", "small". */
 const char *st_tune_algo_name(int algo);

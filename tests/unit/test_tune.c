@@ -89,6 +89,69 @@ static void test_table_round_trip(void **state)
     assert_ptr_equal(st_tune_table_lookup(&back, (size_t)1 << 40), &back.entries[2]);
 }
 
+/* A field that does not apply to an entry's algorithm is read, dropped and named in ignored (the
+ * library WARNs it): channels on hier and small, hier_chunk on ring and small. */
+static void test_table_dropped_fields(void **state)
+{
+    st_tune_table_t back;
+    char            err[256] = "";
+
+    write_text("{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+               "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"algo\":\"small\",\"max_bytes\":4096,"
+               "\"channels\":2,\"hier_chunk\":65536},{\"algo\":\"ring\",\"max_bytes\":65536,"
+               "\"hier_chunk\":65536,\"channels\":3},{\"algo\":\"hier\",\"hier_chunk\":"
+               "131072,\"channels\":4}]}");
+    assert_int_equal(st_tune_table_read(tmp_path, &back, err, sizeof(err)), ST_OK);
+    assert_int_equal(back.nentries, 3);
+    assert_int_equal(back.entries[0].channels, 0);
+    assert_int_equal(back.entries[0].hier_chunk, 0);
+    assert_int_equal(back.entries[1].channels, 3);
+    assert_int_equal(back.entries[1].hier_chunk, 0);
+    assert_int_equal(back.entries[2].channels, 0);
+    assert_int_equal(back.entries[2].hier_chunk, 131072);
+    assert_string_equal(back.ignored, "allreduce[0].hier_chunk (on small), allreduce[0].channels "
+                                      "(on small), allreduce[1].hier_chunk (on ring), "
+                                      "allreduce[2].channels (on hier)");
+    /* a file with nothing to drop notes nothing */
+    write_text("{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+               "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"algo\":\"ring\",\"channels\":2}]}");
+    assert_int_equal(st_tune_table_read(tmp_path, &back, err, sizeof(err)), ST_OK);
+    assert_string_equal(back.ignored, "");
+}
+
+/* st_tune_env_override: the first overriding STRATA_* variable; "auto" and empty do not count
+ * for the two that take "auto". */
+static void test_env_override(void **state)
+{
+    static const char *const vars[] = {"STRATA_ALGO", "STRATA_HIER_CHUNK_SIZE",
+                                       "STRATA_PIPELINE_DEPTH", "STRATA_SMALL_THRESHOLD",
+                                       "STRATA_RAIL_SHARES", "STRATA_RING_CHANNELS"};
+    const char *val = NULL;
+
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        unsetenv(vars[i]);
+    }
+    assert_null(st_tune_env_override(&val));
+    setenv("STRATA_ALGO", "auto", 1);
+    setenv("STRATA_HIER_CHUNK_SIZE", "", 1);
+    assert_null(st_tune_env_override(NULL));
+    setenv("STRATA_RING_CHANNELS", "2", 1);
+    assert_string_equal(st_tune_env_override(&val), "STRATA_RING_CHANNELS");
+    assert_string_equal(val, "2");
+    setenv("STRATA_ALGO", "hier", 1);
+    assert_string_equal(st_tune_env_override(&val), "STRATA_ALGO");
+    assert_string_equal(val, "hier");
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        setenv("STRATA_ALGO", "auto", 1);
+        unsetenv("STRATA_RING_CHANNELS");
+        setenv(vars[i], "1", 1);
+        assert_string_equal(st_tune_env_override(&val), vars[i]);
+        unsetenv(vars[i]);
+    }
+    unsetenv("STRATA_ALGO");
+    unsetenv("STRATA_HIER_CHUNK_SIZE");
+}
+
 /* Each bad file is refused, with a reason that names what is wrong. */
 static void test_table_rejects(void **state)
 {
@@ -277,6 +340,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_table_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_table_rejects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_table_dropped_fields, setup, teardown),
+        cmocka_unit_test(test_env_override),
         cmocka_unit_test_setup_teardown(test_profile_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_table_from_model, setup, teardown),
     };

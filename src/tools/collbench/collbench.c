@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "collbench.h"
+#include "tune/tune.h"
 
 /* Long-only options get values past the char range. */
 enum {
@@ -341,26 +342,20 @@ static int cb_parse_layout(const char *arg, cb_opts_t *opts)
 /* calibrate, tune, model --compare: what would spoil the run, refused before any rank starts. */
 static int cb_fab_check_args(const cb_opts_t *opts)
 {
-    static const char *const overrides[] = {"STRATA_ALGO", "STRATA_HIER_CHUNK_SIZE",
-                                            "STRATA_PIPELINE_DEPTH", "STRATA_RAIL_SHARES",
-                                            "STRATA_SMALL_THRESHOLD", "STRATA_RING_CHANNELS"};
     struct stat st;
     char        dir[4096];
-    const char *slash;
+    const char *slash, *var, *val;
 
     if (opts->algo != NULL) {
         fprintf(stderr, "%s: -A would override the configurations that calibrate, tune and "
                 "compare choose themselves: leave it out\n", opts->prog);
         return -1;
     }
-    for (size_t i = 0; i < sizeof(overrides) / sizeof(overrides[0]); i++) {
-        const char *val = getenv(overrides[i]);
-
-        if (val != NULL && val[0] != '\0' && strcmp(val, "auto") != 0) {
-            fprintf(stderr, "%s: %s=%s would override the configurations under test: unset it\n",
-                    opts->prog, overrides[i], val);
-            return -1;
-        }
+    var = st_tune_env_override(&val);
+    if (var != NULL) {
+        fprintf(stderr, "%s: %s=%s would override the configurations under test: unset it\n",
+                opts->prog, var, val);
+        return -1;
     }
     if (opts->fab_profile != NULL && access(opts->fab_profile, R_OK) != 0) {
         fprintf(stderr, "%s: --profile %s: %s\n", opts->prog, opts->fab_profile, strerror(errno));
