@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -341,7 +342,7 @@ uint32_t st_tune_policy_hash(const st_comm_t *comm)
         return 0; /* init ran out of memory: its status says so */
     }
     h = st_tune_fnv(h, &p->have_table, sizeof(p->have_table));
-    h = st_tune_fnv(h, &p->table, sizeof(p->table));
+    h = st_tune_fnv(h, &p->table, offsetof(st_tune_table_t, ignored)); /* decisions only */
     h = st_tune_fnv(h, &p->depth, sizeof(p->depth));
     h = st_tune_fnv(h, &p->window_chunk, sizeof(p->window_chunk));
     h = st_tune_fnv(h, &p->have_shares, sizeof(p->have_shares));

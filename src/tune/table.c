@@ -59,7 +59,7 @@ static const struct {
     [ST_TUNE_ENV_DEPTH]    = {"STRATA_PIPELINE_DEPTH", NULL},
     [ST_TUNE_ENV_SMALL]    = {"STRATA_SMALL_THRESHOLD", NULL},
     [ST_TUNE_ENV_SHARES]   = {"STRATA_RAIL_SHARES", NULL},
-    [ST_TUNE_ENV_CHANNELS] = {"STRATA_RING_CHANNELS", NULL},
+    [ST_TUNE_ENV_CHANNELS] = {"STRATA_RING_CHANNELS", "0"},
 };
 
 int st_tune_env_set(int k, const char **value)
@@ -84,17 +84,28 @@ const char *st_tune_env_override(const char **value)
             return st_tune_env[k].name;
         }
     }
+    if (value != NULL) {
+        *value = NULL;
+    }
     return NULL;
 }
 
-/* Notes in t->ignored that entry i's `field` was dropped (it does not apply to algo). */
+/* Notes in t->ignored that entry i's `field` was dropped (it does not apply to algo); a note that
+ * does not fit ends the text with "...". */
 static void st_tune_ignored(st_tune_table_t *t, size_t i, const char *field, const char *algo)
 {
-    size_t len = strlen(t->ignored);
+    size_t len = strlen(t->ignored), room = sizeof(t->ignored) - len;
+    int    n;
 
-    if (len + 1 < sizeof(t->ignored)) {
-        snprintf(t->ignored + len, sizeof(t->ignored) - len, "%sallreduce[%zu].%s (on %s)",
-                 len > 0 ? ", " : "", i, field, algo);
+    if (len >= 3 && strcmp(t->ignored + len - 3, "...") == 0) {
+        return; /* full already */
+    }
+    n = snprintf(t->ignored + len, room, "%sallreduce[%zu].%s (on %s)", len > 0 ? ", " : "", i,
+                 field, algo);
+    if (n < 0 || (size_t)n >= room) { /* this note replaced by ", ..." (5 bytes and the NUL) */
+        size_t cut = (len < sizeof(t->ignored) - 6) ? len : sizeof(t->ignored) - 6;
+
+        snprintf(t->ignored + cut, sizeof(t->ignored) - cut, "%s...", cut > 0 ? ", " : "");
     }
 }
 

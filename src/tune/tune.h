@@ -56,7 +56,9 @@ typedef struct st_tune_table {
     int             nentries;       /* >= 1; ascending max_bytes, the last ST_TUNE_NO_LIMIT */
     st_tune_entry_t entries[ST_TUNE_MAX_ENTRIES];
     char            ignored[192];   /* st_tune_table_read: the fields it dropped, for the
-                                     * reader's WARN ("" when none) */
+                                     * reader's WARN ("" when none). Kept last: the ranks'
+                                     * agreement on the tuning (policy.c) hashes the fields
+                                     * before it only */
 } st_tune_table_t;
 
 /* ---- files (jansson) -------------------------------------------------------------------------- */
@@ -103,17 +105,17 @@ enum {
     ST_TUNE_ENV_DEPTH,    /* STRATA_PIPELINE_DEPTH */
     ST_TUNE_ENV_SMALL,    /* STRATA_SMALL_THRESHOLD */
     ST_TUNE_ENV_SHARES,   /* STRATA_RAIL_SHARES */
-    ST_TUNE_ENV_CHANNELS, /* STRATA_RING_CHANNELS */
+    ST_TUNE_ENV_CHANNELS, /* STRATA_RING_CHANNELS, but "0" */
     ST_TUNE_ENV_COUNT
 };
 
 /* Whether variable k (ST_TUNE_ENV_*) is set in the environment to a value that overrides (not
- * empty, not "auto" where that means the default); its value, or NULL, in *value when value is
- * not NULL. 0 for k out of range. */
+ * empty, not the value that means the default: "auto", or "0" for STRATA_RING_CHANNELS); its
+ * value, or NULL, in *value when value is not NULL. 0 for k out of range. */
 int st_tune_env_set(int k, const char **value);
 
 /* The full name of the first variable of the list that st_tune_env_set finds set, with its value
- * in *value (when value is not NULL); NULL when none is. */
+ * in *value (when value is not NULL); NULL, and *value NULL, when none is. */
 const char *st_tune_env_override(const char **value);
 
 /* Names of st_model_algo_t values in the files: "ring", "hier", "small". */

@@ -488,20 +488,53 @@ emunet_rank_env()
                 STRATA_BOOTSTRAP_TIMEOUT="${STRATA_BOOTSTRAP_TIMEOUT:-60s}")
 }
 
-# emunet_node_cpu NODE LOCAL NODES: the CPU for local rank LOCAL of emulated node NODE of NODES,
-# giving each node its own CPUs as real nodes have (run_collbench.sh --bind): with C CPUs (nproc)
-# and NODES < C, node k owns C/NODES of them from k*(C/NODES) and local rank i takes the
-# (i mod C/NODES)-th; with NODES >= C, node k owns CPU k mod C.
+# emunet_cpus: the CPUs this process may run on (Cpus_allowed_list: a cpuset or taskset is
+# respected, unlike nproc's count, which OMP_NUM_THREADS also changes), ordered by package and
+# core so that the hardware threads of one core are next to each other.
+emunet_cpus()
+{
+    local list part c topo
+    local -a cpus=()
+
+    list=$(awk '/^Cpus_allowed_list:/ { print $2 }' /proc/self/status)
+    IFS=, read -r -a parts <<<"${list:-0}"
+    for part in "${parts[@]}"; do
+        if [[ $part == *-* ]]; then
+            for ((c = ${part%-*}; c <= ${part#*-}; c++)); do cpus+=("$c"); done
+        else
+            cpus+=("$part")
+        fi
+    done
+    for c in "${cpus[@]}"; do
+        topo=/sys/devices/system/cpu/cpu$c/topology
+        echo "$(cat "$topo/physical_package_id" 2>/dev/null || echo 0)" \
+             "$(cat "$topo/core_id" 2>/dev/null || echo "$c")" "$c"
+    done | sort -n -k1,1 -k2,2 -k3,3 | awk '{ print $3 }'
+}
+
+# emunet_node_cpu NODE LOCAL NODES: sets emunet_cpu to the CPU for local rank LOCAL of emulated
+# node NODE of NODES, giving each node CPUs of its own as real nodes have (run_collbench.sh
+# --bind); call it in the job's shell, not in $(...), so that it works out the CPUs and warns
+# once. Of the C CPUs of emunet_cpus, node k gets a block of C/NODES (the first C mod NODES nodes
+# one more), whole cores where the block size allows, and local rank i the (i mod block)-th of
+# its block. With NODES > C, nodes k and k+C share CPU k mod C (said on stderr).
 emunet_node_cpu()
 {
-    local node=$1 loc=$2 nodes=$3 c per
+    local node=$1 loc=$2 nodes=$3 c per extra start cnt
 
-    c=$(nproc)
+    [ -n "${emunet_cpu_list[*]:-}" ] || mapfile -t emunet_cpu_list < <(emunet_cpus)
+    c=${#emunet_cpu_list[@]}
     if [ "$nodes" -ge "$c" ]; then
-        echo $((node % c))
+        if [ "$nodes" -gt "$c" ] && [ -z "${emunet_cpu_warned:-}" ]; then
+            echo "emunet: $nodes nodes on $c CPUs: nodes k and k+$c share a CPU" >&2
+            emunet_cpu_warned=1
+        fi
+        emunet_cpu=${emunet_cpu_list[node % c]}
     else
-        per=$((c / nodes))
-        echo $((node * per + loc % per))
+        per=$((c / nodes)) extra=$((c % nodes))
+        start=$((node * per + (node < extra ? node : extra)))
+        cnt=$((per + (node < extra ? 1 : 0)))
+        emunet_cpu=${emunet_cpu_list[start + loc % cnt]}
     fi
 }
 

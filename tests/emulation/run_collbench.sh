@@ -17,13 +17,13 @@
 #     --timeout S      seconds before ranks are killed (600)
 #     --hostid         also set STRATA_HOSTID=node<k> (default: identity from the UTS hostname)
 #     --bind           give each emulated node its own CPUs and pin its ranks to them (taskset),
-#                      as on real nodes, where no two nodes share a core: with N nodes and C CPUs,
-#                      node k gets C/N of them (CPU k mod C when N >= C) and its local rank i
-#                      the i-th of those, modulo their number. Unpinned, runs of the same sizes
-#                      differed by up to 70 % from one run to the next at 0.1-0.3 ms; with rank
-#                      r on CPU r mod C (the two nodes' leaders then share a core), by up to
-#                      50 %; pinned per node, by 10-15 % (2 nodes x 2 ranks, 2 CPUs;
-#                      bench/tune_fabrics.sh)
+#                      as on real nodes, where no two nodes share a core (with fewer allowed CPUs
+#                      than nodes, nodes k and k+C share one; tests/emulation/emunet.sh
+#                      emunet_node_cpu). Unpinned, launches of the same compare differed by up to
+#                      70 % at 0.1-0.3 ms; the slowest launch over the fastest at 1-16 KiB was up
+#                      to 1.6x with rank r on CPU r mod C (both nodes' leaders on one core) and up
+#                      to 1.3x per node (2 nodes x 2 ranks, 2 CPUs, 6 and 11 launches; one of
+#                      those 11 also ran 64 KiB 2.1x slow)
 #     --no-bytes-check skip the byte-counter check
 #     --logdir D       keep every rank's output in D (default: a temporary folder, removed)
 #     --quiet          print rank 0's table only on failure
@@ -120,7 +120,10 @@ for ((r = 0; r < np; r++)); do
     [ -n "$rail_ifnames" ] && envs+=(STRATA_RAIL_IFNAMES="${STRATA_RAIL_IFNAMES:-$rail_ifnames}")
     [ "$hostid" = 1 ] && envs+=(STRATA_HOSTID="node$k")
     pin=()
-    [ "$bind" = 1 ] && pin=(taskset -c "$(emunet_node_cpu "$k" "${local_of[r]}" "$nodes")")
+    if [ "$bind" = 1 ]; then
+        emunet_node_cpu "$k" "${local_of[r]}" "$nodes"
+        pin=(taskset -c "$emunet_cpu")
+    fi
     emunet_run "$k" "${pin[@]}" env "${envs[@]}" timeout -k 10 "$tmo" \
         "$collbench" --rank "$r" --nranks "$np" "$@" </dev/null >"$logdir/rank$r.log" 2>&1 &
     rank_pids[r]=$!

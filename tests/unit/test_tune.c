@@ -119,37 +119,74 @@ static void test_table_dropped_fields(void **state)
     assert_string_equal(back.ignored, "");
 }
 
-/* st_tune_env_override: the first overriding STRATA_* variable; "auto" and empty do not count
- * for the two that take "auto". */
+static const char *const override_vars[] = {"STRATA_ALGO", "STRATA_HIER_CHUNK_SIZE",
+                                            "STRATA_PIPELINE_DEPTH", "STRATA_SMALL_THRESHOLD",
+                                            "STRATA_RAIL_SHARES", "STRATA_RING_CHANNELS"};
+
+static int unset_overrides(void **state)
+{
+    for (size_t i = 0; i < sizeof(override_vars) / sizeof(override_vars[0]); i++) {
+        unsetenv(override_vars[i]);
+    }
+    return 0;
+}
+
+/* st_tune_env_override: the first overriding STRATA_* variable; empty does not count, nor "auto"
+ * for the two that take it, nor "0" for STRATA_RING_CHANNELS (the tuning's channels). */
 static void test_env_override(void **state)
 {
-    static const char *const vars[] = {"STRATA_ALGO", "STRATA_HIER_CHUNK_SIZE",
-                                       "STRATA_PIPELINE_DEPTH", "STRATA_SMALL_THRESHOLD",
-                                       "STRATA_RAIL_SHARES", "STRATA_RING_CHANNELS"};
-    const char *val = NULL;
+    const char *val = "stale";
 
-    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-        unsetenv(vars[i]);
-    }
     assert_null(st_tune_env_override(&val));
+    assert_null(val);
     setenv("STRATA_ALGO", "auto", 1);
     setenv("STRATA_HIER_CHUNK_SIZE", "", 1);
+    setenv("STRATA_RING_CHANNELS", "0", 1);
     assert_null(st_tune_env_override(NULL));
+    assert_int_equal(st_tune_env_set(ST_TUNE_ENV_ALGO, &val), 0);
+    assert_string_equal(val, "auto");
+    assert_int_equal(st_tune_env_set(ST_TUNE_ENV_COUNT, NULL), 0);
     setenv("STRATA_RING_CHANNELS", "2", 1);
     assert_string_equal(st_tune_env_override(&val), "STRATA_RING_CHANNELS");
     assert_string_equal(val, "2");
     setenv("STRATA_ALGO", "hier", 1);
     assert_string_equal(st_tune_env_override(&val), "STRATA_ALGO");
     assert_string_equal(val, "hier");
-    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-        setenv("STRATA_ALGO", "auto", 1);
-        unsetenv("STRATA_RING_CHANNELS");
-        setenv(vars[i], "1", 1);
-        assert_string_equal(st_tune_env_override(&val), vars[i]);
-        unsetenv(vars[i]);
+    assert_int_equal(st_tune_env_set(ST_TUNE_ENV_ALGO, NULL), 1);
+    for (size_t i = 0; i < sizeof(override_vars) / sizeof(override_vars[0]); i++) {
+        unset_overrides(state);
+        setenv(override_vars[i], "1", 1);
+        assert_string_equal(st_tune_env_override(&val), override_vars[i]);
+        assert_string_equal(val, "1");
     }
-    unsetenv("STRATA_ALGO");
-    unsetenv("STRATA_HIER_CHUNK_SIZE");
+}
+
+/* Many dropped fields: the note ends with "..." instead of a name cut in the middle. */
+static void test_table_ignored_truncated(void **state)
+{
+    st_tune_table_t back;
+    char            err[256] = "", text[4096];
+    size_t          pos, len;
+
+    pos = (size_t)snprintf(text, sizeof(text), "{\"format\":\"strata-tune-table\",\"version\":1,"
+                           "\"layout\":{\"ranks_per_node\":2,\"nodes\":2,\"rails\":1},"
+                           "\"allreduce\":[");
+    for (int i = 0; i < 19; i++) {
+        pos += (size_t)snprintf(text + pos, sizeof(text) - pos, "{\"algo\":\"hier\",\"max_bytes\":"
+                                "%d,\"channels\":2},", 1024 * (i + 1));
+    }
+    snprintf(text + pos, sizeof(text) - pos, "{\"algo\":\"hier\",\"channels\":2}]}");
+    write_text(text);
+    assert_int_equal(st_tune_table_read(tmp_path, &back, err, sizeof(err)), ST_OK);
+    assert_int_equal(back.nentries, 20);
+    len = strlen(back.ignored);
+    assert_true(len < sizeof(back.ignored));
+    assert_true(len > 100);
+    assert_string_equal(back.ignored + len - 5, ", ...");
+    assert_true(strncmp(back.ignored, "allreduce[0].channels (on hier), allreduce[1].channels "
+                        "(on hier), ", 66) == 0);
+    /* every name before the "..." is whole */
+    assert_string_equal(back.ignored + len - 14, "(on hier), ...");
 }
 
 /* Each bad file is refused, with a reason that names what is wrong. */
@@ -341,7 +378,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_table_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_table_rejects, setup, teardown),
         cmocka_unit_test_setup_teardown(test_table_dropped_fields, setup, teardown),
-        cmocka_unit_test(test_env_override),
+        cmocka_unit_test_setup_teardown(test_table_ignored_truncated, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_env_override, unset_overrides, unset_overrides),
         cmocka_unit_test_setup_teardown(test_profile_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_table_from_model, setup, teardown),
     };
