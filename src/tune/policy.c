@@ -142,6 +142,22 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
                 st_warn(ST_SUB_TUNE, "%s: tuning table %s: ignored %s: they apply to another "
                         "algorithm", comm->name, tune_file, p->table.ignored);
             }
+            for (int i = 0; i < p->table.nentries; i++) {
+                const st_tune_entry_t *e = &p->table.entries[i];
+
+                if (e->algo == ST_MODEL_SMALL && e->max_bytes > ST_INTRA_SMALL_MAX) {
+                    char upto[32] = "any size";
+
+                    if (e->max_bytes != ST_TUNE_NO_LIMIT) {
+                        snprintf(upto, sizeof(upto), "%zu B", e->max_bytes);
+                    }
+                    st_warn(ST_SUB_TUNE, "%s: tuning table %s: entry %d gives small up to %s, "
+                            "but small fits only up to %zu B (the windows' small area): above "
+                            "that the default rule chooses", comm->name, tune_file, i, upto,
+                            (size_t)ST_INTRA_SMALL_MAX);
+                    break;
+                }
+            }
         }
     }
     if (!p->have_table && profile != NULL && profile[0] != '\0') {
@@ -227,7 +243,9 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
             } else {
                 snprintf(upto, sizeof(upto), "up to %zu B", e->max_bytes);
             }
-            if (e->algo == ST_MODEL_HIER) {
+            if (e->algo == ST_MODEL_HIER && e->hier_chunk == 0) {
+                snprintf(chunk, sizeof(chunk), ", the window's chunk");
+            } else if (e->algo == ST_MODEL_HIER) {
                 snprintf(chunk, sizeof(chunk), ", chunk %zu B", e->hier_chunk);
             } else if (e->algo == ST_MODEL_RING && e->channels > 1) {
                 snprintf(chunk, sizeof(chunk), ", %d channels", e->channels);
@@ -272,6 +290,9 @@ int st_tune_policy_allreduce(st_comm_t *comm, size_t bytes, int small_fits,
         if (e->algo == ST_MODEL_HIER && p->env_chunk) {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: hier, chunk from "
                     "STRATA_HIER_CHUNK_SIZE (entry %d of %s)", comm->name, bytes, i, p->source);
+        } else if (e->algo == ST_MODEL_HIER && choice->hier_chunk == 0) {
+            st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: hier, the window's chunk (entry %d of "
+                    "%s gives none)", comm->name, bytes, i, p->source);
         } else if (e->algo == ST_MODEL_HIER) {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: hier, chunk %zu B (entry %d of %s)",
                     comm->name, bytes, choice->hier_chunk, i, p->source);

@@ -73,8 +73,13 @@ int st_tune_env_set(int k, const char **value)
     if (value != NULL) {
         *value = v;
     }
-    return v != NULL && v[0] != '\0' && (st_tune_env[k].none == NULL ||
-                                          strcmp(v, st_tune_env[k].none) != 0);
+    if (v == NULL || v[0] == '\0' || st_tune_env[k].none == NULL) {
+        return v != NULL && v[0] != '\0';
+    }
+    if (strcmp(st_tune_env[k].none, "0") == 0) {
+        return strspn(v, "0") != strlen(v); /* "00" is 0 too */
+    }
+    return strcmp(v, st_tune_env[k].none) != 0;
 }
 
 const char *st_tune_env_override(const char **value)

@@ -577,7 +577,11 @@ emunet_job_wait()
                 failed=1
                 echo "$emunet_job_name: rank $r (node ${node_of[r]}) exited with $rc" \
                      "$([ "$rc" = 124 ] && echo "(timeout ${tmo}s)")" >&2
-                (sleep 15; kill -TERM "${rank_pids[@]}" 2>/dev/null) &
+                # off the caller's stdout and stderr (a pipe reading them would wait for it),
+                # and its sleep goes with it when the cleanup kills it
+                (trap 'kill "$s" 2>/dev/null; exit 0' TERM
+                 sleep 15 & s=$!
+                 wait "$s" && kill -TERM "${rank_pids[@]}") </dev/null >/dev/null 2>&1 &
                 emunet_job_killer=$!
             fi
         done

@@ -146,6 +146,8 @@ static void test_env_override(void **state)
     assert_int_equal(st_tune_env_set(ST_TUNE_ENV_ALGO, &val), 0);
     assert_string_equal(val, "auto");
     assert_int_equal(st_tune_env_set(ST_TUNE_ENV_COUNT, NULL), 0);
+    setenv("STRATA_RING_CHANNELS", "00", 1);
+    assert_null(st_tune_env_override(NULL));
     setenv("STRATA_RING_CHANNELS", "2", 1);
     assert_string_equal(st_tune_env_override(&val), "STRATA_RING_CHANNELS");
     assert_string_equal(val, "2");

@@ -353,8 +353,8 @@ static int cb_fab_check_args(const cb_opts_t *opts)
     }
     var = st_tune_env_override(&val);
     if (var != NULL) {
-        fprintf(stderr, "%s: %s=%s would override the configurations under test: unset it\n",
-                opts->prog, var, val);
+        fprintf(stderr, "%s: %s=%s is set: calibrate, tune and compare choose the "
+                "configurations themselves; unset it\n", opts->prog, var, val);
         return -1;
     }
     if (opts->fab_profile != NULL && access(opts->fab_profile, R_OK) != 0) {
