@@ -127,7 +127,7 @@ fi
 timeout 20 "$collbench" tune -np 4 --nodes 2 >"$tmp/x.out" 2>&1; rc=$?
 [ "$rc" = 2 ] && grep -q "needs --out" "$tmp/x.out" || fail "tune without --out: rc $rc"
 STRATA_ALGO=hier timeout 60 "$collbench" tune --out "$tmp/x.json" -np 4 --nodes 2 -b 1K -e 1K >"$tmp/x.out" 2>&1; rc=$?
-[ "$rc" = 2 ] && grep -q "STRATA_ALGO=hier would override" "$tmp/x.out" || fail "tune under STRATA_ALGO: rc $rc"
+[ "$rc" = 2 ] && grep -q "STRATA_ALGO=hier is set: calibrate, tune and compare choose" "$tmp/x.out" || fail "tune under STRATA_ALGO: rc $rc"
 STRATA_RAIL_SHARES=2,x timeout 60 "$collbench" all_reduce -np 2 --nodes 2 -b 1K -e 1K >"$tmp/x.out" 2>&1; rc=$?
 [ "$rc" = 2 ] && grep -q "STRATA_RAIL_SHARES '2,x' is malformed" "$tmp/x.out" || fail "bad STRATA_RAIL_SHARES: rc $rc"
 STRATA_RING_CHANNELS=9 timeout 60 "$collbench" all_reduce -np 2 --nodes 2 -b 1K -e 1K >"$tmp/x.out" 2>&1; rc=$?
