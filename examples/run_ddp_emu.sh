@@ -57,17 +57,16 @@ fi
 emunet_job_start run_ddp_emu "$nodes" "$rate" 1 "$mtu" || exit 2
 port=$(emunet_root_port)
 master=$(emunet_ip 0)
-per=$((np / nodes)) extra=$((np % nodes))
 declare -a rx0
 for ((k = 0; k < nodes; k++)); do rx0[k]=$(emunet_ifbytes "$k" rx); done
 
 echo "# run_ddp_emu: $np ranks on $nodes emulated nodes${rate:+, links capped at $rate}," \
      "master $master:$port, interface $EMUNET_IF"
+emunet_rank_env
 for ((r = 0; r < np; r++)); do
     k=${node_of[r]}
-    emunet_rank_env
     envs=(RANK="$r" WORLD_SIZE="$np" LOCAL_RANK="${local_of[r]}" GROUP_RANK="$k"
-          LOCAL_WORLD_SIZE="$((per + (k < extra ? 1 : 0)))"
+          LOCAL_WORLD_SIZE="${local_size[k]}"
           MASTER_ADDR="$master" MASTER_PORT="$port" OMP_NUM_THREADS=1
           GLOO_SOCKET_IFNAME="$EMUNET_IF" "${emunet_env[@]}"
           PYTHONPATH="$top/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1)

@@ -96,33 +96,29 @@ static double st_model_rest_at(const st_model_rest_t *r, double bytes)
     return r->seconds[r->n - 1];
 }
 
-static int st_model_rest_ok(const st_model_rest_t *r)
+/* A measured curve's checks: at most ST_MODEL_CREDIT_POINTS points, x (bytes) increasing from
+ * > 0, each y >= 0 and, with y_within_x (a credit in bytes), y <= x. */
+static int st_model_points_ok(int n, const double *x, const double *y, int y_within_x)
 {
-    if (r->n < 0 || r->n > ST_MODEL_CREDIT_POINTS) {
+    if (n < 0 || n > ST_MODEL_CREDIT_POINTS) {
         return 0;
     }
-    for (int i = 0; i < r->n; i++) {
-        if (!(r->bytes[i] > (i > 0 ? r->bytes[i - 1] : 0.0)) || !(r->seconds[i] >= 0)) {
+    for (int i = 0; i < n; i++) {
+        if (!(x[i] > (i > 0 ? x[i - 1] : 0.0)) || !(y[i] >= 0) || (y_within_x && !(y[i] <= x[i]))) {
             return 0;
         }
     }
     return 1;
 }
 
-/* st_model_credit_t's checks: at most ST_MODEL_CREDIT_POINTS, bytes increasing from > 0, each
- * credit within [0, bytes]. */
+static int st_model_rest_ok(const st_model_rest_t *r)
+{
+    return st_model_points_ok(r->n, r->bytes, r->seconds, 0);
+}
+
 static int st_model_credit_ok(const st_model_credit_t *c)
 {
-    if (c->n < 0 || c->n > ST_MODEL_CREDIT_POINTS) {
-        return 0;
-    }
-    for (int i = 0; i < c->n; i++) {
-        if (!(c->bytes[i] > (i > 0 ? c->bytes[i - 1] : 0.0)) || !(c->credit[i] >= 0) ||
-            !(c->credit[i] <= c->bytes[i])) {
-            return 0;
-        }
-    }
-    return 1;
+    return st_model_points_ok(c->n, c->bytes, c->credit, 1);
 }
 
 double st_model_rail_beta(const st_model_fabric_t *fabric, int rail)
@@ -345,8 +341,10 @@ static double st_model_hier_credit(const st_model_fabric_t *fabric, const st_mod
         double t = d / st_model_rail_beta(fabric, r);
 
         if (d > 0) {
+            double credit = (rest >= 0) ? fmin(t, rest) : st_model_rail_credit(fabric, r, d);
+
             tmax  = fmax(tmax, t);
-            tcred = fmax(tcred, t - (rest >= 0 ? fmin(t, rest) : st_model_rail_credit(fabric, r, d)));
+            tcred = fmax(tcred, t - credit);
         }
     }
     return tmax - tcred;

@@ -615,15 +615,21 @@ out:
     return status;
 }
 
+/* st_json_points' counterpart: {"bytes": [x...], "<ykey>": [y...]}. */
+static json_t *st_json_points_new(int n, const double *x, const double *y, const char *ykey)
+{
+    json_t *xs = json_array(), *ys = json_array();
+
+    for (int i = 0; i < n; i++) {
+        json_array_append_new(xs, json_real(x[i]));
+        json_array_append_new(ys, json_real(y[i]));
+    }
+    return json_pack("{s:o, s:o}", "bytes", xs, ykey, ys);
+}
+
 static json_t *st_json_credit_new(const st_model_credit_t *c)
 {
-    json_t *b = json_array(), *cr = json_array();
-
-    for (int i = 0; i < c->n; i++) {
-        json_array_append_new(b, json_real(c->bytes[i]));
-        json_array_append_new(cr, json_real(c->credit[i]));
-    }
-    return json_pack("{s:o, s:o}", "bytes", b, "credit_bytes", cr);
+    return st_json_points_new(c->n, c->bytes, c->credit, "credit_bytes");
 }
 
 static json_t *st_json_level_new(const st_model_level_t *l)
@@ -678,13 +684,9 @@ st_status_t st_profile_write(const char *path, const st_model_fabric_t *f,
         json_object_set_new(root, "small_credit", st_json_credit_new(&f->small_credit));
     }
     if (f->hier_rest.n > 0) {
-        json_t *b = json_array(), *sec = json_array();
-
-        for (int i = 0; i < f->hier_rest.n; i++) {
-            json_array_append_new(b, json_real(f->hier_rest.bytes[i]));
-            json_array_append_new(sec, json_real(f->hier_rest.seconds[i]));
-        }
-        json_object_set_new(root, "hier_rest", json_pack("{s:o, s:o}", "bytes", b, "seconds", sec));
+        json_object_set_new(root, "hier_rest",
+                            st_json_points_new(f->hier_rest.n, f->hier_rest.bytes,
+                                               f->hier_rest.seconds, "seconds"));
     }
     if (samples != NULL) {
         json_object_set_new(root, "samples", samples);

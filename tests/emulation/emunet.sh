@@ -439,6 +439,18 @@ emunet_ifbytes()
     ip netns exec "$ns" cat "/sys/class/net/$ifn/statistics/${dir}_bytes"
 }
 
+# emunet_block TOTAL PARTS I: sets block_start and block_count to part I of TOTAL items cut into
+# PARTS contiguous blocks, the first (TOTAL mod PARTS) one item larger (ranks over nodes, CPUs over
+# nodes).
+emunet_block()
+{
+    local total=$1 parts=$2 i=$3 per extra
+
+    per=$((total / parts)) extra=$((total % parts))
+    block_start=$((i * per + (i < extra ? i : extra)))
+    block_count=$((per + (i < extra ? 1 : 0)))
+}
+
 # ---- a job: ranks on emulated nodes (run_collbench.sh, examples/run_ddp_emu.sh) ---------------
 # The caller sets logdir ("" for a new folder under /tmp, removed at exit unless keep_logs=1),
 # starts each rank in the background and stores its pid in rank_pids[r].
@@ -446,11 +458,11 @@ emunet_ifbytes()
 # emunet_job_start NAME NODES RATE LINKS MTU: own a new network (EMUNET_ID st<pid>, the sourcing
 # script's), the log folder, a snapshot of /dev/shm, and an EXIT trap that stops the ranks, takes
 # the network down and removes what they left in /dev/shm. Fills node_of[r] and local_of[r] for
-# NP=$np ranks in contiguous blocks, the first (np % nodes) nodes one rank more. Returns 1, said
-# on stderr, when the network cannot be made.
+# NP=$np ranks, and local_size[k], in contiguous blocks (emunet_block). Returns 1, said on stderr,
+# when the network cannot be made.
 emunet_job_start()
 {
-    local name=$1 nodes=$2 rate=$3 links=$4 mtu=$5 per extra r=0 k i cnt
+    local name=$1 nodes=$2 rate=$3 links=$4 mtu=$5 r k i
 
     emunet_job_name=$name
     emunet_cleanup_stale 2>/dev/null
@@ -470,11 +482,13 @@ emunet_job_start()
         echo "$name: cannot create the emulated network" >&2
         return 1
     fi
-    node_of=() local_of=()
-    per=$((np / nodes)) extra=$((np % nodes))
+    node_of=() local_of=() local_size=()
     for ((k = 0; k < nodes; k++)); do
-        cnt=$((per + (k < extra ? 1 : 0)))
-        for ((i = 0; i < cnt; i++)); do node_of[r]=$k; local_of[r]=$i; r=$((r + 1)); done
+        emunet_block "$np" "$nodes" "$k"
+        local_size[k]=$block_count
+        for ((i = 0; i < block_count; i++)); do
+            r=$((block_start + i)) node_of[r]=$k local_of[r]=$i
+        done
     done
 }
 
@@ -494,7 +508,7 @@ emunet_rank_env()
 emunet_cpus()
 {
     local list part c topo
-    local -a cpus=()
+    local -a cpus=() parts=()
 
     list=$(awk '/^Cpus_allowed_list:/ { print $2 }' /proc/self/status)
     IFS=, read -r -a parts <<<"${list:-0}"
@@ -515,12 +529,12 @@ emunet_cpus()
 # emunet_node_cpu NODE LOCAL NODES: sets emunet_cpu to the CPU for local rank LOCAL of emulated
 # node NODE of NODES, giving each node CPUs of its own as real nodes have (run_collbench.sh
 # --bind); call it in the job's shell, not in $(...), so that it works out the CPUs and warns
-# once. Of the C CPUs of emunet_cpus, node k gets a block of C/NODES (the first C mod NODES nodes
-# one more), whole cores where the block size allows, and local rank i the (i mod block)-th of
-# its block. With NODES > C, nodes k and k+C share CPU k mod C (said on stderr).
+# once. Of the C CPUs of emunet_cpus, node k gets block k of NODES (emunet_block), whole cores
+# where the block size allows, and local rank i the (i mod block)-th of its block. With NODES > C,
+# nodes k and k+C share CPU k mod C (said on stderr).
 emunet_node_cpu()
 {
-    local node=$1 loc=$2 nodes=$3 c per extra start cnt
+    local node=$1 loc=$2 nodes=$3 c
 
     [ -n "${emunet_cpu_list[*]:-}" ] || mapfile -t emunet_cpu_list < <(emunet_cpus)
     c=${#emunet_cpu_list[@]}
@@ -531,10 +545,8 @@ emunet_node_cpu()
         fi
         emunet_cpu=${emunet_cpu_list[node % c]}
     else
-        per=$((c / nodes)) extra=$((c % nodes))
-        start=$((node * per + (node < extra ? node : extra)))
-        cnt=$((per + (node < extra ? 1 : 0)))
-        emunet_cpu=${emunet_cpu_list[start + loc % cnt]}
+        emunet_block "$c" "$nodes" "$node"
+        emunet_cpu=${emunet_cpu_list[block_start + loc % block_count]}
     fi
 }
 

@@ -113,9 +113,9 @@ echo "# run_collbench: $np ranks on $nodes emulated nodes${rate:+, links capped 
      "root ${EMUNET_SUBNET}.1:$port, interface $EMUNET_IF"
 echo "# collbench $*"
 t_start=$(date +%s.%N)
+emunet_rank_env
 for ((r = 0; r < np; r++)); do
     k=${node_of[r]}
-    emunet_rank_env
     envs=(STRATA_COMM_ID="${EMUNET_SUBNET}.1:$port" "${emunet_env[@]}")
     [ -n "$rail_ifnames" ] && envs+=(STRATA_RAIL_IFNAMES="${STRATA_RAIL_IFNAMES:-$rail_ifnames}")
     [ "$hostid" = 1 ] && envs+=(STRATA_HOSTID="node$k")

@@ -269,6 +269,24 @@ static void test_table_rejects(void **state)
     unlink(tmp_path);
 }
 
+/* A valid one-rail profile with `extra` members added is refused by st_profile_read with a reason
+ * that contains `reason`. */
+static void profile_refused(const char *extra, const char *reason)
+{
+    st_model_fabric_t back;
+    char              err[256] = "", text[1024];
+
+    snprintf(text, sizeof(text), "{\"format\":\"strata-fabric-profile\",\"version\":1,"
+             "\"layout\":{\"ranks_per_node\":2,\"nodes\":2,\"rails\":1},\"intra\":"
+             "{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},\"inter\":{\"alpha_s\":0,"
+             "\"beta_Bps\":1,\"gamma_Bps\":0}%s}", extra);
+    write_text(text);
+    assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_ERR_INVALID);
+    if (strstr(err, reason) == NULL) {
+        fail_msg("profile with %s: reason \"%s\" lacks \"%s\"", extra, err, reason);
+    }
+}
+
 static void test_profile_round_trip(void **state)
 {
     st_model_fabric_t f, back;
@@ -304,29 +322,13 @@ static void test_profile_round_trip(void **state)
     assert_true(back.hier_rest.n == 2 && back.hier_rest.bytes[1] == 262144 &&
                 fabs(back.hier_rest.seconds[1] - 3e-4) < 1e-15);
     /* a credit curve that does not match the rails, or whose points disagree, is refused */
-    write_text("{\"format\":\"strata-fabric-profile\",\"version\":1,\"layout\":{\"ranks_per_node\":"
-               "2,\"nodes\":2,\"rails\":1},\"intra\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},"
-               "\"inter\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},\"rail_credit\":[{\"bytes\":"
-               "[1,2],\"credit_bytes\":[0]}]}");
-    assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_ERR_INVALID);
-    assert_non_null(strstr(err, "2 bytes and 1 credit_bytes"));
-    write_text("{\"format\":\"strata-fabric-profile\",\"version\":1,\"layout\":{\"ranks_per_node\":"
-               "2,\"nodes\":2,\"rails\":1},\"intra\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},"
-               "\"inter\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},\"rail_credit\":[{\"bytes\":"
-               "[2,1],\"credit_bytes\":[0,0]}]}");
-    assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_ERR_INVALID);
-    assert_non_null(strstr(err, "rail_credit[0].bytes[1] = 1: the bytes must increase"));
-    write_text("{\"format\":\"strata-fabric-profile\",\"version\":1,\"layout\":{\"ranks_per_node\":"
-               "2,\"nodes\":2,\"rails\":1},\"intra\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},"
-               "\"inter\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},\"small_credit\":{\"bytes\":"
-               "[4096],\"credit_bytes\":[5000]}}");
-    assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_ERR_INVALID);
-    assert_non_null(strstr(err, "small_credit.credit_bytes[0] = 5000 exceeds its bytes"));
-    write_text("{\"format\":\"strata-fabric-profile\",\"version\":1,\"layout\":{\"ranks_per_node\":"
-               "2,\"nodes\":2,\"rails\":1},\"intra\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},"
-               "\"inter\":{\"alpha_s\":0,\"beta_Bps\":1,\"gamma_Bps\":0},\"exchange_alpha_s\":-1}");
-    assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_ERR_INVALID);
-    assert_non_null(strstr(err, "exchange_alpha_s"));
+    profile_refused(",\"rail_credit\":[{\"bytes\":[1,2],\"credit_bytes\":[0]}]",
+                    "2 bytes and 1 credit_bytes");
+    profile_refused(",\"rail_credit\":[{\"bytes\":[2,1],\"credit_bytes\":[0,0]}]",
+                    "rail_credit[0].bytes[1] = 1: the bytes must increase");
+    profile_refused(",\"small_credit\":{\"bytes\":[4096],\"credit_bytes\":[5000]}",
+                    "small_credit.credit_bytes[0] = 5000 exceeds its bytes");
+    profile_refused(",\"exchange_alpha_s\":-1", "exchange_alpha_s");
     /* samples must be JSON */
     assert_int_equal(st_profile_write(tmp_path, &f, "{not json", "test"), ST_ERR_INVALID);
     /* a profile without a positive bandwidth is refused */

@@ -176,6 +176,26 @@ static double cb_fab_median(double *t, int n)
 
 typedef void (*cb_fab_op_t)(cb_fab_t *f, const void *arg);
 
+/* Warm-up calls for about CB_FAB_WARMUP_S of calls of `est` seconds, at most 100; none when a
+ * call takes longer than half of it (the first call's extra cost is lost in long calls). */
+static int cb_fab_warm_calls(double est)
+{
+    return (2 * est > CB_FAB_WARMUP_S) ? 0 : (int)CB_MIN(CB_FAB_WARMUP_S / CB_MAX(est, 1e-6), 100);
+}
+
+/* The model's fabric without any burst credit: what calibrate compares measured times with to
+ * find the credit (or the rest) an algorithm got. */
+static st_model_fabric_t cb_fab_nocredit(const st_model_fabric_t *fab)
+{
+    st_model_fabric_t f = *fab;
+
+    memset(f.rail_credit, 0, sizeof(f.rail_credit));
+    memset(f.rail_burst, 0, sizeof(f.rail_burst));
+    memset(&f.small_credit, 0, sizeof(f.small_credit));
+    memset(&f.hier_rest, 0, sizeof(f.hier_rest));
+    return f;
+}
+
 /* Times op on every rank of the world at once: warm-up calls for about CB_FAB_WARMUP_S (one when a
  * call takes longer than half of it; the first call on a new communicator also connects its
  * endpoints and touches its windows, and small sizes measured right after it came out up to 2x
@@ -195,8 +215,7 @@ static void cb_fab_measure_once(cb_fab_t *f, cb_fab_op_t op, const void *arg, in
     op(f, arg);
     est = cb_now() - t0;
     cb_fab_max(f, &est, 1);
-    /* long calls: the first one's extra cost is lost in them */
-    warm = (2 * est > CB_FAB_WARMUP_S) ? 0 : (int)CB_MIN(CB_FAB_WARMUP_S / CB_MAX(est, 1e-6), 100);
+    warm = cb_fab_warm_calls(est);
     if (warm > 0) {
         t0 = cb_now();
         for (int i = 0; i < warm; i++) {
@@ -316,21 +335,21 @@ static void cb_fab_exchange(cb_fab_t *f, const int *rank_of, size_t bytes, doubl
 
 /* A measured credit curve, made physical: after the same rest a larger transfer cannot have a
  * larger share of its bytes credited than a smaller one, so the credited fraction is made
- * non-increasing from the largest point down (credit_i >= credit_{i+1} bytes_i / bytes_{i+1}).
- * The small points come from differences of 50-100 us between two noisy times, and came out
- * near 0 where the operations ran at full credit.
+ * non-increasing from the largest point down (credit_i >= credit_{i+1} bytes_i / bytes_{i+1}). The
+ * small points come from differences of 50-100 us between two noisy times, and came out near 0
+ * where the operations ran at full credit.
  * With same_idle (the operations of the curve leave the rail idle about as long each, as small's
  * at 4-64 KiB, where the latencies of the barrier and of the synchronisations dwarf the window
- * copies' few us: an 8 B small all-reduce alone takes about 90 us): repeated back to back, a token bucket gives each operation min(D, rate x
- * idle), its bytes or what the idle time refilled, so a smaller operation gets at least
- * min(bytes_i, credit_{i+1}). An empirical floor as much as a law: it rests on the idle times
- * being equal, and it keeps one launch's slow scheduling out of the curve. On 2 Gbit/s a
- * calibration whose small at 16 KiB ran 1.45x slower than at the next launch (133.6 us, then
- * 92.2 us) had credited 11 of its 16 KiB but 42 of 64 KiB, and the model was 43 % slow at
- * 16 KiB. The flat ring's curves (to 2 MiB per rank) break the
- * rule where measured (34 KiB credited at 512 KiB, 87 at 2 MiB, after the same barrier): TCP's
- * window and the two buckets in series (the node's, the switch port's) are not one bucket at
- * those sizes, so they keep only the first rule. */
+ * copies' few us: an 8 B small all-reduce alone takes about 90 us): repeated back to back, a token
+ * bucket gives each operation min(D, rate x idle), its bytes or what the idle time refilled, so a
+ * smaller operation gets at least min(bytes_i, credit_{i+1}). An empirical floor as much as a law:
+ * it rests on the idle times being equal, and it keeps one launch's slow scheduling out of the
+ * curve. On 2 Gbit/s a calibration whose small at 16 KiB ran 1.45x slower than at the next launch
+ * (133.6 us, then 92.2 us) had credited 11 of its 16 KiB but 42 of 64 KiB, and the model was 43 %
+ * slow at 16 KiB. The flat ring's curves (to 2 MiB per rank) break the rule where measured (34 KiB
+ * credited at 512 KiB, 87 at 2 MiB, after the same barrier): TCP's window and the two buckets in
+ * series (the node's, the switch port's) are not one bucket at those sizes, so they keep only the
+ * first rule. */
 static void cb_fab_credit_fix(st_model_credit_t *c, int same_idle)
 {
     for (int i = c->n - 2; i >= 0; i--) {
@@ -382,9 +401,7 @@ static size_t cb_fab_calibrate_hier(cb_fab_t *f, char *buf, size_t len)
     th   = cb_fab_time(f, comm, 8, NULL);
     fab->inter.alpha = CB_MAX(th - 2 * fab->intra.alpha, 0.25 * th) / (2.0 * (N - 1));
     pos += (size_t)snprintf(buf + pos, len - pos, "\"hier8_s\": %.9g, ", th);
-    nocredit = *fab;
-    memset(nocredit.rail_credit, 0, sizeof(nocredit.rail_credit));
-    memset(nocredit.rail_burst, 0, sizeof(nocredit.rail_burst));
+    nocredit = cb_fab_nocredit(fab);
     memset(&split, 0, sizeof(split));
     split.chunk = CB_FAB_INTRA_BYTES;
     memcpy(split.rail_share, share, sizeof(share));
@@ -518,9 +535,7 @@ static void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
             pos += (size_t)snprintf(samples + pos, len - pos, "\"small8_s\": %.9g, ", tsm);
             memset(&split, 0, sizeof(split));
             split.small_max = CB_FAB_SMALL_CREDIT_MAX;
-            nocredit        = *fab;
-            memset(nocredit.rail_credit, 0, sizeof(nocredit.rail_credit));
-            memset(nocredit.rail_burst, 0, sizeof(nocredit.rail_burst));
+            nocredit        = cb_fab_nocredit(fab);
             st_model_allreduce(&nocredit, &split, ST_MODEL_SMALL, 8.0, &p8);
             for (size_t s = CB_FAB_SMALL_CREDIT_MAX >> 4; s <= CB_FAB_SMALL_CREDIT_MAX; s *= 4) {
                 st_model_credit_t *c = &fab->small_credit;
@@ -542,6 +557,15 @@ static void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
     snprintf(samples + pos, len - pos, "\"method\": \"collbench calibrate (src/tools/collbench/"
              "fabric.c)\"}");
     f->reps = 1;
+}
+
+/* "# <what> (KiB credited of KiB moved): c/b c/b ...", without the newline. */
+static void cb_fab_print_credit(const char *what, const st_model_credit_t *c)
+{
+    printf("# %s (KiB credited of KiB moved):", what);
+    for (int i = 0; i < c->n; i++) {
+        printf(" %.0f/%.0f", c->credit[i] / 1024.0, c->bytes[i] / 1024.0);
+    }
 }
 
 static void cb_fab_print_profile(const cb_fab_t *f)
@@ -566,13 +590,11 @@ static void cb_fab_print_profile(const cb_fab_t *f)
     }
     printf(" GB/s; exchange alpha %.2f us\n", fab->exchange_alpha * 1e6);
     for (int r = 0; r < fab->nrails; r++) {
-        const st_model_credit_t *c = &fab->rail_credit[r];
+        char what[48];
 
-        printf("# rail %d burst credit (KiB credited of KiB moved):", r);
-        for (int i = 0; i < c->n; i++) {
-            printf(" %.0f/%.0f", c->credit[i] / 1024.0, c->bytes[i] / 1024.0);
-        }
-        if (c->n == 0) {
+        snprintf(what, sizeof(what), "rail %d burst credit", r);
+        cb_fab_print_credit(what, &fab->rail_credit[r]);
+        if (fab->rail_credit[r].n == 0) {
             printf(" %.0f KiB at most", fab->rail_burst[r] / 1024.0);
         }
         printf("\n");
@@ -585,11 +607,7 @@ static void cb_fab_print_profile(const cb_fab_t *f)
         printf("\n");
     }
     if (fab->small_credit.n > 0) {
-        printf("# small's exchange burst credit on rail 0 (KiB credited of KiB moved):");
-        for (int i = 0; i < fab->small_credit.n; i++) {
-            printf(" %.0f/%.0f", fab->small_credit.credit[i] / 1024.0,
-                   fab->small_credit.bytes[i] / 1024.0);
-        }
+        cb_fab_print_credit("small's exchange burst credit on rail 0", &fab->small_credit);
         printf("\n");
     }
 }
@@ -641,7 +659,6 @@ static void cb_fab_cand_str(const cb_cand_t *c, char *buf, size_t len)
 
 /* ---- tune --------------------------------------------------------------------------------------- */
 
-
 static strataComm_t cb_fab_cand_comm(cb_fab_t *f, const cb_cand_t *c)
 {
     st_tune_table_t t;
@@ -686,7 +703,7 @@ static void cb_fab_interleave(cb_fab_t *f, const strataComm_t *comms, int n, siz
         est = CB_MAX(est, cb_now() - t0);
     }
     cb_fab_max(f, &est, 1);
-    warm = (2 * est > CB_FAB_WARMUP_S) ? 0 : (int)CB_MIN(CB_FAB_WARMUP_S / CB_MAX(est, 1e-6), 100);
+    warm = cb_fab_warm_calls(est);
     for (int i = 0; i < warm; i++) {
         for (int j = 0; j < n; j++) {
             cb_fab_ar_t ar = {comms[j], count};
