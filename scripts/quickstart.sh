@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PKGS=(autoconf automake libtool pkg-config make gcc libucx-dev ucx-utils libhwloc-dev hwloc libjansson-dev
-      libibverbs-dev libcmocka-dev openmpi-bin libopenmpi-dev iproute2)
+      libibverbs-dev libcmocka-dev openmpi-bin libopenmpi-dev iproute2 iputils-ping)
 
 # Packages of the list that dpkg does not report as installed.
 missing_pkgs()

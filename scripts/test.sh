@@ -22,7 +22,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 top=$(pwd)
 
 PKGS=(autoconf automake libtool pkg-config make gcc libucx-dev ucx-utils libhwloc-dev hwloc libjansson-dev
-      libibverbs-dev libcmocka-dev openmpi-bin libopenmpi-dev iproute2 clang
+      libibverbs-dev libcmocka-dev openmpi-bin libopenmpi-dev iproute2 iputils-ping clang
       python3-numpy python3-torch python3-sklearn)
 JOBS=$(nproc 2>/dev/null || echo 2)
 

@@ -27,6 +27,10 @@
 #   emunet.sh bytes <node> [rx|tx] [if]           byte counter of one link of the node
 #                                                 (if: emu<l> or the link number l; default 0)
 #   emunet.sh ip <node> [link]                    address of the node on link l (default 0)
+#   emunet.sh link <node> <l> up|down|cut         set link l of the node up (waits until the
+#                                                 network is up again), down, or cut (carrier
+#                                                 on, its switch port out of the bridge)
+#   emunet.sh wait [ID]                           wait until every link is up (EMUNET_UP_TIMEOUT)
 #   emunet.sh down [ID]                           remove one network (processes in it included)
 #   emunet.sh cleanup-stale                       remove networks whose owner is dead
 #   emunet.sh list                                networks, owners, alive or stale
@@ -315,8 +319,104 @@ emunet_cleanup_stale()
     emunet_log "$n stale network(s) removed"
 }
 
+# emunet_link_state NS IF: "up" when interface IF of namespace NS is operationally up (operstate
+# UP, carrier on: the kernel raises a veth's carrier asynchronously, later on a loaded machine),
+# else what `ip -br link` says of it ("DOWN <NO-CARRIER,BROADCAST,...>", or "missing").
+emunet_link_state()
+{
+    local line oper flags
+    line=$(ip -n "$1" -br link show dev "$2" 2>/dev/null) || { echo "missing"; return 0; }
+    read -r _ oper flags <<<"$line"
+    if [ "$oper" = UP ] && [[ $flags != *NO-CARRIER* ]] && [[ $flags == *LOWER_UP* ]]; then
+        echo up
+    else
+        echo "$oper $flags"
+    fi
+}
+
+# emunet_wait_links [ID]: returns 0 once every link of network ID (default this shell's) is up
+# in both namespaces (the node's emu<l>, the switch's p<k> and br0: emunet_link_state) and each
+# node's address on each link answers one ping from node 0 (node 1 pings node 0's); 1 after
+# EMUNET_UP_TIMEOUT seconds (default 30), naming on stderr every link that never came up or never
+# answered. emunet_up and emunet_link_set call it: ranks must never start on a link that is not
+# up yet (UCX leaves a device without carrier out of its context, and a rail on it is then
+# unreachable).
+emunet_wait_links()
+{
+    local id=${1:-$(emunet_id)} n nlinks k l ns sw ifn st from to deadline bad
+    local -a pending=()
+    n=$(emunet_nodes "$id") nlinks=$(emunet_links "$id")
+    [ -n "$n" ] || { emunet_log "wait: no network $id"; return 1; }
+    deadline=$(( $(date +%s) + ${EMUNET_UP_TIMEOUT:-30} ))
+    # every (namespace, interface) pair that must be up
+    for ((l = 0; l < nlinks; l++)); do
+        sw=$(emunet_switch_ns "$l" "$id")
+        pending+=("$sw br0")
+        for ((k = 0; k < n; k++)); do
+            pending+=("${id}n$k $(emunet_ifname "$l")" "$sw p$k")
+        done
+    done
+    while :; do
+        local -a still=()
+        for st in "${pending[@]}"; do
+            [ "$(emunet_link_state ${st})" = up ] || still+=("$st")
+        done
+        pending=("${still[@]}")
+        [ ${#pending[@]} -eq 0 ] && break
+        if [ "$(date +%s)" -ge "$deadline" ]; then
+            for st in "${pending[@]}"; do
+                emunet_log "link ${st#* } of namespace ${st%% *} never came up within" \
+                           "${EMUNET_UP_TIMEOUT:-30} s: $(emunet_link_state ${st})"
+            done
+            return 1
+        fi
+        sleep 0.1
+    done
+    [ "$n" -ge 2 ] || return 0
+    # one ping per link and node, from node 0 (node 0's own address from node 1)
+    for ((l = 0; l < nlinks; l++)); do
+        ifn=$(emunet_ifname "$l")
+        for ((k = 0; k < n; k++)); do
+            from=0 to="$(emunet_subnet "$l").$((k + 1))"
+            [ "$k" = 0 ] && from=1
+            until ip netns exec "${id}n$from" ping -n -q -c 1 -W 1 -I "$ifn" "$to" \
+                      >/dev/null 2>&1; do
+                if [ "$(date +%s)" -ge "$deadline" ]; then
+                    emunet_log "link $ifn of node$k ($to) does not answer a ping from node$from" \
+                               "within ${EMUNET_UP_TIMEOUT:-30} s"
+                    return 1
+                fi
+                sleep 0.1
+            done
+        done
+    done
+    return 0
+}
+
+# emunet_link_set NODE LINK up|down|cut [ID]: sets link LINK (0, 1, ...) of NODE up or down on
+# the node's side (ip link set emu<l> up|down), or cuts it: its switch port leaves the bridge, so
+# the node's interface stays up with its carrier on but nothing crosses (a dead switch port). up
+# reconnects a cut port too, and waits until the whole network is up again (emunet_wait_links).
+# For tests of a rail that cannot carry traffic.
+emunet_link_set()
+{
+    local ns ifn k sw
+    ns=$(emunet_ns "$1") || return 1
+    k=$(emunet_index "$1") || return 1
+    ifn=$(emunet_ifname "$2")
+    sw=$(emunet_switch_ns "$2" "${4:-$(emunet_id)}")
+    case $3 in
+        up)   ip -n "$ns" link set "$ifn" up && ip -n "$sw" link set "p$k" master br0 &&
+              emunet_wait_links "${4:-}" ;;
+        down) ip -n "$ns" link set "$ifn" down ;;
+        cut)  ip -n "$sw" link set "p$k" nomaster ;;
+        *)    emunet_log "link_set: up, down or cut"; return 1 ;;
+    esac
+}
+
 # emunet_up K [rate] [links] [mtu]: create the network of $(emunet_id); prints one line per node and
-# one per switch. rate: one tc rate for every link, or one per link separated by commas (empty or
+# one per switch, and returns only once every link is up and answers (emunet_wait_links; on a
+# link that never comes up it names it, removes the network and returns 1). rate: one tc rate for every link, or one per link separated by commas (empty or
 # `none`: that link unshaped); links: interfaces per node (1); mtu: of every link, both veth ends
 # (empty: the kernel's 1500). With 1500, TCP carries at most 1448 payload bytes per 1514 the
 # shaper counts (0.956 of the rate); with 9000, 8948 per 9014 (0.993).
@@ -414,6 +514,17 @@ emunet_up()
         done
         echo "$line"
     done
+    # EMUNET_FAULT_PORT_DOWN=k/l (tests only): port p<k> of link l's switch stays down, so that
+    # link never comes up and the wait below must name it
+    if [ -n "${EMUNET_FAULT_PORT_DOWN:-}" ]; then
+        ip -n "$(emunet_switch_ns "${EMUNET_FAULT_PORT_DOWN#*/}" "$id")" link set \
+            "p${EMUNET_FAULT_PORT_DOWN%/*}" down
+    fi
+    if ! emunet_wait_links "$id"; then
+        emunet_log "network $id: a link did not come up; taking it down"
+        emunet_down "$id"
+        return 1
+    fi
     for ((l = 0; l < nlinks; l++)); do echo "switch $(emunet_switch_ns "$l" "$id") br0"; done
 }
 
@@ -564,15 +675,19 @@ emunet_job_cleanup()
 }
 
 # emunet_job_wait TIMEOUT: waits for every rank of rank_pids; rank_rc[r] their statuses. Once one
-# fails the others cannot finish: it is named on stderr, failed=1, and the rest are stopped 15 s
-# later. TIMEOUT (seconds) only names a status of 124 as the ranks' timeout.
+# fails the others cannot finish: it is named on stderr with the ranks still running, failed=1,
+# and the rest are stopped 15 s later. TIMEOUT (seconds) names a status of 124 as the ranks'
+# timeout, and bounds the job itself: ranks still running TIMEOUT + 20 s after the start (their
+# own `timeout` wrapper should have ended them) are named, stopped (TERM, then KILL) and given
+# status 124, so that no job can hang its caller.
 emunet_job_wait()
 {
-    local tmo=$1 pid rc r
+    local tmo=$1 pid rc r deadline
     local -A running=() rank_of=()
 
     rank_rc=()
     failed=0
+    deadline=$(( $(date +%s) + ${tmo%.*} + 20 ))
     for ((r = 0; r < ${#rank_pids[@]}; r++)); do
         running[${rank_pids[r]}]=1
         rank_of[${rank_pids[r]}]=$r
@@ -588,7 +703,8 @@ emunet_job_wait()
             if [ "$rc" != 0 ] && [ "$failed" = 0 ]; then
                 failed=1
                 echo "$emunet_job_name: rank $r (node ${node_of[r]}) exited with $rc" \
-                     "$([ "$rc" = 124 ] && echo "(timeout ${tmo}s)")" >&2
+                     "$([ "$rc" = 124 ] && echo "(timeout ${tmo}s)")" \
+                     "$(emunet_job_running running rank_of)" >&2
                 # off the caller's stdout and stderr (a pipe reading them would wait for it),
                 # and its sleep goes with it when the cleanup kills it
                 (trap 'kill "$s" 2>/dev/null; exit 0' TERM
@@ -597,8 +713,37 @@ emunet_job_wait()
                 emunet_job_killer=$!
             fi
         done
+        if [ ${#running[@]} -gt 0 ] && [ "$(date +%s)" -ge "$deadline" ]; then
+            echo "$emunet_job_name: ${tmo} s are up$(emunet_job_running running rank_of);" \
+                 "stopping them" >&2
+            for pid in "${!running[@]}"; do pkill -TERM -P "$pid" 2>/dev/null; done
+            kill -TERM "${!running[@]}" 2>/dev/null
+            sleep 2
+            for pid in "${!running[@]}"; do pkill -KILL -P "$pid" 2>/dev/null; done
+            kill -KILL "${!running[@]}" 2>/dev/null
+            for pid in "${!running[@]}"; do
+                wait "$pid" 2>/dev/null
+                rank_rc[${rank_of[$pid]}]=124
+                unset "running[$pid]"
+            done
+            failed=1
+        fi
         [ ${#running[@]} -gt 0 ] && sleep 0.1
     done
+}
+
+# emunet_job_running RUNNING RANK_OF: "still running: rank 1 (node 0), ..." for the pids of the
+# associative array named RUNNING ("" when none); RANK_OF maps a pid to its rank.
+emunet_job_running()
+{
+    local -n jr_running=$1 jr_rank_of=$2
+    local pid out="" r
+    for pid in "${!jr_running[@]}"; do
+        kill -0 "$pid" 2>/dev/null || continue
+        r=${jr_rank_of[$pid]}
+        out="$out${out:+, }rank $r (node ${node_of[r]})"
+    done
+    [ -n "$out" ] && echo "; still running: $out"
 }
 
 emunet_usage()
@@ -638,6 +783,8 @@ emunet_main()
         bytes) [ $# -ge 1 ] || { emunet_usage; return 2; }; emunet_ifbytes "$@" ;;
         ip)    emunet_ip "$@" ;;
         down)  emunet_down "$@" ;;
+        link)  [ $# -ge 3 ] || { emunet_usage; return 2; }; emunet_link_set "$@" ;;
+        wait)  emunet_wait_links "$@" ;;
         cleanup-stale|--cleanup-stale) emunet_cleanup_stale ;;
         list)
             local id

@@ -14,7 +14,12 @@
 #                      requires every link of a node to carry at least 1/(4L) of its inter-node bytes
 #     --collbench P    the binary (default: $COLLBENCH, ./collbench, or the tree's top ./collbench)
 #     --port P         bootstrap port on node 0 (random)
-#     --timeout S      seconds before ranks are killed (600)
+#     --timeout S      seconds before ranks are killed (600); the job then names the ranks still
+#                      running and stops them (emunet_job_wait), so a call never hangs
+#     --link-down K:L  set link L of node K down once the network is up (a rail whose link is
+#                      down: init must fail, naming the interface)
+#     --link-cut K:L   cut link L of node K once the network is up: its carrier stays on, its
+#                      switch port forwards nothing (init must fail, naming the unreachable peer)
 #     --hostid         also set STRATA_HOSTID=node<k> (default: identity from the UTS hostname)
 #     --bind           give each emulated node its own CPUs and pin its ranks to them (taskset),
 #                      as on real nodes, where no two nodes share a core (with fewer allowed CPUs
@@ -39,7 +44,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/emunet.sh"
 
 nodes=2 np=4 rate="" mtu="" links=1 collbench=${COLLBENCH:-} port="" tmo=600 hostid=0 bytes_check=1
-bind=0
+bind=0 link_down="" link_cut=""
 logdir="" keep_logs=0 quiet=0
 while [ $# -gt 0 ]; do
     case $1 in
@@ -52,6 +57,8 @@ while [ $# -gt 0 ]; do
         --port) port=$2; shift 2 ;;
         --timeout) tmo=$2; shift 2 ;;
         --hostid) hostid=1; shift ;;
+        --link-down) link_down=$2; shift 2 ;;
+        --link-cut) link_cut=$2; shift 2 ;;
         --bind) bind=1; shift ;;
         --no-bytes-check) bytes_check=0; shift ;;
         --logdir) logdir=$2; keep_logs=1; shift 2 ;;
@@ -90,6 +97,14 @@ collbench=$(cd "$(dirname "$collbench")" && pwd)/$(basename "$collbench")
 
 emunet_job_start run_collbench "$nodes" "$rate" "$links" "$mtu" || exit 99
 [ -n "$port" ] || port=$(emunet_root_port)
+if [ -n "$link_down" ]; then
+    emunet_link_set "${link_down%%:*}" "${link_down#*:}" down ||
+        { echo "run_collbench: --link-down $link_down failed" >&2; exit 99; }
+fi
+if [ -n "$link_cut" ]; then
+    emunet_link_set "${link_cut%%:*}" "${link_cut#*:}" cut ||
+        { echo "run_collbench: --link-cut $link_cut failed" >&2; exit 99; }
+fi
 
 # A libtool wrapper relinks (or at least resolves) on first use; do that once, not N times at once.
 if head -c 4096 "$collbench" 2>/dev/null | grep -q 'libtool'; then

@@ -1,6 +1,9 @@
 #!/bin/bash
 # test_emunet.sh: checks the node emulation itself (emunet.sh), no strata needed:
 #   UTS hostnames per node, connectivity over the bridge, tc tbf caps measured with a TCP stream,
+#   every link operationally up (carrier on) when `up` returns, with one link or three per node,
+#   a link that never comes up named (and the network removed) within EMUNET_UP_TIMEOUT,
+#   `link K L down|up`,
 #   the links' MTU (9000 on every hop, out-of-range values refused),
 #   the link byte counters, `down` leaving nothing behind, and `cleanup-stale` removing what an
 #   owner killed with SIGKILL left (namespaces, processes inside them).
@@ -88,6 +91,55 @@ else
 fi
 emunet_down "$EMUNET_ID"
 if ip netns list | grep -q "^$EMUNET_ID"; then fail "down left namespaces"; else ok "down"; fi
+
+# ---- links up when `up` returns (issue 14: the kernel raises a veth's carrier asynchronously) --
+# all_links_up ID NODES LINKS: every node interface, switch port and bridge is up right now.
+all_links_up()
+{
+    local id=$1 n=$2 nl=$3 k l st
+    for ((l = 0; l < nl; l++)); do
+        st=$(emunet_link_state "$(emunet_switch_ns "$l" "$id")" br0)
+        [ "$st" = up ] || { echo "br0 of link $l: $st"; return 1; }
+        for ((k = 0; k < n; k++)); do
+            st=$(emunet_link_state "${id}n$k" "$(emunet_ifname "$l")")
+            [ "$st" = up ] || { echo "node$k $(emunet_ifname "$l"): $st"; return 1; }
+            st=$(emunet_link_state "$(emunet_switch_ns "$l" "$id")" "p$k")
+            [ "$st" = up ] || { echo "port p$k of link $l: $st"; return 1; }
+        done
+    done
+}
+for round in 1 2 3; do
+    emunet_up 3 "" 3 >/dev/null || { fail "emunet_up 3 --links 3"; break; }
+    if why=$(all_links_up "$EMUNET_ID" 3 3); then
+        [ "$round" = 3 ] && ok "3 nodes x 3 links: every link up when up returned (3 rounds)"
+    else
+        fail "round $round: up returned with a link not up: $why"; emunet_down "$EMUNET_ID"; break
+    fi
+    emunet_down "$EMUNET_ID"
+done
+emunet_up 2 "" 2 >/dev/null || fail "emunet_up 2 --links 2"
+emunet_link_set 1 1 down
+st=$(emunet_link_state "${EMUNET_ID}n1" emu1)
+if [ "$st" != up ] && emunet_link_set 1 1 up && all_links_up "$EMUNET_ID" 2 2 >/dev/null; then
+    ok "link 1 of node1 down ($st), then up again when link_set up returned"
+else
+    fail "link_set down/up: state after down '$st', after up: $(all_links_up "$EMUNET_ID" 2 2)"
+fi
+emunet_down "$EMUNET_ID"
+start=$(date +%s)
+if EMUNET_FAULT_PORT_DOWN=1/1 EMUNET_UP_TIMEOUT=3 emunet_up 2 "" 2 >/dev/null 2>"$tmp/fault.err"
+then
+    fail "up returned 0 with a switch port held down"
+    emunet_down "$EMUNET_ID"
+elif ! grep -q "link p1 of namespace ${EMUNET_ID}sw1 never came up within 3 s: DOWN" \
+        "$tmp/fault.err"; then
+    fail "a link that never came up is not named: $(cat "$tmp/fault.err")"
+elif ip netns list | grep -q "^$EMUNET_ID"; then
+    fail "a failed up left namespaces: $(ip netns list | grep "^$EMUNET_ID" | tr '\n' ' ')"
+else
+    ok "a link that never came up is named after $(( $(date +%s) - start )) s, nothing left:" \
+       "$(grep 'never came up' "$tmp/fault.err")"
+fi
 
 # ---- tbf cap ----------------------------------------------------------------------------------
 emunet_up 2 "$RATE" >/dev/null || { fail "emunet_up 2 $RATE"; exit 1; }
