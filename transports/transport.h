@@ -69,6 +69,9 @@ typedef struct st_net_ops {
     /* Opens a context for one communicator. Blocking, local only. ST_ERR_NO_DEVICE when the
      * transport has no usable device here (the selector then tries the next one). */
     st_status_t (*open)(const st_net_config_t *cfg, st_net_ctx_t **ctx_p);
+    /* Writes into buf (capacity len) which devices the context sends through, for messages that
+     * must name the interface of a path that failed ("UCX_NET_DEVICES=emu1"). Never fails. */
+    void        (*describe)(st_net_ctx_t *ctx, char *buf, size_t len);
     /* Sets the caller's rank after open (a split learns its rank only after publishing its
      * address). Call before connect. */
     void        (*set_rank)(st_net_ctx_t *ctx, int rank);

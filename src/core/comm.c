@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -351,33 +352,26 @@ static st_status_t st_comm_allreduce_i32(st_comm_t *comm, int32_t *values, int n
     return st_comm_ring_coll(comm, ST_COLL_ALLREDUCE, in, values, (size_t)n, strataInt32, op);
 }
 
-/* Returns when every rank of comm has returned from st_comm_connect. UCX attaches a same-node
- * peer's shared memory when it connects, so a rank that destroyed a brand-new communicator before
- * its node peers connected would make their connect fail. */
-static st_status_t st_comm_barrier(st_comm_t *comm)
-{
-    int32_t one = 1;
-
-    return st_comm_allreduce_i32(comm, &one, 1, strataSum);
-}
-
-/* The agreement of st_comm_agree on the values' first element, the others reduced with it. */
+/* The agreement of st_comm_agree on the values' first element, the others (n <= 2) reduced with
+ * it; a rank that learns of another's failure names the lowest rank that failed. */
 static st_status_t st_comm_agree_with(st_comm_t *comm, st_status_t status, int32_t *values, int n)
 {
-    int32_t     value;
+    int32_t     v[4];
     st_status_t ret;
 
-    values[0] = (int32_t)status;
-    ret = st_comm_allreduce_i32(comm, values, n, strataMin);
+    v[0] = (int32_t)status;
+    memcpy(v + 1, values + 1, (size_t)(n - 1) * sizeof(*v));
+    v[n] = (status < 0) ? comm->rank : INT32_MAX; /* the lowest failing rank */
+    ret = st_comm_allreduce_i32(comm, v, n + 1, strataMin);
     if (ret != ST_OK) {
         return ret;
     }
-    value = values[0];
-    if (value < 0 && status == ST_OK) {
-        st_error(ST_SUB_INIT, "%s rank %d: another rank failed: %s", comm->name, comm->rank,
-                 st_status_str((st_status_t)value));
+    memcpy(values, v, (size_t)n * sizeof(*v));
+    if (v[0] < 0 && status == ST_OK) {
+        st_error(ST_SUB_INIT, "%s rank %d: another rank failed: rank %d (see its log): %s",
+                 comm->name, comm->rank, (int)v[n], st_status_str((st_status_t)v[0]));
     }
-    return (value < 0) ? (st_status_t)value : ST_OK;
+    return (v[0] < 0) ? (st_status_t)v[0] : ST_OK;
 }
 
 st_status_t st_comm_agree(st_comm_t *comm, st_status_t status)
@@ -436,16 +430,195 @@ typedef struct st_rail_addr {
     uint8_t  addr[ST_ADDR_MAX];
 } st_rail_addr_t;
 
+/* The path from this rank to rank r through ctx, for messages: a rail's interfaces on both ends
+ * (rail >= 0), or the transport's default devices (rail < 0). */
+static void st_comm_path(const st_comm_t *comm, st_net_ctx_t *ctx, int rail, int r, char *buf,
+                         size_t len)
+{
+    char mine[96], theirs[64];
+    int  peer_rail = st_topo_local_rank(comm->topo, r);
+
+    if (rail >= 0 && st_comm_rail_ifname(rail, mine, sizeof(mine)) &&
+        st_comm_rail_ifname(peer_rail, theirs, sizeof(theirs))) {
+        snprintf(buf, len, "rail %d (interface %.48s) to rank %d (node %.64s, rail %d, "
+                 "interface %.48s)",
+                 rail, mine, r, comm->peers[r].node_id, peer_rail, theirs);
+    } else {
+        comm->net->describe(ctx, mine, sizeof(mine));
+        snprintf(buf, len, "%s's default path (%.96s) to rank %d (node %.64s)", comm->net->name, mine,
+                 r, comm->peers[r].node_id);
+    }
+}
+
+/* The wire-up check: one 8-byte message each way between this rank and every peer on another
+ * node, over eps (the default endpoints, or a rail's: rail >= 0) of ctx, within
+ * STRATA_CONNECT_TIMEOUT (at most the communicator's current deadline). Endpoints are created
+ * locally (UCX connects on first use), so a peer that cannot be reached would otherwise show only
+ * in the first collective, after its whole timeout. Every unanswered or failed peer is logged with
+ * its path; ST_ERR_TIMEOUT (no answer) or ST_ERR_REMOTE / ST_ERR_IO (the connection failed).
+ * Every rank calls it at the same point (it takes a sequence number). Not collective itself: the
+ * caller agrees on the result. */
+static st_status_t st_comm_wireup(st_comm_t *comm, st_net_ctx_t *ctx, st_net_ep_t *const *eps,
+                                  int rail)
+{
+    int           n = comm->nranks, npeers = 0, left;
+    uint32_t      hello[2] = {(uint32_t)comm->rank, (uint32_t)comm->uid};
+    uint32_t     *got;
+    st_request_t *reqs;
+    st_request_t **live;
+    st_status_t   status = ST_OK;
+    double        limit = ST_MIN(st_core_config.connect_timeout, comm->timeout), deadline;
+    uint64_t      tag;
+    char          path[384];
+
+    pthread_mutex_lock(&comm->lock);
+    tag = st_tag_coll(comm->coll_seq++, 0);
+    pthread_mutex_unlock(&comm->lock);
+    if (comm->nnodes == 1) {
+        return ST_OK;
+    }
+    got  = calloc((size_t)n, 2 * sizeof(*got));
+    reqs = calloc((size_t)n, 2 * sizeof(*reqs));
+    live = calloc((size_t)n, 2 * sizeof(*live));
+    if (got == NULL || reqs == NULL || live == NULL) {
+        free(got);
+        free(reqs);
+        free(live);
+        return ST_ERR_NO_MEMORY;
+    }
+    for (int r = 0; r < n; r++) {
+        st_request_t *rreq = &reqs[2 * r], *sreq = &reqs[2 * r + 1];
+
+        rreq->done = sreq->done = 1;
+        if (st_topo_node(comm->topo, r) == comm->node || eps[r] == NULL) {
+            continue;
+        }
+        npeers++;
+        status = comm->net->irecv(eps[r], &got[2 * r], 2 * sizeof(*got), tag, NULL, rreq);
+        if (status == ST_OK) {
+            live[2 * r] = rreq;
+            status = comm->net->isend(eps[r], hello, sizeof(hello), tag, NULL, sreq);
+        }
+        if (status != ST_OK) {
+            st_comm_path(comm, ctx, rail, r, path, sizeof(path));
+            st_error(ST_SUB_INIT, "%s rank %d: wire-up over %s: cannot post: %s", comm->name,
+                     comm->rank, path, st_status_str(status));
+            break;
+        }
+        live[2 * r + 1] = sreq;
+    }
+    deadline = st_time_now() + limit;
+    for (left = 1; status == ST_OK && left > 0;) {
+        st_net_ctx_t *ctxs[2];
+        int           nctx = st_comm_net_ctxs(comm, ctxs), moved = 0;
+
+        for (int i = 0; i < nctx; i++) {
+            moved |= (comm->net->progress(ctxs[i]) == ST_OK);
+        }
+        left = 0;
+        for (int i = 0; i < 2 * n; i++) {
+            left += (live[i] != NULL && !live[i]->done);
+        }
+        if (left == 0 || moved) {
+            continue;
+        }
+        if (st_time_now() > deadline) {
+            status = ST_ERR_TIMEOUT;
+            break;
+        }
+        /* nothing moved: sleep on the transports' event fds a little */
+        {
+            struct pollfd fds[2];
+            int           nfds = 0;
+
+            for (int i = 0; i < nctx; i++) {
+                int fd = comm->net->event_fd(ctxs[i]);
+
+                if (fd >= 0 && comm->net->arm(ctxs[i]) == ST_OK) {
+                    fds[nfds].fd = fd;
+                    fds[nfds].events = POLLIN;
+                    nfds++;
+                }
+            }
+            if (nfds == nctx) {
+                poll(fds, (nfds_t)nfds, 10);
+            }
+        }
+    }
+    /* name every peer that failed or did not answer */
+    for (int r = 0; r < n; r++) {
+        st_request_t *rreq = &reqs[2 * r], *sreq = &reqs[2 * r + 1];
+        const char   *what = NULL;
+        st_status_t   why = ST_OK;
+
+        if (live[2 * r] == NULL) {
+            continue;
+        }
+        if (!sreq->done || !rreq->done) {
+            what = !sreq->done ? "no answer (its message was not taken)" : "no message from it";
+            why  = ST_ERR_TIMEOUT;
+        } else if (sreq->status != ST_OK || rreq->status != ST_OK) {
+            what = (sreq->status != ST_OK) ? "the send failed" : "the receive failed";
+            why  = (sreq->status != ST_OK) ? sreq->status : rreq->status;
+        } else if (got[2 * r] != (uint32_t)r || got[2 * r + 1] != (uint32_t)comm->uid) {
+            what = "a message of another communicator or rank";
+            why  = ST_ERR_USAGE;
+        }
+        if (what == NULL) {
+            continue;
+        }
+        st_comm_path(comm, ctx, rail, r, path, sizeof(path));
+        if (why == ST_ERR_TIMEOUT) {
+            st_error(ST_SUB_INIT, "%s rank %d: rank %d cannot be reached over %s: %s within "
+                     "%.1f s (STRATA_CONNECT_TIMEOUT)", comm->name, comm->rank, r, path, what,
+                     limit);
+        } else {
+            st_error(ST_SUB_INIT, "%s rank %d: rank %d cannot be reached over %s: %s: %s",
+                     comm->name, comm->rank, r, path, what, st_status_str(why));
+        }
+        if (status == ST_OK || status == ST_ERR_TIMEOUT) {
+            status = why;
+        }
+    }
+    if (status != ST_OK) {
+        int npend = 0;
+
+        for (int i = 0; i < 2 * n; i++) { /* live[] compacted to the requests still in flight */
+            if (live[i] != NULL && !live[i]->done) {
+                comm->net->cancel(ctx, live[i], 1);
+                live[npend++] = live[i];
+            }
+        }
+        if (npend > 0 && !st_exec_drain(comm, live, npend, 1.0)) {
+            /* the transport still holds them: leak rather than free what it may write */
+            got = NULL;
+            reqs = NULL;
+        }
+    }
+    st_debug(ST_SUB_INIT, "%s rank %d: wire-up over %s with %d peers: %s", comm->name,
+             comm->rank, rail >= 0 ? "a rail" : "the default path", npeers, st_status_str(status));
+    free(got);
+    free(reqs);
+    free(live);
+    return status;
+}
+
 /* Rails: with STRATA_RAIL_IFNAMES set and several nodes, this rank opens a second net context
  * limited to its rail's interface (rail = local rank), publishes its network-only address
- * (an all-gather over the default endpoints) and reaches every peer on another node through it,
- * so local rank l of every node sends through interface l. Collective over comm. */
+ * (an all-gather over the default endpoints), connects every peer on another node through it and
+ * checks each connection with one message each way (st_comm_wireup); only when every rank's
+ * rail works do the rail endpoints replace the default ones, so that local rank l of every node
+ * sends through interface l. The agreements run over the default endpoints, which work (the
+ * wire-up check before passed), so a broken rail fails init on every rank at once. A missing
+ * interface, or one that is down or has no carrier, is named before anything is opened.
+ * Collective over comm. */
 static st_status_t st_comm_open_rails(st_comm_t *comm)
 {
     st_net_config_t cfg;
     st_rail_addr_t *table = NULL, mine;
+    st_net_ep_t   **eps = NULL;
     st_status_t     status;
-    char            ifname[64];
+    char            ifname[64], why[256], path[384];
     int             rail = st_topo_local_rank(comm->topo, comm->rank);
 
     if (comm->nnodes == 1 || !st_comm_rail_ifname(rail, ifname, sizeof(ifname))) {
@@ -457,14 +630,18 @@ static st_status_t st_comm_open_rails(st_comm_t *comm)
     cfg.devices = ifname;
     snprintf(cfg.name, sizeof(cfg.name), "%s", comm->name);
     memset(&mine, 0, sizeof(mine));
-    if (strchr(ifname, ':') == NULL && if_nametoindex(ifname) == 0) {
-        /* a network interface name (an RDMA device:port such as mlx5_0:1 is not checked here) */
-        st_error(ST_SUB_INIT, "%s rank %d: STRATA_RAIL_IFNAMES: rail %d's interface '%s' does not"
-                 " exist on this node", comm->name, comm->rank, rail, ifname);
-        status = ST_ERR_INVALID;
-    } else {
-        status = comm->net->open(&cfg, &comm->rail_ctx);
+    /* a network interface name (an RDMA device:port such as mlx5_0:1 is not checked here) */
+    if (strchr(ifname, ':') == NULL) {
+        st_socket_if_state_t state = st_socket_if_state(ifname, why, sizeof(why));
+
+        if (state != ST_SOCKET_IF_UP) {
+            st_error(ST_SUB_INIT, "%s rank %d: STRATA_RAIL_IFNAMES: rail %d's interface '%s' %s",
+                     comm->name, comm->rank, rail, ifname, why);
+            status = (state == ST_SOCKET_IF_MISSING) ? ST_ERR_INVALID : ST_ERR_IO;
+            goto agree_open;
+        }
     }
+    status = comm->net->open(&cfg, &comm->rail_ctx);
     if (status == ST_OK) {
         size_t len = sizeof(mine.addr);
 
@@ -477,16 +654,16 @@ static st_status_t st_comm_open_rails(st_comm_t *comm)
             status = ST_ERR_INVALID;
         }
     }
+agree_open:
     ST_CHECK_GOTO(st_comm_agree(comm, status), status, out);
     table = malloc((size_t)comm->nranks * sizeof(*table));
+    eps   = calloc((size_t)comm->nranks, sizeof(*eps));
     comm->spare_eps = calloc((size_t)comm->nranks, sizeof(*comm->spare_eps));
-    status = (table == NULL || comm->spare_eps == NULL) ? ST_ERR_NO_MEMORY : ST_OK;
+    status = (table == NULL || eps == NULL || comm->spare_eps == NULL) ? ST_ERR_NO_MEMORY : ST_OK;
     ST_CHECK_GOTO(st_comm_agree(comm, status), status, out);
     ST_CHECK_GOTO(st_comm_ring_coll(comm, ST_COLL_ALLGATHER, &mine, table, sizeof(mine),
                                     strataUint8, strataSum), status, out);
     for (int r = 0; r < comm->nranks && status == ST_OK; r++) {
-        st_net_ep_t *ep;
-
         if (st_topo_node(comm->topo, r) == comm->node) {
             continue;
         }
@@ -496,16 +673,35 @@ static st_status_t st_comm_open_rails(st_comm_t *comm)
             break;
         }
         status = comm->net->connect(comm->rail_ctx, r, table[r].addr, table[r].len,
-                                    ST_NET_CONNECT_REMOTE, &ep);
-        if (status == ST_OK) {
+                                    ST_NET_CONNECT_REMOTE, &eps[r]);
+        if (status != ST_OK) {
+            snprintf(why, sizeof(why), "%s", st_log_last_error()); /* the transport's words */
+            st_comm_path(comm, comm->rail_ctx, rail, r, path, sizeof(path));
+            st_error(ST_SUB_INIT, "%s rank %d: cannot connect over %s: %s", comm->name,
+                     comm->rank, path, why);
+        }
+    }
+    ST_CHECK_GOTO(st_comm_agree(comm, status), status, out);
+    status = st_comm_wireup(comm, comm->rail_ctx, eps, rail);
+    ST_CHECK_GOTO(st_comm_agree(comm, status), status, out);
+    for (int r = 0; r < comm->nranks; r++) {
+        if (eps[r] != NULL) {
             comm->spare_eps[r] = comm->eps[r];
-            comm->eps[r]       = ep;
+            comm->eps[r]       = eps[r];
+            eps[r]             = NULL;
         }
     }
     st_info(ST_SUB_INIT, "%s: rank %d sends to other nodes through rail %d's interface %s",
             comm->name, comm->rank, rail, ifname);
-    status = st_comm_agree(comm, status);
 out:
+    if (eps != NULL) {
+        for (int r = 0; r < comm->nranks; r++) {
+            if (eps[r] != NULL) {
+                comm->net->disconnect(eps[r], 1, 0.5);
+            }
+        }
+    }
+    free(eps);
     free(table);
     return status;
 }
@@ -534,9 +730,14 @@ static st_status_t st_comm_tune(st_comm_t *comm)
     return ST_OK;
 }
 
-/* Connects comm to every rank; recs[r] is rank r's record. */
-static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *const *recs)
+/* Connects comm to every rank; recs[r] is rank r's record. Its own exchanges (wire-up check,
+ * agreements, rails, tuning, windows) wait at most setup_timeout without progress, not the
+ * communicator's operation timeout: a peer that cannot be reached fails init within the
+ * bootstrap deadline, naming it, instead of after STRATA_TIMEOUT. */
+static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *const *recs,
+                                   double setup_timeout)
 {
+    double      op_timeout = comm->timeout;
     st_status_t status;
 
     ST_CHECK(st_comm_build_topo(comm, recs));
@@ -573,12 +774,21 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
         st_info(ST_SUB_INIT, "%s: rank %d -> rank %d via %s%s (node %s)", comm->name, comm->rank,
                 r, comm->net->name, remote ? " net only" : "", comm->peers[r].node_id);
     }
-    ST_CHECK(st_comm_barrier(comm));
-    ST_CHECK(st_comm_open_rails(comm));
-    ST_CHECK(st_comm_tune(comm));
-    ST_CHECK(st_intra_create(comm, &comm->intra));
+    comm->timeout        = ST_MIN(op_timeout, setup_timeout);
+    comm->setup_deadline = st_time_now() + comm->timeout;
+    /* The agreement after the wire-up check is also the barrier the connections need: UCX
+     * attaches a same-node peer's shared memory when it connects, so a rank that destroyed a
+     * brand-new communicator before its node peers connected would make their connect fail. */
+    status = st_comm_wireup(comm, comm->net_ctx, comm->eps, -1);
+    ST_CHECK_GOTO(st_comm_agree(comm, status), status, out);
+    ST_CHECK_GOTO(st_comm_open_rails(comm), status, out);
+    ST_CHECK_GOTO(st_comm_tune(comm), status, out);
+    ST_CHECK_GOTO(st_intra_create(comm, &comm->intra), status, out);
     comm->state = ST_COMM_READY;
-    return ST_OK;
+out:
+    comm->timeout        = op_timeout;
+    comm->setup_deadline = 0;
+    return status;
 }
 
 st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeout)
@@ -620,7 +830,7 @@ st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeo
     for (int r = 0; r < nranks; r++) {
         recs[r] = &table[r];
     }
-    ST_CHECK_GOTO(st_comm_connect(comm, recs), status, out);
+    ST_CHECK_GOTO(st_comm_connect(comm, recs, timeout), status, out);
     st_info(ST_SUB_INIT, "%s: rank %d of %d ready on node %s (%d nodes)", comm->name, rank,
             nranks, rec.topo.node_id, comm->nnodes);
 out:
@@ -731,7 +941,9 @@ st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeo
         st_comm_free(comm, 1);
         comm = sized;
     }
-    ST_CHECK_GOTO(st_comm_connect(comm, members), status, out);
+    ST_CHECK_GOTO(st_comm_connect(comm, members,
+                                  ST_MIN(st_core_config.bootstrap_timeout, op_timeout)),
+                  status, out);
     st_info(ST_SUB_INIT, "%s: split of %s color %d key %d: rank %d of %d", comm->name,
             parent->name, color, key, myrank, nmembers);
     *comm_p = comm;

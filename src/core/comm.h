@@ -48,6 +48,8 @@ struct st_comm {
     int                  nranks;
     char                 name[64];
     double               timeout;      /* seconds; every wait of an operation */
+    double               setup_deadline; /* st_time_now() by which init's or split's own
+                                          * exchanges must end (0: none; exec.c) */
     volatile int         state;        /* st_comm_state_t */
     volatile int         async_error;  /* strataResult_t of the first asynchronous failure */
     volatile int         active;       /* operations being driven right now (abort waits) */

@@ -129,17 +129,20 @@ static void st_exec_record_times(st_op_t *op, double now)
 
 static st_status_t st_exec_timeout(st_op_t *op, double idle)
 {
-    st_comm_t *comm = op->comm;
+    st_comm_t  *comm = op->comm;
+    const char *which = (comm->setup_deadline > 0)
+                            ? "init's deadline, STRATA_BOOTSTRAP_TIMEOUT or STRATA_TIMEOUT"
+                            : "STRATA_TIMEOUT";
 
     if (op->wait_peer >= 0) {
         st_error(ST_SUB_COLL, "%s #%llu on %s rank %d timed out after %.1f s without progress in"
-                 " %s step %d/%d, waiting for rank %d (STRATA_TIMEOUT)", op->coll,
+                 " %s step %d/%d, waiting for rank %d (%s)", op->coll,
                  (unsigned long long)op->seq, comm->name, comm->rank, idle, op->phase, op->step,
-                 op->nsteps, op->wait_peer);
+                 op->nsteps, op->wait_peer, which);
     } else {
         st_error(ST_SUB_COLL, "%s #%llu on %s rank %d timed out after %.1f s without progress in"
-                 " %s (STRATA_TIMEOUT)", op->coll, (unsigned long long)op->seq, comm->name,
-                 comm->rank, idle, op->phase);
+                 " %s (%s)", op->coll, (unsigned long long)op->seq, comm->name,
+                 comm->rank, idle, op->phase, which);
     }
     return ST_ERR_TIMEOUT;
 }
@@ -293,7 +296,9 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
                     any = 1;
                     op->last_progress = now;
                     op->stall_warned  = 0;
-                } else if (status == ST_INPROGRESS && now - op->last_progress > comm->timeout) {
+                } else if (status == ST_INPROGRESS &&
+                           (now - op->last_progress > comm->timeout ||
+                            (comm->setup_deadline > 0 && now > comm->setup_deadline))) {
                     /* a data error held for the agreement is the better explanation */
                     status = (op->data_done && op->data_status < 0)
                                  ? op->data_status : st_exec_timeout(op, now - op->last_progress);

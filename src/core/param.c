@@ -43,6 +43,10 @@ static const st_config_field_t st_core_config_fields[] = {
      "and the ring order", offsetof(st_core_config_t, gpu_busid), ST_CFG_STRING},
     {"BOOTSTRAP_TIMEOUT", "120s", "deadline for all ranks to join a communicator",
      offsetof(st_core_config_t, bootstrap_timeout), ST_CFG_TIME},
+    {"CONNECT_TIMEOUT", "30s", "deadline for a new communicator's connections: every peer on "
+     "another node must answer one message over each endpoint (default and rail) at init and "
+     "split, else init fails naming the peer, the rail and the interface; at most the bootstrap "
+     "timeout", offsetof(st_core_config_t, connect_timeout), ST_CFG_TIME},
     {"TIMEOUT", "600s", "deadline of every blocking wait in a collective or send/recv, and of "
      "the internal exchanges of init and split; 0: no deadline",
      offsetof(st_core_config_t, timeout), ST_CFG_TIME},

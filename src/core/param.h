@@ -62,6 +62,7 @@ typedef struct st_core_config {
     char  *topo_dump_file;    /* where to write the detected topology and strata's view */
     char  *gpu_busid;         /* PCI bus id of this rank's GPU (overrides the CUDA device) */
     double bootstrap_timeout; /* seconds */
+    double connect_timeout;   /* seconds for a new communicator's wire-up messages */
     double timeout;           /* seconds, every blocking wait of a collective */
     double spin_time;         /* seconds of spinning before a waiter blocks */
     size_t chunk_size;        /* bytes per pipeline chunk */

@@ -21,6 +21,7 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,6 +201,75 @@ static void st_socket_list_ifs(const struct ifaddrs *list, char *buf, size_t len
     if (buf[0] == '\0') {
         snprintf(buf, len, "none");
     }
+}
+
+/* The operstate as the kernel words it (/sys/class/net/IF/operstate: up, down, dormant,
+ * lowerlayerdown, unknown...), "" when it cannot be read. */
+static void st_socket_operstate(const char *ifname, char *buf, size_t len)
+{
+    char  path[64 + ST_IFNAME_MAX];
+    FILE *f;
+
+    buf[0] = '\0';
+    snprintf(path, sizeof(path), "/sys/class/net/%s/operstate", ifname);
+    f = fopen(path, "r");
+    if (f == NULL) {
+        return;
+    }
+    if (fgets(buf, (int)len, f) == NULL) {
+        buf[0] = '\0';
+    }
+    buf[strcspn(buf, "\n")] = '\0';
+    fclose(f);
+}
+
+st_socket_if_state_t st_socket_if_state(const char *ifname, char *why, size_t len)
+{
+    struct ifreq         ifr;
+    st_socket_if_state_t state;
+    char                 oper[32];
+    int                  fd;
+
+    if (ifname == NULL || ifname[0] == '\0' || strlen(ifname) >= sizeof(ifr.ifr_name) ||
+        if_nametoindex(ifname) == 0) {
+        state = ST_SOCKET_IF_MISSING;
+    } else {
+        memset(&ifr, 0, sizeof(ifr));
+        memcpy(ifr.ifr_name, ifname, strlen(ifname));
+        fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr) != 0) {
+            /* no socket to ask with: say nothing against the interface */
+            state = ST_SOCKET_IF_UP;
+        } else if (!(ifr.ifr_flags & IFF_UP)) {
+            state = ST_SOCKET_IF_ADMIN_DOWN;
+        } else if (!(ifr.ifr_flags & IFF_RUNNING)) {
+            state = ST_SOCKET_IF_NO_CARRIER;
+        } else {
+            state = ST_SOCKET_IF_UP;
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+    }
+    if (why != NULL && len > 0) {
+        st_socket_operstate(ifname, oper, sizeof(oper));
+        switch (state) {
+        case ST_SOCKET_IF_MISSING:
+            snprintf(why, len, "does not exist on this node");
+            break;
+        case ST_SOCKET_IF_ADMIN_DOWN:
+            snprintf(why, len, "is down (administratively: ip link set %s up)", ifname);
+            break;
+        case ST_SOCKET_IF_NO_CARRIER:
+            snprintf(why, len, "is up but has no carrier (operstate %s): its link is down",
+                     oper[0] ? oper : "unknown");
+            break;
+        default:
+            snprintf(why, len, "is up");
+            break;
+        }
+    }
+    return state;
 }
 
 st_status_t st_socket_find_if(const char *spec, char *ifname, st_sockaddr_t *addr)

@@ -39,6 +39,20 @@ st_status_t st_socket_ifname_validate(const char *spec);
  * matches; ST_ERR_INVALID for a malformed spec. */
 st_status_t st_socket_find_if(const char *spec, char *ifname, st_sockaddr_t *addr);
 
+/* The state of network interface ifname, for messages that must say why a link cannot carry
+ * traffic: ST_SOCKET_IF_UP (administratively up and operationally running: IFF_UP and
+ * IFF_RUNNING, which Linux sets from operstate UP, RFC 2863), ST_SOCKET_IF_MISSING (no such
+ * interface), ST_SOCKET_IF_ADMIN_DOWN (`ip link set IF down`), ST_SOCKET_IF_NO_CARRIER (up but not
+ * running: no carrier, a veth whose peer is down, a carrier not yet raised). Writes a short
+ * description ("is down", "has no carrier (operstate down)") into why (may be NULL). */
+typedef enum {
+    ST_SOCKET_IF_UP = 0,
+    ST_SOCKET_IF_MISSING,
+    ST_SOCKET_IF_ADMIN_DOWN,
+    ST_SOCKET_IF_NO_CARRIER
+} st_socket_if_state_t;
+st_socket_if_state_t st_socket_if_state(const char *ifname, char *why, size_t len);
+
 /* Parses "host:port", "[v6addr]:port" or "v6addr:port"-less forms into addr (numeric addresses or
  * a host name resolved with getaddrinfo). ST_ERR_INVALID when malformed or unresolvable. */
 st_status_t st_socket_addr_parse(const char *str, st_sockaddr_t *addr);

@@ -245,6 +245,19 @@ static void st_ucx_close(st_net_ctx_t *ctx)
     free(ctx);
 }
 
+static void st_ucx_describe(st_net_ctx_t *ctx, char *buf, size_t len)
+{
+    const char *env = getenv("UCX_NET_DEVICES");
+
+    if (ctx->uctx->devices[0] != '\0') {
+        snprintf(buf, len, "UCX_NET_DEVICES=%s", ctx->uctx->devices);
+    } else if (env != NULL && env[0] != '\0') {
+        snprintf(buf, len, "UCX_NET_DEVICES=%s", env);
+    } else {
+        snprintf(buf, len, "UCX's default devices (UCX_NET_DEVICES unset)");
+    }
+}
+
 static void st_ucx_set_rank(st_net_ctx_t *ctx, int rank)
 {
     ctx->rank = rank;
@@ -572,6 +585,7 @@ const st_net_ops_t st_ucx_net = {
     .name       = "ucx",
     .config     = NULL,
     .open       = st_ucx_open,
+    .describe   = st_ucx_describe,
     .set_rank   = st_ucx_set_rank,
     .close      = st_ucx_close,
     .address    = st_ucx_address,
