@@ -188,6 +188,14 @@ STRATA_API strataResult_t strataGetUniqueId(strataUniqueId *uniqueId);
  * strataInvalidUsage when another rank joined with a different nranks, the same rank twice or a
  * wrong secret; strataTimeout when some rank never joined within STRATA_BOOTSTRAP_TIMEOUT
  * (strataGetLastError names the missing ranks); strataSystemError for socket failures.
+ * After joining, init checks every connection to a rank on another node with one message each way
+ * (STRATA_CONNECT_TIMEOUT, on the default path and on each rail of STRATA_RAIL_IFNAMES), and all
+ * its own exchanges end within the bootstrap deadline (or STRATA_TIMEOUT, if shorter): a rank
+ * that cannot reach a peer fails on every rank, never waits for the operation timeout. The rank
+ * that saw it names the peer, the rail and both interfaces (strataTimeout when no answer came,
+ * strataSystemError or strataRemoteError when the connection failed); a rail interface that
+ * does not exist gives strataInvalidArgument, one that is down or has no carrier
+ * strataSystemError, naming it; every other rank's error names the lowest rank that failed.
  * An id serves ONE communicator: make a new one (strataGetUniqueId) for every init. Reusing the id
  * of a communicator that already formed fails on every rank within STRATA_BOOTSTRAP_TIMEOUT, never
  * hangs: strataTimeout ("bootstrap root ... unreachable", its root has exited) or, if another id's

@@ -462,8 +462,7 @@ static st_status_t st_comm_wireup(st_comm_t *comm, st_net_ctx_t *ctx, st_net_ep_
                                   int rail)
 {
     int           n = comm->nranks, npeers = 0, left;
-    uint32_t      hello[2] = {(uint32_t)comm->rank, (uint32_t)comm->uid};
-    uint32_t     *got;
+    uint32_t     *got, *hello; /* got[2r..2r+1]: rank r's message; hello = got + 2n: ours */
     st_request_t *reqs;
     st_request_t **live;
     st_status_t   status = ST_OK;
@@ -477,7 +476,7 @@ static st_status_t st_comm_wireup(st_comm_t *comm, st_net_ctx_t *ctx, st_net_ep_
     if (comm->nnodes == 1) {
         return ST_OK;
     }
-    got  = calloc((size_t)n, 2 * sizeof(*got));
+    got  = calloc((size_t)n + 1, 2 * sizeof(*got));
     reqs = calloc((size_t)n, 2 * sizeof(*reqs));
     live = calloc((size_t)n, 2 * sizeof(*live));
     if (got == NULL || reqs == NULL || live == NULL) {
@@ -486,6 +485,9 @@ static st_status_t st_comm_wireup(st_comm_t *comm, st_net_ctx_t *ctx, st_net_ep_
         free(live);
         return ST_ERR_NO_MEMORY;
     }
+    hello    = got + 2 * n;
+    hello[0] = (uint32_t)comm->rank;
+    hello[1] = (uint32_t)comm->uid;
     for (int r = 0; r < n; r++) {
         st_request_t *rreq = &reqs[2 * r], *sreq = &reqs[2 * r + 1];
 
@@ -497,7 +499,7 @@ static st_status_t st_comm_wireup(st_comm_t *comm, st_net_ctx_t *ctx, st_net_ep_
         status = comm->net->irecv(eps[r], &got[2 * r], 2 * sizeof(*got), tag, NULL, rreq);
         if (status == ST_OK) {
             live[2 * r] = rreq;
-            status = comm->net->isend(eps[r], hello, sizeof(hello), tag, NULL, sreq);
+            status = comm->net->isend(eps[r], hello, 2 * sizeof(*hello), tag, NULL, sreq);
         }
         if (status != ST_OK) {
             st_comm_path(comm, ctx, rail, r, path, sizeof(path));
@@ -519,12 +521,15 @@ static st_status_t st_comm_wireup(st_comm_t *comm, st_net_ctx_t *ctx, st_net_ep_
         for (int i = 0; i < 2 * n; i++) {
             left += (live[i] != NULL && !live[i]->done);
         }
-        if (left == 0 || moved) {
-            continue;
+        if (left == 0) {
+            break;
         }
         if (st_time_now() > deadline) {
             status = ST_ERR_TIMEOUT;
             break;
+        }
+        if (moved) {
+            continue;
         }
         /* nothing moved: sleep on the transports' event fds a little */
         {
@@ -555,6 +560,9 @@ static st_status_t st_comm_wireup(st_comm_t *comm, st_net_ctx_t *ctx, st_net_ep_
             continue;
         }
         if (!sreq->done || !rreq->done) {
+            if (status != ST_ERR_TIMEOUT) {
+                continue; /* not waited for: posting failed (said above) */
+            }
             what = !sreq->done ? "no answer (its message was not taken)" : "no message from it";
             why  = ST_ERR_TIMEOUT;
         } else if (sreq->status != ST_OK || rreq->status != ST_OK) {
