@@ -7,9 +7,13 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/comm.h"
+#include "core/exec.h"
 #include "core/log.h"
 #include "core/param.h"
+#include "core/socket.h"
 
 const char *st_coll_name(st_coll_type_t type)
 {
@@ -216,20 +220,23 @@ st_status_t st_pipe_init(st_pipe_t *pipe, const st_coll_args_t *args, const st_p
     return ST_OK;
 }
 
-st_status_t st_coll_run(const st_coll_args_t *args, int nargs)
+/* Runs the ops of args[0..n) together in the engine (st_exec_run) and marks their collectives
+ * finished in their communicators' issue order. */
+static st_status_t st_coll_run_batch(const st_coll_args_t *const *args, int n)
 {
-    st_op_t   *stack_ops[8];
-    st_op_t  **ops = (nargs <= 8) ? stack_ops : malloc((size_t)nargs * sizeof(*ops));
+    st_op_t    *stack_ops[8];
+    st_op_t   **ops = (n <= 8) ? stack_ops : malloc((size_t)n * sizeof(*ops));
     st_status_t status = ST_OK;
     int         nops = 0;
 
     if (ops == NULL) {
-        return ST_ERR_NO_MEMORY;
+        status = ST_ERR_NO_MEMORY;
+        goto out;
     }
-    for (int i = 0; i < nargs; i++) {
+    for (int i = 0; i < n; i++) {
         st_op_t *op;
 
-        status = st_coll_op_create(&args[i], &op);
+        status = st_coll_op_create(args[i], &op);
         if (status != ST_OK) {
             break;
         }
@@ -249,5 +256,108 @@ st_status_t st_coll_run(const st_coll_args_t *args, int nargs)
     if (ops != stack_ops) {
         free(ops);
     }
+out:
+    for (int i = 0; i < n; i++) {
+        if (args[i]->type != ST_COLL_SEND && args[i]->type != ST_COLL_RECV) {
+            st_comm_order_done(args[i]->comm, args[i]->seq);
+        }
+    }
+    return status;
+}
+
+/* The calls of one launch (a blocking call, a group, a stream's item) run in batches. A batch
+ * takes every send and receive, and of each communicator the first of its collectives not yet
+ * run, provided every collective issued before it on that communicator (on another stream or
+ * thread) has finished: so one communicator's collectives run one at a time, in issue order,
+ * never sharing its windows, while different communicators and point-to-point calls still run
+ * together (NCCL's group semantics). When nothing can start, it waits for the earlier
+ * collectives, reporting the wait once after STRATA_STALL_WARN; a communicator that failed or
+ * was aborted meanwhile ends the wait and its collective is not run. */
+st_status_t st_coll_run(const st_coll_args_t *args, int nargs)
+{
+    const st_coll_args_t **batch, **left;
+    st_status_t            status = ST_OK, s;
+    int                    nleft = nargs;
+    double                 wait_start = 0;
+    int                    warned = 0;
+
+    batch = malloc(2 * (size_t)(nargs ? nargs : 1) * sizeof(*batch));
+    if (batch == NULL) {
+        for (int i = 0; i < nargs; i++) {
+            if (args[i].type != ST_COLL_SEND && args[i].type != ST_COLL_RECV) {
+                st_comm_order_done(args[i].comm, args[i].seq);
+            }
+        }
+        return ST_ERR_NO_MEMORY;
+    }
+    left = batch + nargs;
+    for (int i = 0; i < nargs; i++) {
+        left[i] = &args[i];
+    }
+    while (nleft > 0) {
+        int nb = 0, nkeep = 0;
+
+        for (int i = 0; i < nleft; i++) {
+            const st_coll_args_t *a = left[i];
+            int                   take = 1;
+
+            if (a->type != ST_COLL_SEND && a->type != ST_COLL_RECV &&
+                (a->comm->state == ST_COMM_FAILED || a->comm->state == ST_COMM_ABORTED)) {
+                /* its peers have given up: it could only wait out the deadline */
+                st_error(ST_SUB_COLL, "%s #%llu on %s rank %d not run: the communicator %s "
+                         "earlier", st_coll_name(a->type), (unsigned long long)a->seq,
+                         a->comm->name, a->comm->rank,
+                         a->comm->state == ST_COMM_ABORTED ? "was aborted" : "failed");
+                st_comm_order_done(a->comm, a->seq);
+                status = (status == ST_OK) ? ST_ERR_USAGE : status;
+                continue;
+            }
+            if (a->type != ST_COLL_SEND && a->type != ST_COLL_RECV) {
+                /* a collective of a communicator already in this batch waits for the next */
+                for (int j = 0; j < nb && take; j++) {
+                    take = !(batch[j]->comm == a->comm && batch[j]->type != ST_COLL_SEND &&
+                             batch[j]->type != ST_COLL_RECV);
+                }
+                for (int j = 0; j < nkeep && take; j++) {
+                    take = !(left[j]->comm == a->comm && left[j]->type != ST_COLL_SEND &&
+                             left[j]->type != ST_COLL_RECV);
+                }
+                take = take && st_comm_order_ready(a->comm, a->seq);
+            }
+            if (take) {
+                batch[nb++] = a;
+            } else {
+                left[nkeep++] = a;
+            }
+        }
+        nleft = nkeep;
+        if (nb > 0) {
+            s = st_coll_run_batch(batch, nb);
+            status = (status == ST_OK) ? s : status;
+            wait_start = 0;
+            warned = 0;
+            continue;
+        }
+        /* every call left waits for an earlier collective of its communicator */
+        if (wait_start == 0) {
+            wait_start = st_time_now();
+        } else if (!warned) {
+            const st_coll_args_t *a = left[0];
+            double                after = st_exec_stall_after(a->comm);
+
+            if (after > 0 && st_time_now() - wait_start > after) {
+                st_warn(ST_SUB_COLL, "%s #%llu on %s rank %d: waiting %.1f s for #%llu of the "
+                        "same communicator, issued earlier on another stream or thread, to "
+                        "finish (one communicator's collectives run in issue order)",
+                        st_coll_name(a->type), (unsigned long long)a->seq, a->comm->name,
+                        a->comm->rank, st_time_now() - wait_start,
+                        (unsigned long long)__atomic_load_n(&a->comm->coll_done,
+                                                            __ATOMIC_ACQUIRE));
+                warned = 1;
+            }
+        }
+        usleep(st_time_now() - wait_start < 0.001 ? 20 : 500);
+    }
+    free(batch);
     return status;
 }

@@ -332,7 +332,7 @@ static strataResult_t st_api_init_rank(strataComm_t *comm_p, int nranks, strataU
         }
         job->comm    = comm;
         job->id      = commId;
-        job->timeout = ST_MIN(st_core_config.bootstrap_timeout, op_timeout);
+        job->timeout = st_core_config.bootstrap_timeout; /* the join; what follows: op_timeout too */
         ret = pthread_create(&comm->init_thread, NULL, st_api_init_thread, job);
         if (ret != 0) {
             free(job);
@@ -343,7 +343,7 @@ static strataResult_t st_api_init_rank(strataComm_t *comm_p, int nranks, strataU
         *comm_p = comm;
         return strataInProgress;
     }
-    status = st_comm_init(comm, &commId, ST_MIN(st_core_config.bootstrap_timeout, op_timeout));
+    status = st_comm_init(comm, &commId, st_core_config.bootstrap_timeout);
     if (status != ST_OK) {
         st_comm_unregister(comm);
         st_comm_free(comm, 1);
@@ -546,7 +546,7 @@ static strataResult_t st_api_destroy(strataComm_t comm, int force, const char *f
         return strataInvalidUsage;
     }
     if (force) {
-        comm->state = ST_COMM_ABORTED; /* blocked calls notice within 100 ms */
+        st_comm_cancel(comm); /* a waiting init returns at once, blocked calls within 100 ms */
     }
     if (comm->init_thread_live) {
         pthread_join(comm->init_thread, NULL);
@@ -784,6 +784,11 @@ static strataResult_t st_api_launch(st_coll_args_t *args, strataStream_t stream)
     }
     pthread_mutex_unlock(&comm->lock);
     status = st_enqueue(args, stream);
+    if (status != ST_OK && args->type != ST_COLL_SEND && args->type != ST_COLL_RECV) {
+        /* not queued (out of memory): later collectives must not wait for it; harmless when
+         * it ran and failed (st_comm_order_done is idempotent) */
+        st_comm_order_done(comm, args->seq);
+    }
     if (blocking) {
         st_api_blocking_leave(comm);
     }

@@ -1495,5 +1495,9 @@ out_close:
     close(fd);
 out_free:
     free(hello);
+    if (status == ST_ERR_CANCELED) {
+        st_error(ST_SUB_BOOT, "rank %d: bootstrap through root %s aborted (strataCommAbort)",
+                 rank, root_str);
+    }
     return status;
 }

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <net/if.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -202,6 +203,45 @@ void st_comm_set_error(st_comm_t *comm, st_status_t status)
     }
 }
 
+void st_comm_cancel(st_comm_t *comm)
+{
+    comm->state = ST_COMM_ABORTED; /* operations and the wire-up check notice within 100 ms */
+    if (comm->cancel_fd >= 0 && eventfd_write(comm->cancel_fd, 1) != 0) {
+        st_debug(ST_SUB_INIT, "%s: eventfd_write failed: %s", comm->name, strerror(errno));
+    }
+}
+
+int st_comm_order_ready(st_comm_t *comm, uint64_t seq)
+{
+    return __atomic_load_n(&comm->coll_done, __ATOMIC_ACQUIRE) == seq;
+}
+
+void st_comm_order_done(st_comm_t *comm, uint64_t seq)
+{
+    pthread_mutex_lock(&comm->order_lock);
+    if (seq == comm->coll_done) {
+        uint64_t done = comm->coll_done + 1;
+
+        /* and every later one that finished out of turn */
+        while (comm->done_ahead & 1) {
+            comm->done_ahead >>= 1;
+            done++;
+        }
+        comm->done_ahead >>= 1;
+        __atomic_store_n(&comm->coll_done, done, __ATOMIC_RELEASE);
+    } else if (seq > comm->coll_done && seq - comm->coll_done <= 64) {
+        comm->done_ahead |= UINT64_C(1) << (seq - comm->coll_done - 1);
+    } else if (seq > comm->coll_done) {
+        /* more than 64 collectives queued before one that could not be queued: the order
+         * cannot be kept; fail the communicator rather than let later calls wait forever */
+        st_error(ST_SUB_COLL, "%s rank %d: collective #%llu ended more than 64 ahead of #%llu",
+                 comm->name, comm->rank, (unsigned long long)seq,
+                 (unsigned long long)comm->coll_done);
+        st_comm_set_error(comm, ST_ERR_INTERNAL);
+    }
+    pthread_mutex_unlock(&comm->order_lock);
+}
+
 st_comm_t *st_comm_alloc(int rank, int nranks, double op_timeout, const char *name)
 {
     st_comm_t *comm = calloc(1, sizeof(*comm));
@@ -220,6 +260,8 @@ st_comm_t *st_comm_alloc(int rank, int nranks, double op_timeout, const char *na
     comm->p2p_recv_seq = calloc((size_t)nranks, sizeof(*comm->p2p_recv_seq));
     snprintf(comm->name, sizeof(comm->name), "%s", name ? name : "strata");
     pthread_mutex_init(&comm->lock, NULL);
+    pthread_mutex_init(&comm->order_lock, NULL);
+    comm->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); /* -1: abort waits for deadlines */
     if (comm->eps == NULL || comm->peers == NULL || comm->p2p_send_seq == NULL ||
         comm->p2p_recv_seq == NULL) {
         st_comm_free(comm, 1);
@@ -467,12 +509,14 @@ static st_status_t st_comm_wireup(st_comm_t *comm, st_net_ctx_t *ctx, st_net_ep_
     st_request_t **live;
     st_status_t   status = ST_OK;
     double        limit = ST_MIN(st_core_config.connect_timeout, comm->timeout), deadline;
-    uint64_t      tag;
+    uint64_t      tag, seq;
     char          path[384];
 
     pthread_mutex_lock(&comm->lock);
-    tag = st_tag_coll(comm->coll_seq++, 0);
+    seq = comm->coll_seq++;
     pthread_mutex_unlock(&comm->lock);
+    tag = st_tag_coll(seq, 0);
+    st_comm_order_done(comm, seq); /* init is sequential: it runs now, and nothing waits on it */
     if (comm->nnodes == 1) {
         return ST_OK;
     }
@@ -526,6 +570,12 @@ static st_status_t st_comm_wireup(st_comm_t *comm, st_net_ctx_t *ctx, st_net_ep_
         }
         if (st_time_now() > deadline) {
             status = ST_ERR_TIMEOUT;
+            break;
+        }
+        if (comm->state == ST_COMM_ABORTED) {
+            st_error(ST_SUB_INIT, "%s rank %d: wire-up aborted (strataCommAbort)", comm->name,
+                     comm->rank);
+            status = ST_ERR_CANCELED;
             break;
         }
         if (moved) {
@@ -833,8 +883,12 @@ st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeo
         status = ST_ERR_NO_MEMORY;
         goto out;
     }
-    ST_CHECK_GOTO(st_bootstrap_exchange(&uid, rank, nranks, &rec, sizeof(rec), table, timeout),
-                  status, out);
+    st_socket_set_cancel(comm->cancel_fd); /* strataCommAbort ends the wait at once */
+    status = st_bootstrap_exchange(&uid, rank, nranks, &rec, sizeof(rec), table, timeout);
+    st_socket_set_cancel(-1);
+    if (status != ST_OK) {
+        goto out;
+    }
     for (int r = 0; r < nranks; r++) {
         recs[r] = &table[r];
     }
@@ -1004,6 +1058,10 @@ void st_comm_free(st_comm_t *comm, int force)
         comm->net->close(comm->net_ctx);
     }
     pthread_mutex_destroy(&comm->lock);
+    pthread_mutex_destroy(&comm->order_lock);
+    if (comm->cancel_fd >= 0) {
+        close(comm->cancel_fd);
+    }
     st_topo_destroy(comm->topo);
     free(comm->eps);
     free(comm->spare_eps);

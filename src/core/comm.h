@@ -56,6 +56,8 @@ struct st_comm {
     int                  blocking;     /* 1 while a thread is in a blocking call on this comm
                                         * (a collective or split outside groups and streams) */
     volatile int         queued;       /* work items queued on host streams, not yet done */
+    int                  cancel_fd;    /* eventfd written by strataCommAbort: ends init's
+                                          * bootstrap waits at once (st_socket_set_cancel) */
     pthread_t            init_thread;  /* nonblocking init */
     int                  init_thread_live;
 
@@ -72,6 +74,13 @@ struct st_comm {
 
     pthread_mutex_t      lock;         /* serialises progress of net_ctx and op state */
     uint64_t             coll_seq;     /* collectives issued so far (tags, error messages) */
+    /* Issue order (st_comm_order_*): collective #s of comm starts only once coll_done == s, so
+     * one communicator's collectives run one after the other in the order they were issued,
+     * whichever streams, groups or threads carry them. */
+    pthread_mutex_t      order_lock;
+    volatile uint64_t    coll_done;    /* collectives finished, in issue order */
+    uint64_t             done_ahead;   /* bit i: #coll_done + 1 + i also finished (it could not
+                                          be queued), to be counted when its turn comes */
     uint64_t            *p2p_send_seq; /* [nranks] sends issued to each peer */
     uint64_t            *p2p_recv_seq; /* [nranks] receives issued from each peer */
     uint32_t             split_seq;    /* splits issued (each split's new comm gets its own id) */
@@ -92,7 +101,9 @@ typedef struct st_comm st_comm_t;
 /* Allocates a communicator shell for rank of nranks (state INITIALIZING); NULL without memory. */
 st_comm_t *st_comm_alloc(int rank, int nranks, double op_timeout, const char *name);
 /* Bootstrap, net context and endpoints of an allocated comm; state READY on success. The caller
- * frees the comm on failure. timeout: seconds for the bootstrap. */
+ * frees the comm on failure. timeout: seconds for the bootstrap (the join:
+ * STRATA_BOOTSTRAP_TIMEOUT); the exchanges after it end within the smaller of timeout and the
+ * comm's operation timeout. strataCommAbort (st_comm_cancel) ends any of its waits at once. */
 st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeout);
 /* Creates the communicator of a split (called by every rank of parent). *comm_p is NULL for
  * color < 0. tune_file: its tuning table (NULL: the parent's). */
@@ -116,6 +127,17 @@ void st_comm_free(st_comm_t *comm, int force);
 void st_comm_register(st_comm_t *comm);
 void st_comm_unregister(st_comm_t *comm);
 int  st_comm_is_live(const st_comm_t *comm);
+
+/* Issue order of collectives. st_comm_order_ready: 1 when collective #seq may start (every
+ * collective issued before it on comm has finished). st_comm_order_done: #seq finished (or will
+ * never run: it failed, was skipped or could not be queued); idempotent. Collectives, not
+ * send/recv (their own per-peer sequence numbers order them). */
+int  st_comm_order_ready(st_comm_t *comm, uint64_t seq);
+void st_comm_order_done(st_comm_t *comm, uint64_t seq);
+
+/* Abort: marks comm aborted and wakes whatever waits in its init (bootstrap, wire-up) or its
+ * operations, which then end with ST_ERR_CANCELED or the abort's error. Any thread. */
+void st_comm_cancel(st_comm_t *comm);
 
 /* Marks comm failed (further collectives refused) and records the first async error. */
 void st_comm_set_error(st_comm_t *comm, st_status_t status);

@@ -175,7 +175,7 @@ static void st_exec_stall(st_op_t *op, double idle)
  * and below the comm's timeout; set to 0, or not below the timeout: off (said once per process,
  * the timeout reports the same wait). Unset: the default 60 s, or half the timeout when that is
  * shorter (a user who shortens STRATA_TIMEOUT still gets a report before it, without a warning). */
-static double st_exec_stall_after(const st_comm_t *comm)
+double st_exec_stall_after(const st_comm_t *comm)
 {
     static int warned, user_set = -1; /* whether the user set it: looked up once */
     double     after = st_core_config.stall_warn;

@@ -72,6 +72,10 @@ struct st_op {
  * the first error. Failed operations mark their communicator failed. */
 st_status_t st_exec_run(st_op_t **ops, int nops);
 
+/* Seconds a wait on comm may make no progress before it is reported once at WARN
+ * (STRATA_STALL_WARN, or its default: 60 s or half the timeout); 0: no report. */
+double st_exec_stall_after(const st_comm_t *comm);
+
 /* Cancels the requests of reqs[0..n) still in flight and progresses until the transport let go
  * of them, at most timeout seconds (destroy paths). Returns 1 when all are done (their buffers may
  * be freed); 0 after warning, naming op, that they did not cancel: the caller must then leak

@@ -66,6 +66,15 @@ strataResult_t strataGroupStart(void)
     return strataSuccess;
 }
 
+/* A queued call that will not run: a collective of a live communicator is marked finished, so
+ * that the communicator's later collectives do not wait for it (issue order, st_comm_order_*). */
+static void st_group_skip(const st_coll_args_t *args)
+{
+    if (args->type != ST_COLL_SEND && args->type != ST_COLL_RECV && st_comm_is_live(args->comm)) {
+        st_comm_order_done(args->comm, args->seq);
+    }
+}
+
 /* Launches the queued calls: NULL-stream ones together now, the others per stream as a unit. */
 static st_status_t st_group_launch(void)
 {
@@ -75,6 +84,9 @@ static st_status_t st_group_launch(void)
 
     now = malloc((size_t)(st_group_len ? st_group_len : 1) * sizeof(*now));
     if (now == NULL) {
+        for (int i = 0; i < st_group_len; i++) {
+            st_group_skip(&st_group_items[i].args);
+        }
         return ST_ERR_NO_MEMORY;
     }
     for (int i = 0; i < st_group_len; i++) {
@@ -87,6 +99,7 @@ static st_status_t st_group_launch(void)
             st_error(ST_SUB_COLL, "strataGroupEnd: call %d (%s) names communicator %p, destroyed "
                      "or failed since it was queued; skipped", i + 1,
                      st_coll_name(st_group_items[i].args.type), (void *)comm);
+            st_group_skip(&st_group_items[i].args);
             status = (status == ST_OK) ? ST_ERR_USAGE : status;
             continue;
         }
@@ -95,6 +108,7 @@ static st_status_t st_group_launch(void)
                      "it was queued; skipped", i + 1, st_coll_name(st_group_items[i].args.type),
                      (void *)stream);
             status = (status == ST_OK) ? ST_ERR_INVALID : status;
+            st_group_skip(&st_group_items[i].args);
             continue;
         }
         if (stream == NULL) {
@@ -111,6 +125,11 @@ static st_status_t st_group_launch(void)
 
             if (unit == NULL) {
                 status = ST_ERR_NO_MEMORY;
+                for (int j = i; j < st_group_len; j++) {
+                    if (st_group_items[j].stream == stream) {
+                        st_group_skip(&st_group_items[j].args);
+                    }
+                }
                 continue;
             }
             for (int j = i; j < st_group_len; j++) {
@@ -121,6 +140,9 @@ static st_status_t st_group_launch(void)
                 }
             }
             s = st_stream_push(stream, unit, nunit);
+            for (int j = 0; j < nunit && s != ST_OK; j++) {
+                st_group_skip(&unit[j]);
+            }
             status = (status == ST_OK) ? s : status;
             free(unit);
         }

@@ -496,13 +496,32 @@ err_close:
 
 /* Waits until fd has `events` (or an error/hangup, which the next call will report), or the
  * deadline passes. */
+/* The calling thread's cancel file descriptor (st_socket_set_cancel), -1: none. */
+static __thread int st_socket_cancel_fd = -1;
+
+void st_socket_set_cancel(int fd)
+{
+    st_socket_cancel_fd = fd;
+}
+
+static int st_socket_canceled(void)
+{
+    struct pollfd pfd = {.fd = st_socket_cancel_fd, .events = POLLIN, .revents = 0};
+
+    return st_socket_cancel_fd >= 0 && poll(&pfd, 1, 0) > 0;
+}
+
 static st_status_t st_socket_wait(int fd, short events, double deadline)
 {
-    struct pollfd pfd = {.fd = fd, .events = events, .revents = 0};
+    struct pollfd pfd[2] = {{.fd = fd, .events = events, .revents = 0},
+                            {.fd = st_socket_cancel_fd, .events = POLLIN, .revents = 0}};
     int           ret;
 
     for (;;) {
-        ret = poll(&pfd, 1, st_socket_poll_ms(deadline));
+        ret = poll(pfd, (st_socket_cancel_fd >= 0) ? 2 : 1, st_socket_poll_ms(deadline));
+        if (ret > 0 && pfd[1].revents != 0 && st_socket_cancel_fd >= 0) {
+            return ST_ERR_CANCELED;
+        }
         if (ret > 0) {
             return ST_OK;
         }
@@ -588,6 +607,9 @@ st_status_t st_socket_connect(const st_sockaddr_t *addr, double deadline, int *f
         if (err == 0) {
             return ST_OK;
         }
+        if (err == ECANCELED || st_socket_canceled()) {
+            return ST_ERR_CANCELED;
+        }
         if (!st_socket_connect_retryable(err)) {
             st_error(ST_SUB_BOOT, "connect to %s failed: %s",
                      st_socket_addr_str(addr, str, sizeof(str)), strerror(err));
@@ -599,9 +621,17 @@ st_status_t st_socket_connect(const st_sockaddr_t *addr, double deadline, int *f
             errno = err;
             return ST_ERR_TIMEOUT;
         }
-        ts.tv_sec  = 0;
-        ts.tv_nsec = (long)(backoff * 1e9);
-        nanosleep(&ts, NULL);
+        if (st_socket_cancel_fd >= 0) {
+            struct pollfd pfd = {.fd = st_socket_cancel_fd, .events = POLLIN, .revents = 0};
+
+            if (poll(&pfd, 1, (int)(backoff * 1e3) + 1) > 0) {
+                return ST_ERR_CANCELED;
+            }
+        } else {
+            ts.tv_sec  = 0;
+            ts.tv_nsec = (long)(backoff * 1e9);
+            nanosleep(&ts, NULL);
+        }
         backoff = ST_MIN(backoff * 2, ST_SOCKET_RETRY_MAX_S);
     }
 }

@@ -75,6 +75,11 @@ st_status_t st_socket_connect(const st_sockaddr_t *addr, double deadline, int *f
 st_status_t st_socket_send_all(int fd, const void *buf, size_t len, double deadline);
 st_status_t st_socket_recv_all(int fd, void *buf, size_t len, double deadline);
 
+/* Makes every wait of the calling thread's socket calls (connect, its retries, send_all,
+ * recv_all) also end, with ST_ERR_CANCELED (not logged), once fd becomes readable: an eventfd
+ * that strataCommAbort writes, so that an abort interrupts a waiting init at once. -1: none. */
+void st_socket_set_cancel(int fd);
+
 /* Monotonic clock in seconds. */
 double st_time_now(void);
 

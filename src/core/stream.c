@@ -80,6 +80,11 @@ static st_status_t st_stream_run(st_stream_item_t *item)
                      "(%s)", st_coll_name(args->type), (unsigned long long)args->seq,
                      comm->name, comm->rank, state == ST_COMM_ABORTED ? "was aborted" : "failed",
                      strataGetErrorString((strataResult_t)comm->async_error));
+            for (int j = 0; j < item->nargs; j++) { /* none of them runs: later calls go on */
+                if (item->args[j].type != ST_COLL_SEND && item->args[j].type != ST_COLL_RECV) {
+                    st_comm_order_done(item->args[j].comm, item->args[j].seq);
+                }
+            }
             return ST_ERR_USAGE;
         }
     }

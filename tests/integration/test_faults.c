@@ -378,6 +378,105 @@ static void test_abort_unblocks_2x2(void **state)
     assert_int_equal(fault_run(&o, abort_unblocks, NULL), 0);
 }
 
+/* Abort during a nonblocking init (issue 15): rank 0 of 2 inits with config.blocking = 0 and
+ * rank 1 never comes; the abort, 0.5 s later, returns within 1 s (the init thread's bootstrap
+ * wait ends at once), and a new communicator made afterwards (ids[1], one rank) works. */
+static int abort_nonblocking_init(it_ctx_t *c)
+{
+    strataConfig_t cfg = STRATA_CONFIG_INITIALIZER;
+    strataComm_t   comm = NULL, fresh = NULL;
+    strataResult_t res, async = strataSuccess;
+    float          x[16], y[16];
+    double         t0;
+
+    cfg.blocking = 0;
+    res = strataCommInitRankConfig(&comm, 2, c->ids[0], 0, &cfg);
+    if (!IT_EXPECT(res == strataInProgress, "nonblocking init returned %d (%s)", (int)res,
+                   strataGetErrorString(res))) {
+        return 1;
+    }
+    usleep(500000);
+    IT_OK(strataCommGetAsyncError(comm, &async));
+    IT_EXPECT(async == strataInProgress, "init not waiting any more after 0.5 s: %d", (int)async);
+    t0 = it_now();
+    IT_OK(strataCommAbort(comm));
+    IT_EXPECT(it_now() - t0 < 1.0, "strataCommAbort of a waiting nonblocking init took %.2f s "
+              "(limit 1 s)", it_now() - t0);
+    if (getenv("IT_VERBOSE") != NULL) {
+        fprintf(stderr, "  abort of the waiting init took %.3f s\n", it_now() - t0);
+    }
+    if (!IT_OK(strataCommInitRank(&fresh, 1, c->ids[1], 0))) {
+        return 1;
+    }
+    for (int i = 0; i < 16; i++) {
+        x[i] = (float)i;
+        y[i] = -1;
+    }
+    IT_OK(strataAllReduce(x, y, 16, strataFloat32, strataSum, fresh, NULL));
+    for (int i = 0; i < 16; i++) {
+        IT_EXPECT(y[i] == (float)i, "the new communicator's all-reduce [%d] = %g", i, y[i]);
+    }
+    IT_OK(strataCommDestroy(fresh));
+    return 0;
+}
+
+static void test_abort_nonblocking_init(void **state)
+{
+    it_opts_t o = {.nranks = 2, .nprocs = 1, .nids = 2, .no_init = 1, .timeout_s = 60,
+                   .env = "STRATA_BOOTSTRAP_TIMEOUT=30s"};
+
+    assert_int_equal(fault_run(&o, abort_nonblocking_init, NULL), 0);
+}
+
+/* Abort during a split: ranks 0..n-2 split the communicator while the last rank never does; a
+ * second thread aborts the parent after 0.5 s: the split returns within 1 s with an error. */
+static int abort_split(it_ctx_t *c)
+{
+    fault_shared_t *sh = fault_sh(c);
+    strataComm_t    comm = NULL, child = NULL;
+    abort_job_t     job;
+    pthread_t       th;
+    strataResult_t  res;
+    double          t_ret, deadline;
+
+    if (!IT_OK(init_comm(c, &comm, 30000)) || !warm_up(c, comm)) {
+        return 1;
+    }
+    if (c->rank == c->nranks - 1) {
+        deadline = it_now() + 30.0;
+        while (__atomic_load_n(&sh->failed_ranks, __ATOMIC_SEQ_CST) < c->nranks - 1 &&
+               it_now() < deadline) {
+            usleep(10000);
+        }
+        IT_OK(strataCommAbort(comm));
+        return 0;
+    }
+    memset(&job, 0, sizeof(job));
+    job.comm    = comm;
+    job.delay_s = 0.5;
+    if (!IT_EXPECT(pthread_create(&th, NULL, abort_thread, &job) == 0, "pthread_create")) {
+        return 1;
+    }
+    res   = strataCommSplit(comm, 0, c->rank, &child, NULL);
+    t_ret = it_now();
+    pthread_join(th, NULL);
+    IT_EXPECT(res != strataSuccess && child == NULL, "the aborted split returned %d (%s)",
+              (int)res, strataGetErrorString(res));
+    IT_EXPECT(job.t_call > 0 && t_ret - job.t_call < 1.0, "the blocked split returned %.3f s "
+              "after strataCommAbort was called (limit 1 s)", t_ret - job.t_call);
+    IT_EXPECT(job.res == strataSuccess, "strataCommAbort returned %d (%s)", (int)job.res,
+              strataGetErrorString(job.res));
+    __atomic_add_fetch(&sh->failed_ranks, 1, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+static void test_abort_split_2x2(void **state)
+{
+    it_opts_t o = {.nranks = 4, .layout = "2x2", .no_init = 1, .timeout_s = 60};
+
+    assert_int_equal(fault_run(&o, abort_split, NULL), 0);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* strataCommGetAsyncError: a collective queued on a host stream whose peer died                 */
 /* ------------------------------------------------------------------------------------------ */
@@ -751,6 +850,8 @@ int main(void)
         cmocka_unit_test(test_kill_mid_allreduce_2x2),
         cmocka_unit_test(test_abort_unblocks_1node),
         cmocka_unit_test(test_abort_unblocks_2x2),
+        cmocka_unit_test(test_abort_nonblocking_init),
+        cmocka_unit_test(test_abort_split_2x2),
         cmocka_unit_test(test_stream_async_error),
         cmocka_unit_test(test_b19a_peer_exit),
         cmocka_unit_test(test_b19b_peer_silent),
