@@ -304,6 +304,29 @@ static void *abort_thread(void *arg)
     return NULL;
 }
 
+/* The last rank of abort_unblocks and abort_split: it never joins the blocked call; once the
+ * others have returned from it (or after 30 s) it aborts its communicator. */
+static void last_rank_aborts(it_ctx_t *c, strataComm_t comm)
+{
+    fault_shared_t *sh = fault_sh(c);
+    double          deadline = it_now() + 30.0;
+
+    while (__atomic_load_n(&sh->failed_ranks, __ATOMIC_SEQ_CST) < c->nranks - 1 &&
+           it_now() < deadline) {
+        usleep(10000);
+    }
+    IT_OK(strataCommAbort(comm));
+}
+
+/* Starts a thread that aborts comm after 0.5 s (job filled in); 0 when it cannot start. */
+static int abort_later(abort_job_t *job, pthread_t *th, strataComm_t comm)
+{
+    memset(job, 0, sizeof(*job));
+    job->comm    = comm;
+    job->delay_s = 0.5;
+    return IT_EXPECT(pthread_create(th, NULL, abort_thread, job) == 0, "pthread_create");
+}
+
 /* Ranks 0..n-2 block in a 64 MiB all-reduce that the last rank never joins; a second thread
  * aborts the communicator after 0.5 s: the all-reduce must return within 1 s of the abort call,
  * with an error, and the abort itself within 5 s. The last rank then aborts too. */
@@ -315,18 +338,13 @@ static int abort_unblocks(it_ctx_t *c)
     abort_job_t     job;
     pthread_t       th;
     strataResult_t  res;
-    double          t_ret, deadline;
+    double          t_ret;
 
     if (!IT_OK(init_comm(c, &comm, 30000)) || !warm_up(c, comm)) {
         return 1;
     }
     if (c->rank == c->nranks - 1) {
-        deadline = it_now() + 30.0;
-        while (__atomic_load_n(&sh->failed_ranks, __ATOMIC_SEQ_CST) < c->nranks - 1 &&
-               it_now() < deadline) {
-            usleep(10000);
-        }
-        IT_OK(strataCommAbort(comm));
+        last_rank_aborts(c, comm);
         return 0;
     }
     send = calloc(BIG_COUNT, sizeof(float));
@@ -334,10 +352,7 @@ static int abort_unblocks(it_ctx_t *c)
     if (!IT_EXPECT(send != NULL && recv != NULL, "out of memory")) {
         return 1;
     }
-    memset(&job, 0, sizeof(job));
-    job.comm    = comm;
-    job.delay_s = 0.5;
-    if (!IT_EXPECT(pthread_create(&th, NULL, abort_thread, &job) == 0, "pthread_create")) {
+    if (!abort_later(&job, &th, comm)) {
         return 1;
     }
     res   = strataAllReduce(send, recv, BIG_COUNT, strataFloat32, strataSum, comm, NULL);
@@ -437,24 +452,16 @@ static int abort_split(it_ctx_t *c)
     abort_job_t     job;
     pthread_t       th;
     strataResult_t  res;
-    double          t_ret, deadline;
+    double          t_ret;
 
     if (!IT_OK(init_comm(c, &comm, 30000)) || !warm_up(c, comm)) {
         return 1;
     }
     if (c->rank == c->nranks - 1) {
-        deadline = it_now() + 30.0;
-        while (__atomic_load_n(&sh->failed_ranks, __ATOMIC_SEQ_CST) < c->nranks - 1 &&
-               it_now() < deadline) {
-            usleep(10000);
-        }
-        IT_OK(strataCommAbort(comm));
+        last_rank_aborts(c, comm);
         return 0;
     }
-    memset(&job, 0, sizeof(job));
-    job.comm    = comm;
-    job.delay_s = 0.5;
-    if (!IT_EXPECT(pthread_create(&th, NULL, abort_thread, &job) == 0, "pthread_create")) {
+    if (!abort_later(&job, &th, comm)) {
         return 1;
     }
     res   = strataCommSplit(comm, 0, c->rank, &child, NULL);
