@@ -104,6 +104,11 @@ typedef struct st_net_ops {
      * request with ST_ERR_INVALID (truncation). */
     st_status_t (*irecv)(st_net_ep_t *ep, void *buf, size_t len, uint64_t tag, st_memh_t *memh,
                          st_request_t *req);
+    /* Nonblocking receive of up to len bytes with tag from whichever peer of ctx sends it first
+     * (failure notices: core/comm.c). Completes like irecv; a longer message fails it with
+     * ST_ERR_INVALID. The sender is not reported: put it in the message. */
+    st_status_t (*irecv_any)(st_net_ctx_t *ctx, void *buf, size_t len, uint64_t tag,
+                             st_request_t *req);
     /* Cancels an in-flight request (of any context of the caller's: the request knows its own);
      * it completes (done = 1) with ST_ERR_CANCELED at a later progress call, or at once.
      * Harmless on a completed request. force 0: only what the transport can take back alone

@@ -64,13 +64,18 @@ const char *st_coll_name(st_coll_type_t type);
 
 /* Tags (ST_NET_TAG_BITS = 44 bits): bit 43 = 0 for collectives: 20 bits of sequence number, 23
  * bits of sub-tag chosen by the algorithm; bit 43 = 1, bit 42 = 0 for send/recv: 42 bits of the
- * per-pair sequence number; bits 43 and 42 = 1: the mismatch check's messages (core/check.c).
+ * per-pair sequence number; bits 43 and 42 = 1: the mismatch check's messages (core/check.c),
+ * with bit 41 also set: failure notices (core/comm.c, st_tag_notice).
  * Sequence numbers wrap; messages of operations 2^20 apart are never in flight at once. */
 #define ST_TAG_SUB_BITS 23
 #define ST_TAG_SUB_MASK ((UINT64_C(1) << ST_TAG_SUB_BITS) - 1)
 static inline uint64_t st_tag_coll(uint64_t seq, uint64_t sub)
 {
     return ((seq & 0xfffff) << ST_TAG_SUB_BITS) | (sub & ST_TAG_SUB_MASK);
+}
+static inline uint64_t st_tag_notice(void)
+{
+    return (UINT64_C(7) << 41);
 }
 static inline uint64_t st_tag_p2p(uint64_t seq)
 {

@@ -128,7 +128,7 @@ static void st_comm_pidns(char *buf, size_t len)
  * peer notices first, before it becomes a zombie). Remote peers cannot be probed (their
  * transport reports them instead). */
 #define ST_COMM_PF_EXITING 0x4u
-static int st_comm_peer_gone(const st_comm_t *comm, int r)
+int st_comm_peer_exited(const st_comm_t *comm, int r)
 {
     char  path[64], line[512], *end;
     pid_t pid = (pid_t)comm->peers[r].pid;
@@ -170,7 +170,7 @@ static void st_comm_name_dead(st_comm_t *comm)
     int    ndead = 0;
 
     for (int r = 0; r < comm->nranks; r++) {
-        if (r == comm->rank || !st_comm_peer_gone(comm, r)) {
+        if (r == comm->rank || !st_comm_peer_exited(comm, r)) {
             continue;
         }
         ndead++;
@@ -185,6 +185,154 @@ static void st_comm_name_dead(st_comm_t *comm)
     st_warn(ST_SUB_COLL, "%s rank %d: %s %s exited", comm->name, comm->rank, list,
             ndead > 1 ? "have" : "has");
     st_log_append_error("; %s %s exited", list, ndead > 1 ? "have" : "has");
+}
+
+/* ---- failure notices ----------------------------------------------------------------------
+ * One message (who, and why in one line) sent by the first rank whose operation fails, to every
+ * other rank: O(nranks) messages once per failure, nothing while all is well (no heartbeats).
+ * Every rank keeps one any-source receive posted per net context for it; a rank that learns of
+ * the failure from a notice does not send one itself. Detection time: the sender's own (a
+ * transport error about 1 s after a peer dies, a same-host peer's exit within 1 s of the wait,
+ * a mismatch or a truncation at once) plus one message, plus the waiting rank's grace
+ * (ST_EXEC_NOTICE_GRACE_S in exec.c), which lets a rank that can still make progress finish
+ * with its own, more precise error. */
+typedef struct st_notice {
+    int32_t rank;
+    int32_t status;
+    char    msg[232];
+} st_notice_t;
+
+struct st_notice_state {
+    int            nctx;
+    st_net_ctx_t  *ctx[2];
+    st_notice_t    in[2];
+    st_request_t   rreq[2];
+    int            sent;
+    st_notice_t    out;
+    st_request_t  *sreq;   /* [nranks] */
+};
+
+void st_comm_notice_start(st_comm_t *comm)
+{
+    struct st_notice_state *ns;
+
+    if (comm->nranks == 1 || comm->net->irecv_any == NULL) {
+        return;
+    }
+    ns = calloc(1, sizeof(*ns));
+    if (ns == NULL || (ns->sreq = calloc((size_t)comm->nranks, sizeof(*ns->sreq))) == NULL) {
+        free(ns);
+        st_warn(ST_SUB_INIT, "%s rank %d: no memory for failure notices: peers' failures will "
+                "show at the deadline", comm->name, comm->rank);
+        return;
+    }
+    for (int r = 0; r < comm->nranks; r++) {
+        ns->sreq[r].done = 1;
+    }
+    ns->nctx = st_comm_net_ctxs(comm, ns->ctx);
+    for (int i = 0; i < ns->nctx; i++) {
+        if (comm->net->irecv_any(ns->ctx[i], &ns->in[i], sizeof(ns->in[i]), st_tag_notice(),
+                                 &ns->rreq[i]) != ST_OK) {
+            ns->rreq[i].done   = 1;
+            ns->rreq[i].status = ST_ERR_CANCELED;
+        }
+    }
+    comm->notice = ns;
+}
+
+void st_comm_notice_poll(st_comm_t *comm)
+{
+    struct st_notice_state *ns = comm->notice;
+
+    if (ns == NULL || comm->notice_at > 0) {
+        return;
+    }
+    for (int i = 0; i < ns->nctx; i++) {
+        const st_notice_t *in = &ns->in[i];
+
+        if (!ns->rreq[i].done || ns->rreq[i].status != ST_OK) {
+            continue;
+        }
+        comm->notice_rank = (in->rank >= 0 && in->rank < comm->nranks) ? in->rank : -1;
+        snprintf(comm->notice_msg, sizeof(comm->notice_msg), "%.*s",
+                 (int)strnlen(in->msg, sizeof(in->msg)), in->msg);
+        for (char *c = comm->notice_msg; *c != '\0'; c++) { /* printable: it goes to our log */
+            *c = (*c < 0x20 || *c > 0x7e) ? '?' : *c;
+        }
+        comm->notice_at = st_time_now();
+        st_warn(ST_SUB_COLL, "%s rank %d: rank %d reports that the communicator cannot "
+                "complete: %s", comm->name, comm->rank, comm->notice_rank, comm->notice_msg);
+        return;
+    }
+}
+
+void st_comm_notice_send(st_comm_t *comm, const char *why)
+{
+    struct st_notice_state *ns = comm->notice;
+    char                    keep[512];
+
+    if (ns == NULL || ns->sent || comm->notice_at > 0) {
+        return;
+    }
+    ns->sent       = 1;
+    ns->out.rank   = comm->rank;
+    ns->out.status = (int32_t)comm->async_error;
+    snprintf(ns->out.msg, sizeof(ns->out.msg), "%s", why != NULL ? why : st_log_last_error());
+    /* a send to a peer that is gone fails and logs; the caller's last error must stay its own */
+    snprintf(keep, sizeof(keep), "%s", st_log_last_error());
+    for (int r = 0; r < comm->nranks; r++) {
+        if (r == comm->rank || comm->eps[r] == NULL || st_comm_peer_exited(comm, r)) {
+            continue;
+        }
+        if (comm->net->isend(comm->eps[r], &ns->out, sizeof(ns->out), st_tag_notice(), NULL,
+                             &ns->sreq[r]) != ST_OK) {
+            ns->sreq[r].done = 1;
+        }
+    }
+    st_log_clear_error();
+    if (keep[0] != '\0') {
+        st_log_append_error("%s", keep);
+    }
+    st_debug(ST_SUB_COLL, "%s rank %d: failure notice sent to the other ranks", comm->name,
+             comm->rank);
+}
+
+void st_comm_notice_stop(st_comm_t *comm)
+{
+    struct st_notice_state *ns = comm->notice;
+    st_request_t          **pend;
+    int                     npend = 0;
+
+    if (ns == NULL) {
+        return;
+    }
+    pend = malloc((size_t)(comm->nranks + 2) * sizeof(*pend));
+    for (int i = 0; i < ns->nctx; i++) {
+        if (!ns->rreq[i].done) {
+            comm->net->cancel(ns->ctx[i], &ns->rreq[i], 0);
+            if (pend != NULL) {
+                pend[npend++] = &ns->rreq[i];
+            }
+        }
+    }
+    for (int r = 0; r < comm->nranks; r++) {
+        if (!ns->sreq[r].done) {
+            comm->net->cancel(comm->net_ctx, &ns->sreq[r], 1);
+            if (pend != NULL) {
+                pend[npend++] = &ns->sreq[r];
+            }
+        }
+    }
+    if (pend == NULL || (npend > 0 && !st_exec_drain(comm, pend, npend, 1.0))) {
+        /* the transport still holds them: leak rather than free what it may write */
+        free(pend);
+        comm->notice = NULL;
+        return;
+    }
+    free(pend);
+    free(ns->sreq);
+    free(ns);
+    comm->notice = NULL;
 }
 
 void st_comm_set_error(st_comm_t *comm, st_status_t status)
@@ -205,6 +353,15 @@ void st_comm_set_error(st_comm_t *comm, st_status_t status)
 
 void st_comm_cancel(st_comm_t *comm)
 {
+    char why[96];
+
+    if (comm->state == ST_COMM_READY) { /* peers still waiting in a call learn it at once */
+        snprintf(why, sizeof(why), "rank %d aborted the communicator (strataCommAbort)",
+                 comm->rank);
+        pthread_mutex_lock(&comm->lock);
+        st_comm_notice_send(comm, why);
+        pthread_mutex_unlock(&comm->lock);
+    }
     comm->state = ST_COMM_ABORTED; /* operations and the wire-up check notice within 100 ms */
     if (comm->cancel_fd >= 0 && eventfd_write(comm->cancel_fd, 1) != 0) {
         st_debug(ST_SUB_INIT, "%s: eventfd_write failed: %s", comm->name, strerror(errno));
@@ -842,6 +999,7 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
     ST_CHECK_GOTO(st_comm_open_rails(comm), status, out);
     ST_CHECK_GOTO(st_comm_tune(comm), status, out);
     ST_CHECK_GOTO(st_intra_create(comm, &comm->intra), status, out);
+    st_comm_notice_start(comm);
     comm->state = ST_COMM_READY;
 out:
     comm->timeout        = op_timeout;
@@ -1034,6 +1192,9 @@ void st_comm_free(st_comm_t *comm, int force)
 {
     double deadline = st_time_now() + ST_COMM_CLOSE_S;
 
+    if (comm->net != NULL) {
+        st_comm_notice_stop(comm);
+    }
     st_intra_destroy(comm->intra);
     st_tune_policy_free(comm);
     free(comm->tune_file);

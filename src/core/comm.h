@@ -93,6 +93,13 @@ struct st_comm {
     int                  have_times;
 
     st_premul_slot_t     premul[ST_COMM_MAX_PREMUL];
+
+    /* Failure notices (st_comm_notice_*): the first rank whose operation fails tells every
+     * peer, which fails its own waiting operations within about a second. */
+    struct st_notice_state *notice;
+    volatile double      notice_at;    /* st_time_now() when a peer's notice arrived; 0: none */
+    int                  notice_rank;  /* the rank that sent it */
+    char                 notice_msg[232];
 };
 typedef struct st_comm st_comm_t;
 
@@ -138,6 +145,20 @@ void st_comm_order_done(st_comm_t *comm, uint64_t seq);
 /* Abort: marks comm aborted and wakes whatever waits in its init (bootstrap, wire-up) or its
  * operations, which then end with ST_ERR_CANCELED or the abort's error. Any thread. */
 void st_comm_cancel(st_comm_t *comm);
+
+/* Failure notices. start: posts the any-source receive of a peer's notice on each net context
+ * (at the end of init and split; without it the communicator only lacks the notices). poll:
+ * after progress, with comm->lock held: records a notice that arrived (notice_at, notice_rank,
+ * notice_msg; logged once). send: with comm->lock held, once per communicator and only when no
+ * peer's notice arrived first (so that n ranks do not send n^2): tells every other rank that
+ * comm cannot complete, and why (NULL: this thread's last error). stop: before the endpoints
+ * close. */
+void st_comm_notice_start(st_comm_t *comm);
+void st_comm_notice_poll(st_comm_t *comm);
+void st_comm_notice_send(st_comm_t *comm, const char *why);
+void st_comm_notice_stop(st_comm_t *comm);
+/* 1 when rank r's process is known to have exited (same pid namespace only). */
+int st_comm_peer_exited(const st_comm_t *comm, int r);
 
 /* Marks comm failed (further collectives refused) and records the first async error. */
 void st_comm_set_error(st_comm_t *comm, st_status_t status);

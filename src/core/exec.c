@@ -37,6 +37,14 @@
  * "Endpoint timeout" instead of the mismatch) */
 #define ST_EXEC_CANCEL_GRACE_S 1.0
 #define ST_EXEC_MAX_FDS     64
+/* A peer's failure notice fails a waiting operation once it is this old and the operation has
+ * made no progress for as long: a rank that can still finish (a mismatch all ranks see, a
+ * transfer that completes) ends with its own, more precise error. */
+#define ST_EXEC_NOTICE_GRACE_S 0.5
+/* A wait on one peer without progress for this long checks, every ST_EXEC_PROBE_S, whether that
+ * peer's process has exited (same pid namespace: same host or emulated nodes). */
+#define ST_EXEC_PROBE_AFTER_S 1.0
+#define ST_EXEC_PROBE_S       0.5
 
 static int st_exec_comm_aborted(const st_comm_t *comm)
 {
@@ -250,6 +258,37 @@ static st_status_t st_exec_step(st_op_t *op)
     return (status == ST_OK && op->data_done) ? op->data_status : ST_INPROGRESS;
 }
 
+/* ST_INPROGRESS while op may still complete; ST_ERR_REMOTE (logged) when it cannot: a peer's
+ * failure notice arrived over ST_EXEC_NOTICE_GRACE_S ago with no progress since, or the peer it
+ * waits for has exited (probed every ST_EXEC_PROBE_S once the wait is ST_EXEC_PROBE_AFTER_S
+ * old). */
+static st_status_t st_exec_doomed(st_op_t *op, double now)
+{
+    st_comm_t *comm = op->comm;
+    double     idle = now - op->last_progress;
+
+    if (comm->notice_at > 0 && now - comm->notice_at > ST_EXEC_NOTICE_GRACE_S &&
+        idle > ST_EXEC_NOTICE_GRACE_S) {
+        st_error(ST_SUB_COLL, "%s #%llu on %s rank %d failed in %s step %d/%d: rank %d reported "
+                 "that the communicator cannot complete: %s", op->coll,
+                 (unsigned long long)op->seq, comm->name, comm->rank, op->phase, op->step,
+                 op->nsteps, comm->notice_rank, comm->notice_msg);
+        return ST_ERR_REMOTE;
+    }
+    if (op->wait_peer >= 0 && op->wait_peer < comm->nranks && idle > ST_EXEC_PROBE_AFTER_S &&
+        now - op->last_probe > ST_EXEC_PROBE_S) {
+        op->last_probe = now;
+        if (st_comm_peer_exited(comm, op->wait_peer)) {
+            st_error(ST_SUB_COLL, "%s #%llu on %s rank %d failed in %s step %d/%d: rank %d "
+                     "(pid %u), which it waits for, has exited", op->coll,
+                     (unsigned long long)op->seq, comm->name, comm->rank, op->phase, op->step,
+                     op->nsteps, op->wait_peer, comm->peers[op->wait_peer].pid);
+            return ST_ERR_REMOTE;
+        }
+    }
+    return ST_INPROGRESS;
+}
+
 st_status_t st_exec_run(st_op_t **ops, int nops)
 {
     st_status_t first = ST_OK;
@@ -265,6 +304,7 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
         ops[i]->data_done     = 0;
         ops[i]->end_status    = ST_INPROGRESS;
         ops[i]->stall_warned  = 0;
+        ops[i]->last_probe    = 0;
         ops[i]->stall_after   = st_exec_stall_after(ops[i]->comm); /* warns at once when off */
         __atomic_add_fetch(&ops[i]->comm->active, 1, __ATOMIC_SEQ_CST);
     }
@@ -289,6 +329,7 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
                 if (st_comm_progress(comm) == ST_OK) {
                     any = 1;
                 }
+                st_comm_notice_poll(comm);
                 op->progressed = 0;
                 status = st_exec_step(op);
                 pthread_mutex_unlock(&comm->lock);
@@ -306,6 +347,9 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
                            op->stall_after > 0 && now - op->last_progress > op->stall_after) {
                     st_exec_stall(op, now - op->last_progress);
                 }
+                if (status == ST_INPROGRESS) {
+                    status = st_exec_doomed(op, now);
+                }
             }
             if (status == ST_INPROGRESS) {
                 continue;
@@ -318,6 +362,10 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
             }
             if (status < 0) {
                 st_comm_set_error(comm, status);
+                /* the first failure on comm tells every other rank (not one a peer reported) */
+                pthread_mutex_lock(&comm->lock);
+                st_comm_notice_send(comm, NULL);
+                pthread_mutex_unlock(&comm->lock);
                 if (first == ST_OK) {
                     first = status;
                 }

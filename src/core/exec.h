@@ -65,6 +65,7 @@ struct st_op {
     double       data_end;    /* when the data part ended */
     st_status_t  end_status;  /* how the op ended (set before destroy; ST_INPROGRESS before) */
     int          stall_warned;
+    double       last_probe;  /* when the waited-for peer's process was last probed */
     double       stall_after; /* seconds without progress before the report; 0: none */
 };
 

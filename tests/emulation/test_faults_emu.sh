@@ -11,7 +11,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=emunet.sh
 . "$here/emunet.sh"
 
-np=4 nodes=2 victim=2 timeout_s=5 margin_s=10
+np=4 nodes=2 victim=2 timeout_s=${FAULTS_TIMEOUT_S:-5} margin_s=10
 
 why=$(emunet_unavailable)
 if [ -n "$why" ]; then
@@ -107,7 +107,7 @@ kill -KILL "$victim_pid"
 fail=0
 declare -A running
 for ((r = 0; r < np; r++)); do [ "$r" != "$victim" ] && running[$r]=1; done
-limit=$((timeout_s + margin_s))
+limit=${FAULTS_LIMIT_S:-$((timeout_s + margin_s))}
 while [ ${#running[@]} -gt 0 ]; do
     for r in "${!running[@]}"; do
         kill -0 "${wrappers[r]}" 2>/dev/null && continue

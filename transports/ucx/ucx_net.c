@@ -444,7 +444,9 @@ static void st_ucx_recv_cb(void *ureq, ucs_status_t status, const ucp_tag_recv_i
     if (status == UCS_OK) {
         req->len = info->length;
     }
-    st_ucx_recv_list_del(ep->ctx, req);
+    if (ep != NULL) { /* NULL: an any-source receive, never on the list */
+        st_ucx_recv_list_del(ep->ctx, req);
+    }
     req->tl_req = NULL;
     ucp_request_free(ureq);
     req->done = 1;
@@ -544,6 +546,37 @@ static st_status_t st_ucx_irecv(st_net_ep_t *ep, void *buf, size_t len, uint64_t
     return ST_OK;
 }
 
+static st_status_t st_ucx_irecv_any(st_net_ctx_t *ctx, void *buf, size_t len, uint64_t tag,
+                                    st_request_t *req)
+{
+    ucp_request_param_t param;
+    void               *ureq;
+
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.recv   = st_ucx_recv_cb;
+    param.user_data = req;
+    param.datatype  = ucp_dt_make_contig(1);
+    req->done    = 0;
+    req->status  = ST_INPROGRESS;
+    req->len     = 0;
+    req->tl_ep   = NULL;
+    req->tl_req  = NULL;
+    req->tl_prev = req->tl_next = NULL;
+    /* the sender's rank bits (above ST_NET_TAG_BITS) are left out of the match */
+    ureq = ucp_tag_recv_nbx(ctx->worker, buf, len, tag & ST_NET_TAG_MASK, ST_NET_TAG_MASK, &param);
+    if (UCS_PTR_IS_ERR(ureq)) {
+        st_error(ST_SUB_UCX, "%s rank %d: any-source receive of %zu B failed: %s", ctx->name,
+                 ctx->rank, len, ucs_status_string(UCS_PTR_STATUS(ureq)));
+        return st_ucx_status(UCS_PTR_STATUS(ureq));
+    }
+    if (!req->done) {
+        req->tl_req = ureq;
+    }
+    return ST_OK;
+}
+
 static void st_ucx_cancel(st_net_ctx_t *ctx, st_request_t *req, int force)
 {
     st_net_ep_t *ep = req->tl_ep;
@@ -595,6 +628,7 @@ const st_net_ops_t st_ucx_net = {
     .mem_dereg  = st_ucx_mem_dereg,
     .isend      = st_ucx_isend,
     .irecv      = st_ucx_irecv,
+    .irecv_any  = st_ucx_irecv_any,
     .cancel     = st_ucx_cancel,
     .progress   = st_ucx_progress,
     .event_fd   = st_ucx_event_fd,
