@@ -505,13 +505,16 @@ STRATA_API strataResult_t strataCommSplit(strataComm_t comm, int color, int key,
     return strataSuccess;
 }
 
-/* Waits until comm has no queued stream work, at most timeout seconds. 1 when drained. */
+/* Waits until comm has no queued stream work, no operation being driven and no thread inside a
+ * blocking call on it (a split or collective that an abort just ended still touches comm on its
+ * way out), at most timeout seconds. 1 when drained. */
 static int st_api_wait_queued(st_comm_t *comm, double timeout)
 {
     double deadline = st_time_now() + timeout;
 
     while (__atomic_load_n(&comm->queued, __ATOMIC_SEQ_CST) > 0 ||
-           __atomic_load_n(&comm->active, __ATOMIC_SEQ_CST) > 0) {
+           __atomic_load_n(&comm->active, __ATOMIC_SEQ_CST) > 0 ||
+           __atomic_load_n(&comm->blocking, __ATOMIC_SEQ_CST) != 0) {
         if (st_time_now() > deadline) {
             return 0;
         }
