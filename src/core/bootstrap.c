@@ -127,6 +127,7 @@ struct st_boot_root {
     int              started; /* the thread runs its own code (see st_boot_root_spawn) */
     int              done; /* sockets closed, lock released for good: only the join is left */
     int              listen_fd;
+    int              aborted;    /* st_bootstrap_root_abort: expire at once */
     char             addr[ST_BOOT_ADDR_STR];
     uint8_t          secret[ST_BOOTSTRAP_SECRET_BYTES];
     double           timeout;
@@ -824,7 +825,11 @@ static void st_boot_root_expire(st_boot_root_t *root, double now)
     close(root->listen_fd);
     root->listen_fd = -1;
     root->phase     = ST_BOOT_FLUSH;
-    if (root->nranks == 0) {
+    if (root->aborted) {
+        snprintf(msg, sizeof(msg), "the communicator was aborted on rank 0 (strataCommAbort) "
+                 "before all ranks joined");
+        st_info(ST_SUB_BOOT, "bootstrap root %s: %s; exiting", root->addr, msg);
+    } else if (root->nranks == 0) {
         /* Nobody used the id (or only strangers came): normal when an id is thrown away. */
         st_info(ST_SUB_BOOT, "bootstrap root %s: no rank joined within %g s; exiting", root->addr,
                 root->timeout);
@@ -1282,6 +1287,22 @@ st_status_t st_bootstrap_root_start(const st_unique_id_t *id, int nranks, double
     st_info(ST_SUB_BOOT, "bootstrap root for %d ranks listening on %s", nranks,
             st_socket_addr_str(&addr, str, sizeof(str)));
     return ST_OK;
+}
+
+void st_bootstrap_root_abort(const uint8_t *secret)
+{
+    pthread_mutex_lock(&st_boot_lock);
+    for (st_boot_root_t *root = st_boot_roots; root != NULL; root = root->next) {
+        if (root->phase == ST_BOOT_GATHER && !root->aborted &&
+            memcmp(root->secret, secret, ST_BOOTSTRAP_SECRET_BYTES) == 0) {
+            root->aborted  = 1;
+            root->deadline = st_time_now();
+            if (root->listen_fd >= 0) {
+                shutdown(root->listen_fd, SHUT_RDWR); /* wakes the root's poll at once */
+            }
+        }
+    }
+    pthread_mutex_unlock(&st_boot_lock);
 }
 
 st_status_t st_bootstrap_unique_id(strataUniqueId *id)

@@ -111,6 +111,11 @@ st_status_t st_bootstrap_id_decode(const strataUniqueId *id, st_unique_id_t *out
  * ST_ERR_IO when it cannot listen there (logged: typically the port is taken); ST_ERR_INVALID for
  * bad arguments. */
 st_status_t st_bootstrap_root_start(const st_unique_id_t *id, int nranks, double timeout);
+/* Ends the root started for the id whose secret is `secret` (ST_BOOTSTRAP_SECRET_BYTES), if it is
+ * still gathering: it stops listening at once (so the port can serve a new root) and answers the
+ * ranks waiting at it that the communicator was aborted. For strataCommAbort of a rank 0 whose
+ * init still waits; harmless when no such root runs. */
+void st_bootstrap_root_abort(const uint8_t *secret);
 
 /* Number of roots still running in this process (each exits after serving its communicator, or at
  * its deadline). For tests and leak checks: 0 means every bootstrap socket the roots opened is

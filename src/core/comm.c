@@ -362,6 +362,9 @@ void st_comm_cancel(st_comm_t *comm)
         st_comm_notice_send(comm, why);
         pthread_mutex_unlock(&comm->lock);
     }
+    if (comm->root_started && comm->state == ST_COMM_INITIALIZING) {
+        st_bootstrap_root_abort(comm->root_secret); /* its port must serve the next init */
+    }
     comm->state = ST_COMM_ABORTED; /* operations and the wire-up check notice within 100 ms */
     if (comm->cancel_fd >= 0 && eventfd_write(comm->cancel_fd, 1) != 0) {
         st_debug(ST_SUB_INIT, "%s: eventfd_write failed: %s", comm->name, strerror(errno));
@@ -649,6 +652,30 @@ static void st_comm_path(const st_comm_t *comm, st_net_ctx_t *ctx, int rail, int
     }
 }
 
+/* STRATA_CONNECT_TIMEOUT as the wire-up check uses it: 0 means no deadline of its own (init's,
+ * as STRATA_TIMEOUT=0 means none at all); below ST_COMM_CONNECT_MIN_S it is raised, said once:
+ * a check that gives up while healthy peers are still connecting only turns a working network
+ * into a failed init (and UCX 1.13 may then assert while its half-open connections close). At
+ * most the communicator's current deadline. */
+#define ST_COMM_CONNECT_MIN_S 1.0
+static double st_comm_connect_limit(const st_comm_t *comm)
+{
+    static int warned;
+    double     limit = st_core_config.connect_timeout;
+
+    if (limit <= 0) {
+        return comm->timeout;
+    }
+    if (limit < ST_COMM_CONNECT_MIN_S) {
+        if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) == 0) {
+            st_warn(ST_SUB_INIT, "STRATA_CONNECT_TIMEOUT %g s is below %g s: raised to %g s",
+                    limit, ST_COMM_CONNECT_MIN_S, ST_COMM_CONNECT_MIN_S);
+        }
+        limit = ST_COMM_CONNECT_MIN_S;
+    }
+    return ST_MIN(limit, comm->timeout);
+}
+
 /* The wire-up check: one 8-byte message each way between this rank and every peer on another
  * node, over eps (the default endpoints, or a rail's: rail >= 0) of ctx, within
  * STRATA_CONNECT_TIMEOUT (at most the communicator's current deadline). Endpoints are created
@@ -665,7 +692,7 @@ static st_status_t st_comm_wireup(st_comm_t *comm, st_net_ctx_t *ctx, st_net_ep_
     st_request_t *reqs;
     st_request_t **live;
     st_status_t   status = ST_OK;
-    double        limit = ST_MIN(st_core_config.connect_timeout, comm->timeout), deadline;
+    double        limit = st_comm_connect_limit(comm), deadline;
     uint64_t      tag, seq;
     char          path[384];
 
@@ -800,7 +827,9 @@ static st_status_t st_comm_wireup(st_comm_t *comm, st_net_ctx_t *ctx, st_net_ep_
 
         for (int i = 0; i < 2 * n; i++) { /* live[] compacted to the requests still in flight */
             if (live[i] != NULL && !live[i]->done) {
-                comm->net->cancel(ctx, live[i], 1);
+                /* not forced: breaking half-open connections here is left to the free that
+                 * follows the failed init (one place that closes them) */
+                comm->net->cancel(ctx, live[i], 0);
                 live[npend++] = live[i];
             }
         }
@@ -1034,6 +1063,9 @@ st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeo
     rec.rank = rank;
     if (uid.from_env && rank == 0) {
         ST_CHECK(st_bootstrap_root_start(&uid, nranks, timeout));
+        _Static_assert(sizeof(comm->root_secret) == ST_BOOTSTRAP_SECRET_BYTES, "secret size");
+        memcpy(comm->root_secret, uid.secret, sizeof(comm->root_secret));
+        comm->root_started = 1;
     }
     table = malloc((size_t)nranks * sizeof(*table));
     recs  = malloc((size_t)nranks * sizeof(*recs));

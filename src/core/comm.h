@@ -56,6 +56,9 @@ struct st_comm {
     int                  blocking;     /* 1 while a thread is in a blocking call on this comm
                                         * (a collective or split outside groups and streams) */
     volatile int         queued;       /* work items queued on host streams, not yet done */
+    uint8_t              root_secret[16]; /* the id's secret, when this rank started its
+                                           * bootstrap root (root_started): abort ends it */
+    int                  root_started;
     int                  cancel_fd;    /* eventfd written by strataCommAbort: ends init's
                                           * bootstrap waits at once (st_socket_set_cancel) */
     pthread_t            init_thread;  /* nonblocking init */

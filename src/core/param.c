@@ -47,7 +47,7 @@ static const st_config_field_t st_core_config_fields[] = {
     {"CONNECT_TIMEOUT", "30s", "deadline for a new communicator's connections: every peer on "
      "another node must answer one message over each endpoint (default and rail) at init and "
      "split, else init fails naming the peer, the rail and the interface; at most the bootstrap "
-     "timeout", offsetof(st_core_config_t, connect_timeout), ST_CFG_TIME},
+     "timeout, at least 1s (raised, with a WARN); 0: no deadline of its own (init's)", offsetof(st_core_config_t, connect_timeout), ST_CFG_TIME},
     {"TIMEOUT", "600s", "deadline of every blocking wait in a collective or send/recv, and of "
      "the internal exchanges of init and split; 0: no deadline",
      offsetof(st_core_config_t, timeout), ST_CFG_TIME},

@@ -7,14 +7,17 @@
  */
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -829,4 +832,45 @@ int it_same_on_all(strataComm_t comm, const void *buf, size_t bytes, const char 
     }
     free(all);
     return ok;
+}
+
+/* A loopback port for a fixed root: below the kernel's ephemeral range (ip_local_port_range), so
+ * no outgoing connection of this or another test is handed it while the root is down between
+ * inits (a port from inside that range made bind fail with EADDRINUSE in CI), starting from a
+ * per-process offset so parallel runs do not meet, and bindable right now. */
+int it_root_port(void)
+{
+    FILE *f  = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    int   lo = 32768, hi = 60999, base = 10000;
+
+    if (f != NULL) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2) {
+            lo = 32768;
+        }
+        fclose(f);
+    }
+    if (lo - base < 1000) {
+        base = 1024;
+    }
+    for (int k = 0; k < 64; k++) {
+        int                port = base + (int)((getpid() + k * 7919) % (lo - base));
+        int                fd   = socket(AF_INET, SOCK_STREAM, 0);
+        int                one  = 1;
+        struct sockaddr_in a;
+
+        memset(&a, 0, sizeof(a));
+        a.sin_family      = AF_INET;
+        a.sin_port        = htons((uint16_t)port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (fd < 0) {
+            return -1;
+        }
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+            close(fd);
+            return port;
+        }
+        close(fd);
+    }
+    return -1;
 }

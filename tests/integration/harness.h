@@ -90,6 +90,10 @@ int it_res(strataResult_t res, strataResult_t want, const char *call, const char
 
 double it_now(void); /* monotonic seconds */
 
+/* A loopback port for a fixed bootstrap root (STRATA_COMM_ID=127.0.0.1:<port>), bindable now and
+ * below the kernel's ephemeral range; -1 when none was found. */
+int it_root_port(void);
+
 /* In a test program's main, after including cmocka.h: IT_FILTER=<glob> runs only matching tests
  * (e.g. IT_FILTER='test_b13*'). IT_TIMEOUT=<s> changes the default run deadline (90 s). IT_VERBOSE=1 prints each run's time and each expected error;
  * IT_HANG_BT=1 prints the stacks of a hung rank (gdb) before killing it. */

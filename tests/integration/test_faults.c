@@ -439,7 +439,9 @@ static int abort_nonblocking_init(it_ctx_t *c)
     if (getenv("IT_VERBOSE") != NULL) {
         fprintf(stderr, "  abort of the waiting init took %.3f s\n", it_now() - t0);
     }
-    if (!IT_OK(strataCommInitRank(&fresh, 1, c->ids[1], 0))) {
+    /* with STRATA_COMM_ID the same id again: rank 0 starts a new root on the same port, which
+     * the aborted init's root must have given up */
+    if (!IT_OK(strataCommInitRank(&fresh, 1, c->arg != NULL ? c->ids[0] : c->ids[1], 0))) {
         return 1;
     }
     for (int i = 0; i < 16; i++) {
@@ -460,6 +462,18 @@ static void test_abort_nonblocking_init(void **state)
                    .env = "STRATA_BOOTSTRAP_TIMEOUT=30s"};
 
     assert_int_equal(fault_run(&o, abort_nonblocking_init, NULL), 0);
+}
+
+/* The same with an id from STRATA_COMM_ID (rank 0 runs the root in its own process). */
+static void test_abort_nonblocking_init_comm_id(void **state)
+{
+    char      env[128];
+    it_opts_t o = {.nranks = 2, .nprocs = 1, .nids = 2, .no_init = 1, .timeout_s = 60};
+
+    snprintf(env, sizeof(env), "STRATA_BOOTSTRAP_TIMEOUT=30s STRATA_COMM_ID=127.0.0.1:%d",
+             it_root_port());
+    o.env = env;
+    assert_int_equal(fault_run(&o, abort_nonblocking_init, (void *)"comm id"), 0);
 }
 
 /* Abort during a split: ranks 0..n-2 split the communicator while the last rank never does; a
@@ -879,6 +893,7 @@ int main(void)
         cmocka_unit_test(test_abort_unblocks_1node),
         cmocka_unit_test(test_abort_unblocks_2x2),
         cmocka_unit_test(test_abort_nonblocking_init),
+        cmocka_unit_test(test_abort_nonblocking_init_comm_id),
         cmocka_unit_test(test_abort_split_2x2),
         cmocka_unit_test(test_stream_async_error),
         cmocka_unit_test(test_b19a_peer_exit),

@@ -376,47 +376,6 @@ static int reuse_comm_id(it_ctx_t *c)
     return 0;
 }
 
-/* A loopback port for a fixed root: below the kernel's ephemeral range (ip_local_port_range), so
- * no outgoing connection of this or another test is handed it while the root is down between
- * inits (a port from inside that range made bind fail with EADDRINUSE in CI), starting from a
- * per-process offset so parallel runs do not meet, and bindable right now. */
-static int lc_root_port(void)
-{
-    FILE *f  = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
-    int   lo = 32768, hi = 60999, base = 10000;
-
-    if (f != NULL) {
-        if (fscanf(f, "%d %d", &lo, &hi) != 2) {
-            lo = 32768;
-        }
-        fclose(f);
-    }
-    if (lo - base < 1000) {
-        base = 1024;
-    }
-    for (int k = 0; k < 64; k++) {
-        int                port = base + (int)((getpid() + k * 7919) % (lo - base));
-        int                fd   = socket(AF_INET, SOCK_STREAM, 0);
-        int                one  = 1;
-        struct sockaddr_in a;
-
-        memset(&a, 0, sizeof(a));
-        a.sin_family      = AF_INET;
-        a.sin_port        = htons((uint16_t)port);
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (fd < 0) {
-            return -1;
-        }
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
-            close(fd);
-            return port;
-        }
-        close(fd);
-    }
-    return -1;
-}
-
 /* The same with an id from STRATA_COMM_ID: every init starts a root, so reuse works. */
 static void test_b20_reuse_comm_id(void **state)
 {
@@ -424,7 +383,7 @@ static void test_b20_reuse_comm_id(void **state)
     int       port;
     it_opts_t o = {.nranks = 4, .layout = "2x2", .no_init = 1, .timeout_s = 60, .env = env};
 
-    port = lc_root_port();
+    port = it_root_port();
     assert_true(port > 0);
     snprintf(env, sizeof(env), "STRATA_COMM_ID=127.0.0.1:%d STRATA_BOOTSTRAP_TIMEOUT=20s", port);
     assert_int_equal(it_run(&o, reuse_comm_id, NULL), 0);

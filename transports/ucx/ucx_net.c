@@ -106,6 +106,16 @@ static st_status_t st_ucx_context_get(const char *devices, st_ucx_context_t **uc
         pthread_mutex_unlock(&st_ucx_lock);
         return ST_ERR_INVALID;
     }
+    /* UCX's TCP connects in a blocking connect() by default (UCX_TCP_CONN_NB=n): on a link that
+     * drops packets, ucp_ep_create then waits out the kernel's SYN retries (a minute or two),
+     * past every deadline of strata's, and neither abort nor the wire-up check can end it.
+     * Non-blocking, a peer that cannot be reached fails the connection's requests instead, which
+     * the wire-up check names within STRATA_CONNECT_TIMEOUT. It is a transport setting, which
+     * ucp_config_modify does not take: set in the environment, before the first context reads
+     * it, and only when the user has not set it. */
+    if (getenv("UCX_TCP_CONN_NB") == NULL) {
+        setenv("UCX_TCP_CONN_NB", "y", 0);
+    }
     status = ucp_config_read(NULL, NULL, &config);
     if (status != UCS_OK) {
         st_error(ST_SUB_UCX, "ucp_config_read failed: %s", ucs_status_string(status));
