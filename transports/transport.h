@@ -164,7 +164,9 @@ typedef struct st_win_ops {
     void        (*wait)(st_win_ctx_t *ctx, uint32_t *word, uint32_t val, long timeout_us);
     /* Wakes every rank sleeping in wait() on word. */
     void        (*wake)(st_win_ctx_t *ctx, uint32_t *word);
-    /* Unmaps every window and unlinks the own segment if still linked. */
+    /* Unmaps every window and unlinks the own segment if still linked; then (a failed init,
+     * destroyed before unlink) also the node peers' segment names of the same set, which a peer
+     * killed during init could never remove. */
     void        (*destroy)(st_win_ctx_t *ctx);
 } st_win_ops_t;
 

@@ -214,30 +214,37 @@ struct st_notice_state {
 
 void st_comm_notice_start(st_comm_t *comm)
 {
-    struct st_notice_state *ns;
+    struct st_notice_state *ns = comm->notice;
+    st_net_ctx_t           *ctxs[2];
+    int                     nctx;
 
     if (comm->nranks == 1 || comm->net->irecv_any == NULL) {
         return;
     }
-    ns = calloc(1, sizeof(*ns));
-    if (ns == NULL || (ns->sreq = calloc((size_t)comm->nranks, sizeof(*ns->sreq))) == NULL) {
-        free(ns);
-        st_warn(ST_SUB_INIT, "%s rank %d: no memory for failure notices: peers' failures will "
-                "show at the deadline", comm->name, comm->rank);
-        return;
+    if (ns == NULL) {
+        ns = calloc(1, sizeof(*ns));
+        if (ns == NULL || (ns->sreq = calloc((size_t)comm->nranks, sizeof(*ns->sreq))) == NULL) {
+            free(ns);
+            st_warn(ST_SUB_INIT, "%s rank %d: no memory for failure notices: peers' failures "
+                    "will show at the deadline", comm->name, comm->rank);
+            return;
+        }
+        for (int r = 0; r < comm->nranks; r++) {
+            ns->sreq[r].done = 1;
+        }
+        comm->notice = ns;
     }
-    for (int r = 0; r < comm->nranks; r++) {
-        ns->sreq[r].done = 1;
-    }
-    ns->nctx = st_comm_net_ctxs(comm, ns->ctx);
-    for (int i = 0; i < ns->nctx; i++) {
+    /* a receive on every context not covered yet (called again once the rail's is open) */
+    nctx = st_comm_net_ctxs(comm, ctxs);
+    for (int i = ns->nctx; i < nctx; i++) {
+        ns->ctx[i] = ctxs[i];
         if (comm->net->irecv_any(ns->ctx[i], &ns->in[i], sizeof(ns->in[i]), st_tag_notice(),
                                  &ns->rreq[i]) != ST_OK) {
             ns->rreq[i].done   = 1;
             ns->rreq[i].status = ST_ERR_CANCELED;
         }
     }
-    comm->notice = ns;
+    ns->nctx = nctx;
 }
 
 void st_comm_notice_poll(st_comm_t *comm)
@@ -935,6 +942,7 @@ agree_open:
             eps[r]             = NULL;
         }
     }
+    st_comm_notice_start(comm); /* and on the rail's context, which peers now send to */
     st_info(ST_SUB_INIT, "%s: rank %d sends to other nodes through rail %d's interface %s",
             comm->name, comm->rank, rail, ifname);
 out:
@@ -1020,6 +1028,8 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
     }
     comm->timeout        = ST_MIN(op_timeout, setup_timeout);
     comm->setup_deadline = st_time_now() + comm->timeout;
+    /* from here a rank that fails tells the others, so init fails everywhere at once */
+    st_comm_notice_start(comm);
     /* The agreement after the wire-up check is also the barrier the connections need: UCX
      * attaches a same-node peer's shared memory when it connects, so a rank that destroyed a
      * brand-new communicator before its node peers connected would make their connect fail. */
@@ -1028,7 +1038,6 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
     ST_CHECK_GOTO(st_comm_open_rails(comm), status, out);
     ST_CHECK_GOTO(st_comm_tune(comm), status, out);
     ST_CHECK_GOTO(st_intra_create(comm, &comm->intra), status, out);
-    st_comm_notice_start(comm);
     comm->state = ST_COMM_READY;
 out:
     comm->timeout        = op_timeout;

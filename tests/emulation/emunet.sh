@@ -347,6 +347,10 @@ emunet_wait_links()
     local -a pending=()
     n=$(emunet_nodes "$id") nlinks=$(emunet_links "$id")
     [ -n "$n" ] || { emunet_log "wait: no network $id"; return 1; }
+    case ${EMUNET_UP_TIMEOUT:-30} in
+        *[!0-9]*|0) emunet_log "EMUNET_UP_TIMEOUT '$EMUNET_UP_TIMEOUT': a positive number of seconds"
+                    return 1 ;;
+    esac
     deadline=$(( $(date +%s) + ${EMUNET_UP_TIMEOUT:-30} ))
     # every (namespace, interface) pair that must be up
     for ((l = 0; l < nlinks; l++)); do
@@ -403,6 +407,13 @@ emunet_link_set()
     local ns ifn k sw
     ns=$(emunet_ns "$1") || return 1
     k=$(emunet_index "$1") || return 1
+    case $2 in
+        [0-9]|[0-9][0-9]) ;;
+        "${EMUNET_IF%0}"[0-9]|"${EMUNET_IF%0}"[0-9][0-9]) set -- "$1" "${2#"${EMUNET_IF%0}"}" "$3" "${4:-}" ;;
+        *) emunet_log "link: '$2' is not a link (a number, or ${EMUNET_IF%0}<l>)"; return 1 ;;
+    esac
+    ip netns list | awk '{print $1}' | grep -qx "$ns" ||
+        { emunet_log "link: no node $1 (namespace $ns)"; return 1; }
     ifn=$(emunet_ifname "$2")
     sw=$(emunet_switch_ns "$2" "${4:-$(emunet_id)}")
     case $3 in

@@ -71,6 +71,12 @@ done
 if [ $# -eq 0 ]; then
     set -- all_reduce -b 8 -e 4M -f 4 -n 5 -w 2 -c 1
 fi
+case $tmo in ''|*[!0-9]*|0) echo "run_collbench: --timeout takes a positive number of seconds" \
+                                 "('$tmo')" >&2; exit 99 ;; esac
+for spec in "$link_down" "$link_cut"; do
+    case $spec in ''|[0-9]*:[0-9]*) ;; *) echo "run_collbench: --link-down and --link-cut take" \
+                                             "NODE:LINK ('$spec')" >&2; exit 99 ;; esac
+done
 
 why=$(emunet_unavailable)
 if [ -n "$why" ]; then

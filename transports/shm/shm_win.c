@@ -361,6 +361,19 @@ static void st_shm_win_destroy(st_win_ctx_t *ctx)
             munmap(ctx->bases[lr], ctx->size);
         }
     }
+    if (ctx->linked) {
+        /* destroyed before unlink: the communicator's init failed on every rank (its steps are
+         * agreed), so the node peers' segments are doomed too, and one killed during init can
+         * never remove its own: remove every name of the set (ENOENT when already gone) */
+        char seg[ST_SHM_SEG_NAME_LEN];
+
+        for (int lr = 0; lr < ctx->local_size; lr++) {
+            if (lr != ctx->local_rank) {
+                st_shm_seg_name(ctx->name, lr, seg);
+                shm_unlink(seg);
+            }
+        }
+    }
     st_shm_win_unlink(ctx);
     free(ctx->bases);
     free(ctx);
