@@ -9,6 +9,8 @@
 # (issue 14): a rail interface that does not exist (STRATA_RAIL_IFNAMES=emu0,emu9) and a rail
 # whose link is down (run_collbench.sh --link-down 0:1) must fail init on every rank within the
 # bootstrap deadline, the failing rank naming the interface and the others naming that rank.
+# A third: a rail link cut behind a live carrier fails init on every rank within the connect
+# deadline, each naming the peer it cannot reach, its rail and both interfaces.
 # Every run_collbench call is bounded (--timeout): it names and stops ranks still running.
 # Exit 0 pass, 1 fail, 77 skip (no network namespaces), 99 setup error.
 set -u
@@ -66,3 +68,8 @@ broken_rail()
 STRATA_RAIL_IFNAMES=emu0,emu9 broken_rail "missing rail interface" \
     "rail 1's interface 'emu9' does not exist on this node" "1 3" || exit 1
 broken_rail "rail link down" "rail 1's interface 'emu1' is down" "1" --link-down 0:1 || exit 1
+# a link whose carrier is on but that carries nothing (its switch port out of the bridge): no
+# interface check can see it, the wire-up check must (STRATA_CONNECT_TIMEOUT), on every rank
+STRATA_CONNECT_TIMEOUT=5s broken_rail "rail link cut" \
+    "cannot be reached over rail [01] (interface emu[01]) to rank [0-3] (node [^ ]*, rail 1, interface emu1): no " \
+    "0 1 2 3" --link-cut 0:1 || exit 1
