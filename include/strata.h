@@ -463,8 +463,12 @@ STRATA_API strataResult_t strataTopoFilePrint(const char *xmlPath, FILE *stream,
  * buffers and write results straight into the receive buffers, skipping the copies through the
  * communicator's windows (README "Zero-copy" gives what it buys). Each call decides anew, and
  * the same on every local rank; any other case takes the copying path. Use it as ordinary memory
- * otherwise. Returns strataInvalidArgument for a NULL ptr or size 0; strataSystemError when the
- * memory cannot be had (logged). */
+ * otherwise. Every page is committed at allocation (no SIGBUS later), so a size is first checked
+ * against what can be backed: MemAvailable + SwapFree and every memory cgroup (v1 or v2) above
+ * the process, less a margin of 1/16 (at least 64 MiB); more gives strataSystemError naming the
+ * size and the limit, and commits nothing (the OOM killer never sees it). Returns
+ * strataInvalidArgument for a NULL ptr or size 0; strataSystemError when the memory cannot be
+ * had (logged). */
 STRATA_API strataResult_t strataMemAlloc(void **ptr, size_t size);
 
 /* Frees memory from strataMemAlloc. NULL is a no-op. Returns strataInvalidArgument for a pointer

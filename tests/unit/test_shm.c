@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -694,6 +695,84 @@ static void test_mem_invalid(void **state)
     assert_int_equal(st_mem_lookup(NULL, 1, NULL, NULL), 0);
 }
 
+/* More than the machine can back (2^40 B, 2^50 B) is refused before a page is committed, naming
+ * the limit; the process lives on (issue 16: posix_fallocate had the OOM killer end it). */
+static void test_mem_too_much(void **state)
+{
+    void *p = (void *)&p;
+
+    for (int shift = 40; shift <= 50; shift += 10) {
+        assert_int_equal(st_mem_alloc((size_t)1 << shift, &p), ST_ERR_NO_MEMORY);
+        assert_ptr_equal(p, (void *)&p);
+        assert_non_null(strstr(st_log_last_error(), "cannot be backed"));
+    }
+    assert_int_equal(st_mem_alloc(1 << 20, &p), ST_OK); /* and a sane size still works */
+    assert_int_equal(st_mem_free(p), ST_OK);
+}
+
+/* The same inside a memory cgroup of 256 MiB (v1 or v2, made here when the kernel lets root do
+ * so): 512 MiB is refused naming the cgroup, 32 MiB works; the child is not killed. */
+static void test_mem_cgroup(void **state)
+{
+    char   cg[600] = "", line[512], path[700], procs[760];
+    int    v2 = 0, status = 0;
+    pid_t  child;
+    FILE  *f = fopen("/proc/self/cgroup", "r");
+
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        char *q = strrchr(line, ':');
+
+        line[strcspn(line, "\n")] = '\0';
+        if (strstr(line, ":memory:") != NULL && q != NULL) {
+            snprintf(cg, sizeof(cg), "/sys/fs/cgroup/memory%s", q + 1);
+            break;
+        }
+        if (strncmp(line, "0::", 3) == 0 && access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0) {
+            snprintf(cg, sizeof(cg), "/sys/fs/cgroup%s", line + 3);
+            v2 = 1;
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    snprintf(path, sizeof(path), "%s/strata-test-%d", cg, (int)getpid());
+    if (cg[0] == '\0' || mkdir(path, 0755) != 0) {
+        fprintf(stderr, "SKIPPED: no memory cgroup can be made here (%s: %s)\n", path,
+                strerror(errno));
+        skip();
+    }
+    snprintf(procs, sizeof(procs), "%s/%s", path, v2 ? "memory.max" : "memory.limit_in_bytes");
+    f = fopen(procs, "w");
+    if (f == NULL || fprintf(f, "%d\n", 256 << 20) < 0 || fclose(f) != 0) {
+        rmdir(path);
+        fprintf(stderr, "SKIPPED: cannot set the cgroup's limit (%s)\n", procs);
+        skip();
+    }
+    snprintf(procs, sizeof(procs), "%s/cgroup.procs", path);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        void *p = NULL;
+
+        f = fopen(procs, "w");
+        if (f == NULL || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0) {
+            _exit(3);
+        }
+        if (st_mem_alloc((size_t)512 << 20, &p) != ST_ERR_NO_MEMORY ||
+            strstr(st_log_last_error(), "memory cgroup") == NULL) {
+            _exit(4);
+        }
+        if (st_mem_alloc((size_t)32 << 20, &p) != ST_OK || st_mem_free(p) != ST_OK) {
+            _exit(5);
+        }
+        _exit(0);
+    }
+    waitpid(child, &status, 0);
+    rmdir(path);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* A forked child maps the parent's allocation by its handle, through /proc: a new mapping of the
  * same memory (not the copy fork inherited), which sees the parent's bytes and writes into them. */
 static void test_mem_map_child(void **state)
@@ -762,6 +841,8 @@ int main(void)
         cmocka_unit_test_teardown(test_win_destroy_linked, cleanup),
         cmocka_unit_test_teardown(test_win_numa, cleanup),
         cmocka_unit_test_teardown(test_win_too_large, cleanup),
+        cmocka_unit_test(test_mem_too_much),
+        cmocka_unit_test(test_mem_cgroup),
         cmocka_unit_test_teardown(test_mem_alloc_lookup, cleanup),
         cmocka_unit_test_teardown(test_mem_invalid, cleanup),
         cmocka_unit_test_teardown(test_mem_map_child, cleanup),

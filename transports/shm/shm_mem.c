@@ -19,6 +19,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +107,134 @@ static st_status_t st_mem_open_file(uint64_t id, int *fd_p)
     return ST_OK;
 }
 
+/* ---- room: how much can be backed without the OOM killer ------------------------------------
+ * posix_fallocate commits every page: asked for more than the machine or the process's memory
+ * cgroup can give, it does not fail, the OOM killer ends the process (or another). So the size is
+ * checked first against MemAvailable + SwapFree and against every memory cgroup on the way up
+ * from this process's (v1 memory.limit_in_bytes - usage_in_bytes, v2 memory.max - current),
+ * keeping a margin of 1/16 of the room (at least 64 MiB) for everything else. */
+#define ST_MEM_MARGIN_MIN ((size_t)64 << 20)
+
+/* A number from a one-line file; 0 when unreadable, SIZE_MAX for "max" or a v1 "unlimited". */
+static size_t st_mem_read_num(const char *path, int *ok)
+{
+    char               line[64];
+    unsigned long long v;
+    FILE              *f = fopen(path, "r");
+
+    *ok = 0;
+    if (f == NULL) {
+        return 0;
+    }
+    if (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "max", 3) == 0) {
+            *ok = 1;
+            v   = ULLONG_MAX;
+        } else if (sscanf(line, "%llu", &v) == 1) {
+            *ok = 1;
+        }
+    }
+    fclose(f);
+    return (*ok && v < (unsigned long long)SIZE_MAX / 2) ? (size_t)v : (*ok ? SIZE_MAX : 0);
+}
+
+/* The room of the cgroup at dir and its ancestors below root_dir (files limit, usage), the
+ * tightest one's path into where. */
+static size_t st_mem_cgroup_room(const char *root_dir, const char *cg_path, const char *limit_f,
+                                 const char *usage_f, char *where, size_t where_len)
+{
+    char   dir[512], path[600];
+    size_t room = SIZE_MAX;
+
+    snprintf(dir, sizeof(dir), "%s%s", root_dir, cg_path);
+    for (;;) {
+        int    ok_l, ok_u;
+        size_t limit, usage;
+
+        snprintf(path, sizeof(path), "%s/%s", dir, limit_f);
+        limit = st_mem_read_num(path, &ok_l);
+        snprintf(path, sizeof(path), "%s/%s", dir, usage_f);
+        usage = st_mem_read_num(path, &ok_u);
+        if (ok_l && ok_u && limit != SIZE_MAX && limit < ((size_t)1 << 60)) {
+            size_t r = (limit > usage) ? limit - usage : 0;
+
+            if (r < room) {
+                room = r;
+                snprintf(where, where_len, "memory cgroup %s: %s %zu B, %zu B in use", dir,
+                         limit_f, limit, usage);
+            }
+        }
+        if (strlen(dir) <= strlen(root_dir)) {
+            break;
+        }
+        *strrchr(dir, '/') = '\0'; /* up one level */
+    }
+    return room;
+}
+
+/* Bytes a new allocation may commit, with the limit that sets it described in where. */
+static size_t st_mem_room(char *where, size_t where_len)
+{
+    char   line[512];
+    size_t room = SIZE_MAX, avail = 0, swap = 0;
+    FILE  *f = fopen("/proc/meminfo", "r");
+    int    have = 0;
+
+    snprintf(where, where_len, "no limit found");
+    if (f != NULL) {
+        while (fgets(line, sizeof(line), f) != NULL) {
+            unsigned long long kb;
+
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+                avail = (size_t)kb * 1024;
+                have |= 1;
+            } else if (sscanf(line, "SwapFree: %llu kB", &kb) == 1) {
+                swap = (size_t)kb * 1024;
+                have |= 2;
+            }
+        }
+        fclose(f);
+    }
+    if (have & 1) {
+        room = avail + swap;
+        snprintf(where, where_len, "MemAvailable + SwapFree %zu B", room);
+    }
+    f = fopen("/proc/self/cgroup", "r");
+    if (f != NULL) {
+        while (fgets(line, sizeof(line), f) != NULL) {
+            char  *p = strchr(line, ':'), *q = p ? strchr(p + 1, ':') : NULL;
+            char   w[700];
+            size_t r = SIZE_MAX;
+
+            if (q == NULL) {
+                continue;
+            }
+            q[strcspn(q, "\n")] = '\0';
+            *q = '\0';
+            if (strcmp(p + 1, "memory") == 0) { /* v1 */
+                r = st_mem_cgroup_room("/sys/fs/cgroup/memory", q + 1, "memory.limit_in_bytes",
+                                       "memory.usage_in_bytes", w, sizeof(w));
+            } else if (p[1] == '\0') { /* v2, mounted at the top or beside v1 */
+                r = st_mem_cgroup_room("/sys/fs/cgroup", q + 1, "memory.max", "memory.current",
+                                       w, sizeof(w));
+                if (r == SIZE_MAX) {
+                    r = st_mem_cgroup_room("/sys/fs/cgroup/unified", q + 1, "memory.max",
+                                           "memory.current", w, sizeof(w));
+                }
+            }
+            if (r < room) {
+                room = r;
+                snprintf(where, where_len, "%s", w);
+            }
+        }
+        fclose(f);
+    }
+    if (room == SIZE_MAX) {
+        return room;
+    }
+    return room - ST_MAX(room / 16, ST_MIN(ST_MEM_MARGIN_MIN, room));
+}
+
 st_status_t st_mem_alloc(size_t size, void **ptr_p)
 {
     size_t        page = (size_t)sysconf(_SC_PAGESIZE);
@@ -119,6 +249,16 @@ st_status_t st_mem_alloc(size_t size, void **ptr_p)
     if (size > (size_t)PTRDIFF_MAX - page) {
         st_error(ST_SUB_SHM, "shareable memory: %zu bytes is more than an address space", size);
         return ST_ERR_NO_MEMORY;
+    }
+    {
+        char   where[800];
+        size_t room = st_mem_room(where, sizeof(where));
+
+        if (size > room) {
+            st_error(ST_SUB_SHM, "shareable memory: %zu bytes cannot be backed: %zu B can be "
+                     "committed safely (%s)", size, room, where);
+            return ST_ERR_NO_MEMORY;
+        }
     }
     pthread_once(&st_mem_once, st_mem_init_once);
     rec = calloc(1, sizeof(*rec));
