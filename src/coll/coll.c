@@ -275,13 +275,14 @@ out:
  * was aborted meanwhile ends the wait and its collective is not run. */
 st_status_t st_coll_run(const st_coll_args_t *args, int nargs)
 {
+    const st_coll_args_t  *stack_batch[16]; /* a blocking call or a small group: no malloc */
     const st_coll_args_t **batch, **left;
     st_status_t            status = ST_OK, s;
     int                    nleft = nargs;
     double                 wait_start = 0;
     int                    warned = 0;
 
-    batch = malloc(2 * (size_t)(nargs ? nargs : 1) * sizeof(*batch));
+    batch = (nargs <= 8) ? stack_batch : malloc(2 * (size_t)nargs * sizeof(*batch));
     if (batch == NULL) {
         for (int i = 0; i < nargs; i++) {
             if (args[i].type != ST_COLL_SEND && args[i].type != ST_COLL_RECV) {
@@ -358,6 +359,8 @@ st_status_t st_coll_run(const st_coll_args_t *args, int nargs)
         }
         usleep(st_time_now() - wait_start < 0.001 ? 20 : 500);
     }
-    free(batch);
+    if (batch != stack_batch) {
+        free(batch);
+    }
     return status;
 }

@@ -268,18 +268,22 @@ static int kill_mid_allreduce(it_ctx_t *c)
 
 static const kill_opts_t kill_5s = {.timeout_ms = 5000, .delay_ms = 50};
 
+/* kill_mid_allreduce on 4 ranks of layout with ko. */
+static void kill_run(const char *layout, const kill_opts_t *ko)
+{
+    it_opts_t o = {.nranks = 4, .layout = layout, .no_init = 1, .timeout_s = 90};
+
+    assert_int_equal(fault_run(&o, kill_mid_allreduce, ko), 0);
+}
+
 static void test_kill_mid_allreduce_1node(void **state)
 {
-    it_opts_t o = {.nranks = 4, .layout = "1", .no_init = 1, .timeout_s = 90};
-
-    assert_int_equal(fault_run(&o, kill_mid_allreduce, &kill_5s), 0);
+    kill_run("1", &kill_5s);
 }
 
 static void test_kill_mid_allreduce_2x2(void **state)
 {
-    it_opts_t o = {.nranks = 4, .layout = "2x2", .no_init = 1, .timeout_s = 90};
-
-    assert_int_equal(fault_run(&o, kill_mid_allreduce, &kill_5s), 0);
+    kill_run("2x2", &kill_5s);
 }
 
 /* Issue 16: with the default deadline (600 s), every survivor still fails within 5 s: the rank
@@ -288,16 +292,12 @@ static const kill_opts_t kill_default = {.timeout_ms = 600000, .delay_ms = 50, .
 
 static void test_kill_default_timeout_1node(void **state)
 {
-    it_opts_t o = {.nranks = 4, .layout = "1", .no_init = 1, .timeout_s = 90};
-
-    assert_int_equal(fault_run(&o, kill_mid_allreduce, &kill_default), 0);
+    kill_run("1", &kill_default);
 }
 
 static void test_kill_default_timeout_2x2(void **state)
 {
-    it_opts_t o = {.nranks = 4, .layout = "2x2", .no_init = 1, .timeout_s = 90};
-
-    assert_int_equal(fault_run(&o, kill_mid_allreduce, &kill_default), 0);
+    kill_run("2x2", &kill_default);
 }
 
 /* ------------------------------------------------------------------------------------------ */

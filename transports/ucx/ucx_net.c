@@ -505,6 +505,25 @@ static st_status_t st_ucx_isend(st_net_ep_t *ep, const void *buf, size_t len, ui
     return ST_OK;
 }
 
+/* The parameters of a receive and its request's starting state (ep: its peer's endpoint, NULL
+ * for an any-source receive). Always a request and a callback: UCX 1.13 leaves recv_info's length
+ * unset when a receive completes at once, and the length is how a mismatched count is detected. */
+static void st_ucx_recv_start(ucp_request_param_t *param, st_request_t *req, st_net_ep_t *ep)
+{
+    memset(param, 0, sizeof(*param));
+    param->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                          UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param->cb.recv   = st_ucx_recv_cb;
+    param->user_data = req;
+    param->datatype  = ucp_dt_make_contig(1);
+    req->done    = 0;
+    req->status  = ST_INPROGRESS;
+    req->len     = 0;
+    req->tl_ep   = ep;
+    req->tl_req  = NULL;
+    req->tl_prev = req->tl_next = NULL;
+}
+
 static st_status_t st_ucx_irecv(st_net_ep_t *ep, void *buf, size_t len, uint64_t tag,
                                 st_memh_t *memh ST_UNUSED, st_request_t *req)
 {
@@ -524,20 +543,7 @@ static st_status_t st_ucx_irecv(st_net_ep_t *ep, void *buf, size_t len, uint64_t
         req->done    = 1;
         return ST_OK;
     }
-    memset(&param, 0, sizeof(param));
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    /* Always a request and a callback: UCX 1.13 leaves recv_info's length unset when a receive
-     * completes at once, and the length is how a mismatched count is detected. */
-    param.cb.recv   = st_ucx_recv_cb;
-    param.user_data = req;
-    param.datatype  = ucp_dt_make_contig(1);
-    req->done    = 0;
-    req->status  = ST_INPROGRESS;
-    req->len     = 0;
-    req->tl_ep   = ep;
-    req->tl_req  = NULL;
-    req->tl_prev = NULL;
+    st_ucx_recv_start(&param, req, ep);
     req->tl_next = ctx->recvs;
     if (ctx->recvs != NULL) {
         ctx->recvs->tl_prev = req;
@@ -562,18 +568,7 @@ static st_status_t st_ucx_irecv_any(st_net_ctx_t *ctx, void *buf, size_t len, ui
     ucp_request_param_t param;
     void               *ureq;
 
-    memset(&param, 0, sizeof(param));
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    param.cb.recv   = st_ucx_recv_cb;
-    param.user_data = req;
-    param.datatype  = ucp_dt_make_contig(1);
-    req->done    = 0;
-    req->status  = ST_INPROGRESS;
-    req->len     = 0;
-    req->tl_ep   = NULL;
-    req->tl_req  = NULL;
-    req->tl_prev = req->tl_next = NULL;
+    st_ucx_recv_start(&param, req, NULL);
     /* the sender's rank bits (above ST_NET_TAG_BITS) are left out of the match */
     ureq = ucp_tag_recv_nbx(ctx->worker, buf, len, tag & ST_NET_TAG_MASK, ST_NET_TAG_MASK, &param);
     if (UCS_PTR_IS_ERR(ureq)) {
