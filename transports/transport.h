@@ -55,7 +55,11 @@ typedef struct st_net_config {
 typedef struct st_request {
     volatile int done;   /* 0 while in flight; 1 when complete (successfully or not) */
     st_status_t  status; /* ST_OK, ST_ERR_REMOTE (peer failed), ST_ERR_CANCELED, ST_ERR_IO */
-    size_t       len;    /* bytes received (irecv) */
+    size_t       len;    /* bytes received (irecv); for a truncated receive, the bytes sent
+                          * when the transport knows them (else 0) */
+    int          orphan; /* set by a forced cancel: the transport will never complete it (its
+                          * connection was closed where no failure can be reported); what it
+                          * refers to must live until the context is closed */
     void        *tl_req; /* transport's own handle, for cancel */
     void        *tl_ep;  /* transport's endpoint of the request */
     struct st_request *tl_prev, *tl_next; /* transport's list of requests in flight */

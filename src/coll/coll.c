@@ -157,6 +157,14 @@ static st_status_t st_pipe_progress(st_op_t *op)
     return ST_INPROGRESS;
 }
 
+static void st_pipe_free(void *arg)
+{
+    st_pipe_t *pipe = arg;
+
+    free(pipe->tmp_mem);
+    free(pipe);
+}
+
 static void st_pipe_destroy(st_op_t *op)
 {
     st_pipe_t    *pipe = (st_pipe_t *)op;
@@ -173,10 +181,10 @@ static void st_pipe_destroy(st_op_t *op)
         }
     }
     if (!st_exec_cancel(op, reqs, n, 2.0)) {
-        return; /* the transport still owns the buffers: leaking beats a use after free */
+        st_comm_defer(op->comm, st_pipe_free, pipe); /* the transport still owns the buffers */
+        return;
     }
-    free(pipe->tmp_mem);
-    free(pipe);
+    st_pipe_free(pipe);
 }
 
 st_status_t st_pipe_init(st_pipe_t *pipe, const st_coll_args_t *args, const st_pipe_ops_t *ops,

@@ -664,8 +664,10 @@ idle:
     return ST_INPROGRESS;
 }
 
-static void st_hier_free(st_hier_t *h)
+static void st_hier_free(void *arg)
 {
+    st_hier_t *h = arg;
+
     free(h->ring_mem);
     free(h->tmp_mem);
     free(h->owned);
@@ -698,6 +700,8 @@ static void st_hier_destroy(st_op_t *op)
         }
     }
     if (!st_exec_cancel(op, reqs, n, 2.0)) {
+        free(reqs);
+        st_comm_defer(op->comm, st_hier_free, h); /* the transport may still write into it */
         return;
     }
     free(reqs);

@@ -63,6 +63,19 @@ static st_status_t st_p2p_progress(st_op_t *op)
         return ST_INPROGRESS;
     }
     p->posted = 0;
+    if (!is_send && p->req.status == ST_ERR_TRUNCATED) {
+        char sent[48];
+
+        if (p->req.len > len) {
+            snprintf(sent, sizeof(sent), "%zu B", p->req.len);
+        } else {
+            snprintf(sent, sizeof(sent), "more than %zu B", len);
+        }
+        st_error(ST_SUB_P2P, "Recv #%llu rank %d from rank %d: expected %zu B, rank %d sent %s: "
+                 "the send and receive counts differ", (unsigned long long)p->args.seq,
+                 comm->rank, p->args.peer, len, p->args.peer, sent);
+        return ST_ERR_USAGE;
+    }
     if (p->req.status != ST_OK) {
         st_error(ST_SUB_P2P, "%s #%llu rank %d %s rank %d (%zu B) failed: %s", op->coll,
                  (unsigned long long)p->args.seq, comm->rank, is_send ? "to" : "from",
@@ -70,9 +83,9 @@ static st_status_t st_p2p_progress(st_op_t *op)
         return (p->req.status == ST_ERR_CANCELED) ? ST_ERR_REMOTE : p->req.status;
     }
     if (!is_send && p->req.len != len) {
-        st_error(ST_SUB_P2P, "Recv #%llu rank %d from rank %d: expected %zu B, got %zu B: the "
-                 "send and receive counts differ", (unsigned long long)p->args.seq, comm->rank,
-                 p->args.peer, len, p->req.len);
+        st_error(ST_SUB_P2P, "Recv #%llu rank %d from rank %d: expected %zu B, rank %d sent %zu "
+                 "B: the send and receive counts differ", (unsigned long long)p->args.seq,
+                 comm->rank, p->args.peer, len, p->args.peer, p->req.len);
         return ST_ERR_USAGE;
     }
     op->progressed = 1;
@@ -132,21 +145,24 @@ st_status_t st_p2p_link_overlaps(st_op_t **ops, int nops)
     return ST_OK;
 }
 
-static void st_p2p_destroy(st_op_t *op)
+static void st_p2p_free(void *arg)
 {
-    st_p2p_t          *p = (st_p2p_t *)op;
-    st_request_t      *req = &p->req;
+    st_p2p_t *p = arg;
 
-    if (p->posted && !p->req.done) {
-        op->comm->net->cancel(op->comm->net_ctx, req, 1);
-        if (!st_exec_drain(op->comm, &req, 1, 2.0)) {
-            st_warn(ST_SUB_P2P, "%s #%llu did not cancel; leaking it", op->coll,
-                    (unsigned long long)p->args.seq);
-            return;
-        }
-    }
     free(p->staging);
     free(p);
+}
+
+static void st_p2p_destroy(st_op_t *op)
+{
+    st_p2p_t     *p = (st_p2p_t *)op;
+    st_request_t *req = &p->req;
+
+    if (p->posted && !p->req.done && !st_exec_cancel(op, &req, 1, 2.0)) {
+        st_comm_defer(op->comm, st_p2p_free, p); /* the transport may still write into it */
+        return;
+    }
+    st_p2p_free(p);
 }
 
 st_status_t st_p2p_create(const st_coll_args_t *args, st_op_t **op_p)

@@ -231,8 +231,10 @@ blocked:
     return ST_INPROGRESS;
 }
 
-static void st_small_free(st_small_t *s)
+static void st_small_free(void *arg)
 {
+    st_small_t *s = arg;
+
     free(s->reqs);
     free(s->partials);
     free(s->srcs);
@@ -256,6 +258,8 @@ static void st_small_destroy(st_op_t *op)
         }
     }
     if (!st_exec_cancel(op, reqs, n, 2.0)) {
+        free(reqs);
+        st_comm_defer(op->comm, st_small_free, s); /* the transport may still write into it */
         return;
     }
     free(reqs);

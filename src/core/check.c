@@ -399,6 +399,15 @@ void st_check_stall(st_check_t *check, st_op_t *op)
     st_check_notice_report(check, op);
 }
 
+static void st_check_free(void *arg)
+{
+    st_check_t *check = arg;
+
+    free(check->notice_in);
+    free(check->notice_req);
+    free(check);
+}
+
 void st_check_destroy(st_check_t *check, st_op_t *op)
 {
     st_request_t *reqs[2 * ST_CHECK_MAX_ROUNDS];
@@ -426,11 +435,10 @@ void st_check_destroy(st_check_t *check, st_op_t *op)
         }
     }
     if (!ok) {
-        return; /* the transport may still write into it: leak rather than free */
+        st_comm_defer(check->comm, st_check_free, check); /* the transport may still write it */
+        return;
     }
-    free(check->notice_in);
-    free(check->notice_req);
-    free(check);
+    st_check_free(check);
 }
 
 /* The op of a collective with no data (count 0): only the agreement. */

@@ -1152,8 +1152,18 @@ st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeo
     rec.rank  = parent->rank;
 
     parent->split_seq++; /* every rank of parent, members or not */
-    ST_CHECK_GOTO(st_comm_ring_coll(parent, ST_COLL_ALLGATHER, &rec, table, sizeof(rec),
-                                    strataUint8, strataSum), status, out);
+    status = st_comm_ring_coll(parent, ST_COLL_ALLGATHER, &rec, table, sizeof(rec), strataUint8,
+                               strataSum);
+    if (status != ST_OK) {
+        /* the caller called a split: say so before the all-gather's own words */
+        char cause[768];
+
+        snprintf(cause, sizeof(cause), "%s", st_log_last_error());
+        st_log_clear_error();
+        st_log_append_error("Split of %s rank %d (color %d, key %d), exchanging colors and keys: "
+                            "%s", parent->name, parent->rank, color, key, cause);
+        goto out;
+    }
     if (color < 0) {
         status = ST_OK;
         goto out;
@@ -1224,6 +1234,27 @@ out:
  * or stuck: each gets what is left of it, and at least a moment to drop its connection. */
 #define ST_COMM_CLOSE_S 2.0
 
+struct st_comm_deferred {
+    void (*fn)(void *);
+    void  *arg;
+    struct st_comm_deferred *next;
+};
+
+void st_comm_defer(st_comm_t *comm, void (*fn)(void *), void *arg)
+{
+    struct st_comm_deferred *d = malloc(sizeof(*d));
+
+    if (d == NULL) {
+        st_warn(ST_SUB_COLL, "%s rank %d: no memory to record a cancelled operation's buffers; "
+                "leaking them", comm->name, comm->rank);
+        return;
+    }
+    d->fn   = fn;
+    d->arg  = arg;
+    d->next = comm->deferred;
+    comm->deferred = d;
+}
+
 static double st_comm_close_left(double deadline)
 {
     return ST_MAX(deadline - st_time_now(), 0.01);
@@ -1258,6 +1289,13 @@ void st_comm_free(st_comm_t *comm, int force)
     }
     if (comm->net_ctx != NULL) {
         comm->net->close(comm->net_ctx);
+    }
+    while (comm->deferred != NULL) { /* nothing of the transport's left to write into them */
+        struct st_comm_deferred *d = comm->deferred;
+
+        comm->deferred = d->next;
+        d->fn(d->arg);
+        free(d);
     }
     pthread_mutex_destroy(&comm->lock);
     pthread_mutex_destroy(&comm->order_lock);

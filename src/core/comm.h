@@ -103,6 +103,10 @@ struct st_comm {
     volatile double      notice_at;    /* st_time_now() when a peer's notice arrived; 0: none */
     int                  notice_rank;  /* the rank that sent it */
     char                 notice_msg[232];
+
+    /* Memory of cancelled operations that the transport still holds (st_comm_defer), freed
+     * once the transport is closed. */
+    struct st_comm_deferred *deferred;
 };
 typedef struct st_comm st_comm_t;
 
@@ -165,5 +169,10 @@ int st_comm_peer_exited(const st_comm_t *comm, int r);
 
 /* Marks comm failed (further collectives refused) and records the first async error. */
 void st_comm_set_error(st_comm_t *comm, st_status_t status);
+
+/* Calls fn(arg) when comm is freed, after its transport contexts are closed: how an operation
+ * whose transfers did not cancel (st_exec_cancel returned 0) releases memory the transport may
+ * still write. Without memory for the record, arg is leaked (logged at WARN). */
+void st_comm_defer(st_comm_t *comm, void (*fn)(void *), void *arg);
 
 #endif

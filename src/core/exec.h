@@ -78,13 +78,15 @@ st_status_t st_exec_run(st_op_t **ops, int nops);
 double st_exec_stall_after(const st_comm_t *comm);
 
 /* Cancels the requests of reqs[0..n) still in flight and progresses until the transport let go
- * of them, at most timeout seconds (destroy paths). Returns 1 when all are done (their buffers may
- * be freed); 0 after warning, naming op, that they did not cancel: the caller must then leak
- * the buffers rather than free memory the transport may still write. */
+ * of them, at most timeout seconds (destroy paths; at once for requests the transport orphaned).
+ * Returns 1 when all are done (their buffers may be freed); 0 when some did not cancel: the caller
+ * must then hand the memory they refer to (requests and buffers) to st_comm_defer, never free it
+ * while the transport may still write it. */
 int st_exec_cancel(st_op_t *op, st_request_t *const *reqs, int n, double timeout);
 
 /* Progress a communicator's transport until no request in reqs[0..n) is in flight, at most
- * timeout seconds (used by destroy paths after cancelling). Returns 1 when all are done. */
+ * timeout seconds (used by destroy paths after cancelling). Returns 1 when all are done; 0 at the
+ * timeout, or at once when only orphans (st_request_t) are left. */
 struct st_request;
 int st_exec_drain(st_comm_t *comm, struct st_request *const *reqs, int n, double timeout);
 

@@ -18,6 +18,7 @@ const char *st_status_str(st_status_t status)
     case ST_ERR_INTERNAL:    return "internal error";
     case ST_ERR_USAGE:       return "invalid usage";
     case ST_ERR_CANCELED:    return "canceled";
+    case ST_ERR_TRUNCATED:   return "message longer than the receive buffer";
     }
     return "unknown status";
 }
@@ -28,7 +29,8 @@ strataResult_t st_status_to_result(st_status_t status)
     case ST_OK:              return strataSuccess;
     case ST_INPROGRESS:      return strataInProgress;
     case ST_ERR_INVALID:     return strataInvalidArgument;
-    case ST_ERR_USAGE:       return strataInvalidUsage;
+    case ST_ERR_USAGE:
+    case ST_ERR_TRUNCATED:   return strataInvalidUsage;
     case ST_ERR_TIMEOUT:     return strataTimeout;
     case ST_ERR_REMOTE:      return strataRemoteError;
     case ST_ERR_CANCELED:    return strataRemoteError;

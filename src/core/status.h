@@ -19,7 +19,9 @@ typedef enum {
     ST_ERR_REMOTE      = -7, /* a peer failed or disconnected */
     ST_ERR_INTERNAL    = -8,
     ST_ERR_USAGE       = -9, /* call not allowed in this state: strataInvalidUsage */
-    ST_ERR_CANCELED    = -10 /* an operation abandoned by abort */
+    ST_ERR_CANCELED    = -10, /* an operation abandoned by abort */
+    ST_ERR_TRUNCATED   = -11  /* a receive's buffer was shorter than the message (st_request_t's
+                               * len: the bytes sent, 0 if unknown): strataInvalidUsage */
 } st_status_t;
 
 const char *st_status_str(st_status_t status);

@@ -93,7 +93,8 @@ static int names_phase(const char *msg)
 {
     static const char *const words[] = {"reduce-scatter", "all-gather", "inter-node", "intra",
                                         "chain", "small", "waiting", "zero-copy", "broadcast",
-                                        "reduce", "send", "recv", "phase", "step"};
+                                        "reduce", "send", "recv", "phase", "step",
+                                        "Send #", "Recv #", "exchanging"};
 
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
         if (str_has(msg, words[i])) {
@@ -153,25 +154,88 @@ static void after_failure(it_ctx_t *c, strataComm_t comm, strataResult_t failure
 /* SIGKILL in the middle of a 64 MiB all-reduce                                                  */
 /* ------------------------------------------------------------------------------------------ */
 
+/* Where the survivors wait when the victim dies. */
+typedef enum kill_where {
+    KILL_IN_ALLREDUCE, /* a blocking 64 MiB all-reduce */
+    KILL_IN_STREAM,    /* strataStreamSynchronize behind 64 MiB all-reduces queued on a host stream */
+    KILL_IN_SENDRECV,  /* a group of Send to rank+1 and Recv from rank-1, 64 MiB each */
+    KILL_IN_SPLIT      /* strataCommSplit that the victim never joins */
+} kill_where_t;
+
 typedef struct kill_opts {
-    int    timeout_ms;
-    int    delay_ms; /* after the victim entered the big all-reduce */
-    double limit_s;  /* every survivor's error within this long of the kill; 0: deadline + 3 s */
+    int          timeout_ms;
+    int          delay_ms; /* after the victim entered the work */
+    double       limit_s;  /* every survivor's error within this long of the kill; 0: deadline + 3 s */
+    kill_where_t where;
 } kill_opts_t;
 
-/* The victim's stand-in: joins, warms up, then all-reduces until killed. */
+/* what the error names (send/recv: Send or Recv) */
+static const char *const kill_where_name[] = {"AllReduce", "AllReduce", "Send", "Split"};
+
+/* One round of the work the ranks are in when the victim dies; strataSuccess while it completes
+ * (the all-reduce's result checked: every rank sends rank+1, so each element is 10). */
+static strataResult_t kill_work(it_ctx_t *c, strataComm_t comm, kill_where_t where, float *send,
+                                float *recv, strataStream_t stream)
+{
+    strataResult_t res;
+    strataComm_t   child = NULL;
+    int            n = c->nranks;
+
+    switch (where) {
+    case KILL_IN_ALLREDUCE:
+        res = strataAllReduce(send, recv, BIG_COUNT, strataFloat32, strataSum, comm, NULL);
+        break;
+    case KILL_IN_STREAM:
+        res = strataSuccess;
+        for (int k = 0; k < 4 && res == strataSuccess; k++) {
+            res = strataAllReduce(send, recv, BIG_COUNT, strataFloat32, strataSum, comm, stream);
+        }
+        if (res == strataSuccess) {
+            res = strataStreamSynchronize(stream);
+        }
+        break;
+    case KILL_IN_SENDRECV:
+        strataGroupStart();
+        strataSend(send, BIG_COUNT, strataFloat32, (c->rank + 1) % n, comm, NULL);
+        strataRecv(recv, BIG_COUNT, strataFloat32, (c->rank + n - 1) % n, comm, NULL);
+        res = strataGroupEnd();
+        if (res == strataSuccess) {
+            float want = (float)((c->rank + n - 1) % n + 1);
+
+            return (recv[0] == want && recv[BIG_COUNT - 1] == want) ? strataSuccess
+                                                                     : strataInternalError;
+        }
+        return res;
+    case KILL_IN_SPLIT:
+        res = strataCommSplit(comm, 0, c->rank, &child, NULL);
+        if (res == strataSuccess) {
+            strataCommDestroy(child);
+        }
+        return res;
+    }
+    if (res == strataSuccess && (recv[0] != 10.0f || recv[BIG_COUNT - 1] != 10.0f)) {
+        return strataInternalError;
+    }
+    return res;
+}
+
+/* The victim's stand-in: joins, warms up, then works until killed (in a split: waits, never
+ * joining it). */
 static void kill_child(it_ctx_t *c, const kill_opts_t *ko, float *send, float *recv)
 {
     fault_shared_t *sh = fault_sh(c);
     strataComm_t    comm = NULL;
+    strataStream_t  stream = NULL;
 
-    if (init_comm(c, &comm, ko->timeout_ms) != strataSuccess || !warm_up(c, comm)) {
+    if (init_comm(c, &comm, ko->timeout_ms) != strataSuccess || !warm_up(c, comm) ||
+        strataStreamCreate(&stream) != strataSuccess) {
         _exit(1);
     }
     for (;;) {
         __atomic_store_n(&sh->started, 1, __ATOMIC_SEQ_CST);
-        if (strataAllReduce(send, recv, BIG_COUNT, strataFloat32, strataSum, comm, NULL) !=
-            strataSuccess) {
+        if (ko->where == KILL_IN_SPLIT) {
+            pause();
+        } else if (kill_work(c, comm, ko->where, send, recv, stream) != strataSuccess) {
             _exit(1);
         }
     }
@@ -200,7 +264,7 @@ static int kill_victim(it_ctx_t *c, const kill_opts_t *ko, float *send, float *r
     if (__atomic_load_n(&sh->started, __ATOMIC_SEQ_CST)) {
         usleep((useconds_t)ko->delay_ms * 1000);
     } else {
-        IT_FAIL("the victim never reached the big all-reduce");
+        IT_FAIL("the victim never reached the work");
     }
     sh->t_fault = it_now();
     kill(child, SIGKILL);
@@ -210,17 +274,18 @@ static int kill_victim(it_ctx_t *c, const kill_opts_t *ko, float *send, float *r
     return 0;
 }
 
-static int kill_mid_allreduce(it_ctx_t *c)
+static int kill_mid_work(it_ctx_t *c)
 {
     const kill_opts_t *ko = c->arg;
     fault_shared_t    *sh = fault_sh(c);
     strataComm_t       comm = NULL;
+    strataStream_t     stream = NULL;
     strataResult_t     res = strataSuccess;
     float             *send = malloc(BIG_COUNT * sizeof(float));
     float             *recv = malloc(BIG_COUNT * sizeof(float));
     double             dt, limit = ko->limit_s > 0 ? ko->limit_s : ko->timeout_ms / 1000.0 + 3.0;
     int                iters = 0;
-    const char        *msg;
+    const char        *msg, *what = kill_where_name[ko->where];
 
     if (!IT_EXPECT(send != NULL && recv != NULL, "out of memory")) {
         return 1;
@@ -234,32 +299,37 @@ static int kill_mid_allreduce(it_ctx_t *c)
         free(recv);
         return 0;
     }
-    if (!IT_OK(init_comm(c, &comm, ko->timeout_ms)) || !warm_up(c, comm)) {
+    if (!IT_OK(init_comm(c, &comm, ko->timeout_ms)) || !warm_up(c, comm) ||
+        !IT_OK(strataStreamCreate(&stream))) {
         return 1;
     }
-    /* all-reduce until the victim's death shows (it dies in the first or second one) */
+    /* work until the victim's death shows (it dies in the first or second round; a split waits
+     * for it from the first) */
     while (res == strataSuccess && iters < 50) {
-        res = strataAllReduce(send, recv, BIG_COUNT, strataFloat32, strataSum, comm, NULL);
+        res = kill_work(c, comm, ko->where, send, recv, stream);
         iters++;
-        if (res == strataSuccess) {
-            IT_EXPECT(recv[0] == 10.0f && recv[BIG_COUNT - 1] == 10.0f, "all-reduce %d gave %g"
-                      " .. %g, expected 10", iters, recv[0], recv[BIG_COUNT - 1]);
-        }
+        IT_EXPECT(res != strataInternalError, "%s round %d gave wrong data", what, iters);
     }
     dt  = it_now() - sh->t_fault;
     msg = strataGetLastError(comm);
-    IT_EXPECT(res == strataRemoteError || res == strataTimeout, "all-reduce %d after the kill "
-              "returned %d (%s), expected strataRemoteError or strataTimeout: %s", iters,
+    IT_EXPECT(res == strataRemoteError || res == strataTimeout, "%s round %d after the kill "
+              "returned %d (%s), expected strataRemoteError or strataTimeout: %s", what, iters,
               (int)res, strataGetErrorString(res), msg);
-    IT_EXPECT(sh->t_fault > 0 && dt < limit, "the error came %.2f s after the kill (limit "
-              "%.1f s, deadline %.1f s)", dt, limit, ko->timeout_ms / 1000.0);
-    IT_EXPECT(names_rank(msg, VICTIM) && str_has(msg, "AllReduce") && names_phase(msg),
-              "the error does not name rank %d, the collective and its phase: \"%s\"", VICTIM,
-              msg);
+    IT_EXPECT(sh->t_fault > 0 && dt < limit, "%s: the error came %.2f s after the kill (limit "
+              "%.1f s, deadline %.1f s)", what, dt, limit, ko->timeout_ms / 1000.0);
+    IT_EXPECT(names_rank(msg, VICTIM) && names_phase(msg) &&
+              (ko->where == KILL_IN_SENDRECV ? str_has(msg, "Send") || str_has(msg, "Recv")
+                                             : str_has(msg, what)),
+              "the error does not name rank %d, the call (%s) and its phase: \"%s\"", VICTIM,
+              what, msg);
     if (getenv("IT_VERBOSE") != NULL) {
-        fprintf(stderr, "  rank %d: %s after %.2f s (iteration %d): %s\n", c->rank,
+        fprintf(stderr, "  rank %d: %s after %.2f s (round %d): %s\n", c->rank,
                 strataGetErrorString(res), dt, iters, msg);
     }
+    if (ko->where == KILL_IN_STREAM) {
+        IT_RES(strataStreamSynchronize(stream), strataSuccess); /* the error was taken */
+    }
+    IT_OK(strataStreamDestroy(stream));
     after_failure(c, comm, res);
     free(send);
     free(recv);
@@ -268,12 +338,12 @@ static int kill_mid_allreduce(it_ctx_t *c)
 
 static const kill_opts_t kill_5s = {.timeout_ms = 5000, .delay_ms = 50};
 
-/* kill_mid_allreduce on 4 ranks of layout with ko. */
+/* kill_mid_work on 4 ranks of layout with ko. */
 static void kill_run(const char *layout, const kill_opts_t *ko)
 {
     it_opts_t o = {.nranks = 4, .layout = layout, .no_init = 1, .timeout_s = 90};
 
-    assert_int_equal(fault_run(&o, kill_mid_allreduce, ko), 0);
+    assert_int_equal(fault_run(&o, kill_mid_work, ko), 0);
 }
 
 static void test_kill_mid_allreduce_1node(void **state)
@@ -286,9 +356,16 @@ static void test_kill_mid_allreduce_2x2(void **state)
     kill_run("2x2", &kill_5s);
 }
 
-/* Issue 16: with the default deadline (600 s), every survivor still fails within 5 s: the rank
- * that sees the death (transport error, or the waited-for peer's exit) tells the others. */
+/* Issue 16: with the default deadline (600 s), every survivor still fails within 5 s, whatever it
+ * waits in: the rank that sees the death (transport error, or the waited-for peer's exit) tells
+ * the others. */
 static const kill_opts_t kill_default = {.timeout_ms = 600000, .delay_ms = 50, .limit_s = 5.0};
+static const kill_opts_t kill_default_stream = {.timeout_ms = 600000, .delay_ms = 50,
+                                                .limit_s = 5.0, .where = KILL_IN_STREAM};
+static const kill_opts_t kill_default_sendrecv = {.timeout_ms = 600000, .delay_ms = 50,
+                                                  .limit_s = 5.0, .where = KILL_IN_SENDRECV};
+static const kill_opts_t kill_default_split = {.timeout_ms = 600000, .delay_ms = 300,
+                                               .limit_s = 5.0, .where = KILL_IN_SPLIT};
 
 static void test_kill_default_timeout_1node(void **state)
 {
@@ -299,6 +376,13 @@ static void test_kill_default_timeout_2x2(void **state)
 {
     kill_run("2x2", &kill_default);
 }
+
+static void test_kill_in_stream_1node(void **state)   { kill_run("1", &kill_default_stream); }
+static void test_kill_in_stream_2x2(void **state)     { kill_run("2x2", &kill_default_stream); }
+static void test_kill_in_sendrecv_1node(void **state) { kill_run("1", &kill_default_sendrecv); }
+static void test_kill_in_sendrecv_2x2(void **state)   { kill_run("2x2", &kill_default_sendrecv); }
+static void test_kill_in_split_1node(void **state)    { kill_run("1", &kill_default_split); }
+static void test_kill_in_split_2x2(void **state)      { kill_run("2x2", &kill_default_split); }
 
 /* ------------------------------------------------------------------------------------------ */
 /* strataCommAbort from a second thread                                                          */
@@ -516,6 +600,90 @@ static void test_abort_split_2x2(void **state)
 
     assert_int_equal(fault_run(&o, abort_split, NULL), 0);
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* A send/recv size mismatch fails every rank (issue 16)                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct mismatch_case {
+    size_t sent, expected; /* floats sent by rank 0, expected by rank 1 */
+} mismatch_case_t;
+
+/* Rank 0 sends mc->sent floats to rank 1, which expects mc->expected; then every rank calls an
+ * all-reduce. Each rank gets an error within 5 s of the receive: the receiver's names both sizes
+ * in bytes; the others' (the sender's next all-reduce, the bystanders') name rank 1's receive. */
+static int sendrecv_mismatch(it_ctx_t *c)
+{
+    const mismatch_case_t *mc = c->arg;
+    fault_shared_t        *sh = fault_sh(c);
+    strataComm_t           comm = NULL;
+    strataResult_t         res = strataSuccess;
+    size_t                 n = mc->sent > mc->expected ? mc->sent : mc->expected;
+    float                 *buf = calloc(n, sizeof(float));
+    int32_t                x = 1, y = 0;
+    char                   sent_b[32], expected_b[32];
+    const char            *msg;
+    double                 dt;
+
+    snprintf(sent_b, sizeof(sent_b), "%zu B", mc->sent * sizeof(float));
+    snprintf(expected_b, sizeof(expected_b), "%zu B", mc->expected * sizeof(float));
+    if (!IT_EXPECT(buf != NULL, "out of memory") || !IT_OK(init_comm(c, &comm, 600000)) ||
+        !warm_up(c, comm)) {
+        return 1;
+    }
+    if (c->rank == 1) {
+        sh->t_fault = it_now();
+        res = strataRecv(buf, mc->expected, strataFloat32, 0, comm, NULL);
+        msg = strataGetLastError(comm);
+        IT_EXPECT(res == strataInvalidUsage, "the mismatched Recv returned %d (%s), expected "
+                  "strataInvalidUsage: %s", (int)res, strataGetErrorString(res), msg);
+        IT_EXPECT(str_has(msg, sent_b) && str_has(msg, expected_b) && names_rank(msg, 0),
+                  "the receiver's error does not name rank 0, the %s sent and the %s expected: "
+                  "\"%s\"", sent_b, expected_b, msg);
+    } else {
+        if (c->rank == 0) {
+            res = strataSend(buf, mc->sent, strataFloat32, 1, comm, NULL);
+        }
+        while (sh->t_fault == 0) {
+            usleep(1000);
+        }
+        if (res == strataSuccess) {
+            res = strataAllReduce(&x, &y, 1, strataInt32, strataSum, comm, NULL);
+        }
+        msg = strataGetLastError(comm);
+        IT_EXPECT(res != strataSuccess, "rank %d's call after the mismatch succeeded", c->rank);
+        IT_EXPECT(c->rank == 0 || (str_has(msg, sent_b) && str_has(msg, expected_b) &&
+                                   names_rank(msg, 1)),
+                  "rank %d's error does not name rank 1 and both sizes: \"%s\"", c->rank, msg);
+    }
+    dt = it_now() - sh->t_fault;
+    IT_EXPECT(dt < 5.0, "rank %d's error came %.2f s after the mismatched receive (limit 5 s)",
+              c->rank, dt);
+    if (getenv("IT_VERBOSE") != NULL) {
+        fprintf(stderr, "  rank %d: %s after %.2f s: %s\n", c->rank, strataGetErrorString(res),
+                dt, msg);
+    }
+    IT_OK(strataCommAbort(comm));
+    free(buf);
+    return 0;
+}
+
+static void mismatch_run(const char *layout, size_t sent, size_t expected)
+{
+    it_opts_t       o = {.nranks = 4, .layout = layout, .no_init = 1, .timeout_s = 60};
+    mismatch_case_t mc = {sent, expected};
+
+    assert_int_equal(fault_run(&o, sendrecv_mismatch, &mc), 0);
+}
+
+static void test_sendrecv_longer_2x2(void **state)  { mismatch_run("2x2", 100, 50); }
+static void test_sendrecv_shorter_2x2(void **state) { mismatch_run("2x2", 50, 100); }
+static void test_sendrecv_longer_1node(void **state) { mismatch_run("1", 100, 50); }
+static void test_sendrecv_longer_big_1node(void **state)
+{
+    mismatch_run("1", 4u << 20, 2u << 20); /* 16 MiB into 8 MiB: a rendezvous */
+}
+static void test_sendrecv_longer_big_2x2(void **state) { mismatch_run("2x2", 4u << 20, 2u << 20); }
 
 /* ------------------------------------------------------------------------------------------ */
 /* strataCommGetAsyncError: a collective queued on a host stream whose peer died                 */
@@ -890,12 +1058,23 @@ int main(void)
         cmocka_unit_test(test_kill_mid_allreduce_2x2),
         cmocka_unit_test(test_kill_default_timeout_1node),
         cmocka_unit_test(test_kill_default_timeout_2x2),
+        cmocka_unit_test(test_kill_in_stream_1node),
+        cmocka_unit_test(test_kill_in_stream_2x2),
+        cmocka_unit_test(test_kill_in_sendrecv_1node),
+        cmocka_unit_test(test_kill_in_sendrecv_2x2),
+        cmocka_unit_test(test_kill_in_split_1node),
+        cmocka_unit_test(test_kill_in_split_2x2),
         cmocka_unit_test(test_abort_unblocks_1node),
         cmocka_unit_test(test_abort_unblocks_2x2),
         cmocka_unit_test(test_abort_nonblocking_init),
         cmocka_unit_test(test_abort_nonblocking_init_comm_id),
         cmocka_unit_test(test_abort_split_2x2),
         cmocka_unit_test(test_stream_async_error),
+        cmocka_unit_test(test_sendrecv_longer_2x2),
+        cmocka_unit_test(test_sendrecv_shorter_2x2),
+        cmocka_unit_test(test_sendrecv_longer_1node),
+        cmocka_unit_test(test_sendrecv_longer_big_1node),
+        cmocka_unit_test(test_sendrecv_longer_big_2x2),
         cmocka_unit_test(test_b19a_peer_exit),
         cmocka_unit_test(test_b19b_peer_silent),
         cmocka_unit_test(test_b19c_peer_aborts),

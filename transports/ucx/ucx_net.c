@@ -54,6 +54,8 @@ struct st_net_ep {
     void         *close_req; /* that close, until disconnect frees it */
     int           peer;
     int           failed;
+    int           errh;      /* connected with peer failure reporting: a forced close completes
+                              * its requests (with an error); without, they never complete */
 };
 
 static pthread_mutex_t  st_ucx_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -65,7 +67,7 @@ static st_status_t st_ucx_status(ucs_status_t status)
     case UCS_OK:                 return ST_OK;
     case UCS_INPROGRESS:         return ST_INPROGRESS;
     case UCS_ERR_CANCELED:       return ST_ERR_CANCELED;
-    case UCS_ERR_MESSAGE_TRUNCATED: return ST_ERR_INVALID;
+    case UCS_ERR_MESSAGE_TRUNCATED: return ST_ERR_TRUNCATED;
     case UCS_ERR_NO_MEMORY:      return ST_ERR_NO_MEMORY;
     case UCS_ERR_TIMED_OUT:      return ST_ERR_TIMEOUT;
     case UCS_ERR_UNREACHABLE:
@@ -378,6 +380,7 @@ static st_status_t st_ucx_connect(st_net_ctx_t *ctx, int peer, const void *peer_
                                                                : UCP_ERR_HANDLING_MODE_NONE;
     params.err_handler.cb    = st_ucx_ep_error;
     params.err_handler.arg   = ep;
+    ep->errh                 = (params.err_mode == UCP_ERR_HANDLING_MODE_PEER);
     status = ucp_ep_create(ctx->worker, &params, &ep->ep);
     if (status != UCS_OK) {
         st_error(ST_SUB_UCX, "%s rank %d: ucp_ep_create to rank %d failed: %s", ctx->name,
@@ -451,8 +454,8 @@ static void st_ucx_recv_cb(void *ureq, ucs_status_t status, const ucp_tag_recv_i
         /* ST_ERR_REMOTE set by the error handler before cancelling wins over CANCELED. */
         req->status = st_ucx_status(status);
     }
-    if (status == UCS_OK) {
-        req->len = info->length;
+    if (status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED) {
+        req->len = info->length; /* truncated: what the sender sent */
     }
     if (ep != NULL) { /* NULL: an any-source receive, never on the list */
         st_ucx_recv_list_del(ep->ctx, req);
@@ -488,6 +491,7 @@ static st_status_t st_ucx_isend(st_net_ep_t *ep, const void *buf, size_t len, ui
     param.user_data = req;
     param.datatype  = ucp_dt_make_contig(1);
     req->done   = 0;
+    req->orphan = 0;
     req->status = ST_INPROGRESS;
     req->tl_ep  = ep;
     req->tl_req = NULL;
@@ -517,6 +521,7 @@ static void st_ucx_recv_start(ucp_request_param_t *param, st_request_t *req, st_
     param->user_data = req;
     param->datatype  = ucp_dt_make_contig(1);
     req->done    = 0;
+    req->orphan  = 0;
     req->status  = ST_INPROGRESS;
     req->len     = 0;
     req->tl_ep   = ep;
@@ -596,6 +601,9 @@ static void st_ucx_cancel(st_net_ctx_t *ctx, st_request_t *req, int force)
      * it would hold an abort or a failed call for the drain's whole bound. */
     if (force && !req->done && ep != NULL) {
         st_ucx_ep_kill(ep);
+        /* without peer failure reporting, UCX completes nothing on a closed endpoint: the
+         * request is UCX's until the worker is destroyed */
+        req->orphan = !ep->errh && !req->done;
     }
 }
 
