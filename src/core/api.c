@@ -332,7 +332,7 @@ static strataResult_t st_api_init_rank(strataComm_t *comm_p, int nranks, strataU
         }
         job->comm    = comm;
         job->id      = commId;
-        job->timeout = st_core_config.bootstrap_timeout; /* the join; what follows: op_timeout too */
+        job->timeout = st_param_deadline(st_core_config.bootstrap_timeout); /* the join; what follows: op_timeout too */
         ret = pthread_create(&comm->init_thread, NULL, st_api_init_thread, job);
         if (ret != 0) {
             free(job);
@@ -343,7 +343,7 @@ static strataResult_t st_api_init_rank(strataComm_t *comm_p, int nranks, strataU
         *comm_p = comm;
         return strataInProgress;
     }
-    status = st_comm_init(comm, &commId, st_core_config.bootstrap_timeout);
+    status = st_comm_init(comm, &commId, st_param_deadline(st_core_config.bootstrap_timeout));
     if (status != ST_OK) {
         st_comm_unregister(comm);
         st_comm_free(comm, 1);

@@ -1346,7 +1346,8 @@ st_status_t st_bootstrap_unique_id(strataUniqueId *id)
 
     ST_CHECK(st_socket_find_if(st_core_config.socket_ifname, ifname, &uid.root));
     ST_CHECK(st_boot_random(uid.secret, sizeof(uid.secret)));
-    ST_CHECK(st_boot_root_spawn(&uid.root, uid.secret, 0, st_core_config.bootstrap_timeout));
+    ST_CHECK(st_boot_root_spawn(&uid.root, uid.secret, 0,
+                                st_param_deadline(st_core_config.bootstrap_timeout)));
     /* Cannot fail now: the root listens on an IPv4 or IPv6 address, on a port that is not 0. */
     ST_CHECK(st_bootstrap_id_encode(&uid, &out));
     *id = out;

@@ -1213,7 +1213,8 @@ st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeo
         comm = sized;
     }
     ST_CHECK_GOTO(st_comm_connect(comm, members,
-                                  ST_MIN(st_core_config.bootstrap_timeout, op_timeout)),
+                                  ST_MIN(st_param_deadline(st_core_config.bootstrap_timeout),
+                                         op_timeout)),
                   status, out);
     st_info(ST_SUB_INIT, "%s: split of %s color %d key %d: rank %d of %d", comm->name,
             parent->name, color, key, myrank, nmembers);

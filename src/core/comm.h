@@ -9,8 +9,9 @@
 #include <stdint.h>
 
 /* a communicator timeout meaning "no deadline" (STRATA_TIMEOUT=0) */
-#define ST_TIMEOUT_NONE 1e30
+#define ST_TIMEOUT_NONE ST_PARAM_NO_DEADLINE
 
+#include "core/param.h"
 #include "core/status.h"
 #include "reduce/reduce.h"
 #include "strata.h"

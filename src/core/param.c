@@ -42,7 +42,7 @@ static const st_config_field_t st_core_config_fields[] = {
     {"GPU_BUSID", "", "PCI bus id of this rank's GPU (0000:5f:00.0); it picks the nearest NIC "
      "and the ring order", offsetof(st_core_config_t, gpu_busid), ST_CFG_STRING},
     {"BOOTSTRAP_TIMEOUT", "120s", "deadline for all ranks to join a communicator, and then for "
-     "init's and split's own exchanges (wire-up, agreements, rails, windows)",
+     "init's and split's own exchanges (wire-up, agreements, rails, windows); 0: no deadline",
      offsetof(st_core_config_t, bootstrap_timeout), ST_CFG_TIME},
     {"CONNECT_TIMEOUT", "30s", "deadline for a new communicator's connections: every peer on "
      "another node must answer one message over each endpoint (default and rail) at init and "

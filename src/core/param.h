@@ -82,6 +82,16 @@ typedef struct st_core_config {
 
 extern st_core_config_t st_core_config;
 
+/* A deadline variable's value in seconds as a wait uses it: 0 (or less) means no deadline, the
+ * same for STRATA_TIMEOUT, STRATA_BOOTSTRAP_TIMEOUT and STRATA_CONNECT_TIMEOUT (which then has
+ * none of its own: init's applies). ST_PARAM_NO_DEADLINE is finite, so that now + it stays a
+ * number; waits clamp it to what poll takes. */
+#define ST_PARAM_NO_DEADLINE 1e30
+static inline double st_param_deadline(double seconds)
+{
+    return (seconds > 0) ? seconds : ST_PARAM_NO_DEADLINE;
+}
+
 #define ST_SIZE_AUTO ((size_t)-1)
 
 /* Parses the core and every transport table (once per process; later calls return the first

@@ -329,6 +329,72 @@ static void test_timeout_zero_n2(void **state)
     assert_int_equal(it_run_simple(2, "1+1", "STRATA_TIMEOUT=0", timeout_zero, NULL), 0);
 }
 
+/* 0 means no deadline for every deadline variable (issue 16): with STRATA_BOOTSTRAP_TIMEOUT=0
+ * and STRATA_CONNECT_TIMEOUT=0, a rank that joins 1.5 s late is waited for, and the
+ * communicator works. */
+static int deadlines_zero(it_ctx_t *c)
+{
+    strataComm_t comm = NULL;
+    double       t0 = it_now();
+
+    if (c->rank == 1) {
+        usleep(1500 * 1000);
+    }
+    if (!IT_OK(strataCommInitRank(&comm, c->nranks, c->id, c->rank))) {
+        return 1;
+    }
+    IT_EXPECT(c->rank != 0 || it_now() - t0 > 1.4, "rank 0's init returned after %.2f s, before "
+              "the late rank joined", it_now() - t0);
+    still_works(comm, "init with STRATA_BOOTSTRAP_TIMEOUT=0 and a late rank");
+    IT_OK(strataCommDestroy(comm));
+    return 0;
+}
+
+static void test_deadlines_zero_n2(void **state)
+{
+    it_opts_t o = {.nranks = 2, .layout = "1+1", .no_init = 1, .timeout_s = 60,
+                   .env = "STRATA_BOOTSTRAP_TIMEOUT=0 STRATA_CONNECT_TIMEOUT=0"};
+
+    assert_int_equal(it_run(&o, deadlines_zero, NULL), 0);
+}
+
+/* A deadline too short to meet (STRATA_TIMEOUT=1ms) gives strataTimeout saying which deadline
+ * (or strataRemoteError naming the rank whose own deadline passed first and broke its
+ * connections), or init succeeds on a quick machine; never another error (it gave
+ * strataSystemError, "Destination is unreachable"). */
+static int timeout_tiny(it_ctx_t *c)
+{
+    strataComm_t   comm = NULL;
+    strataResult_t res;
+
+    for (int k = 0; k < 3; k++) {
+        comm = NULL;
+        res  = strataCommInitRank(&comm, c->nranks, c->ids[k], c->rank);
+        if (res == strataSuccess) {
+            strataCommDestroy(comm);
+            continue;
+        }
+        IT_EXPECT(res == strataTimeout || res == strataRemoteError, "init %d with "
+                  "STRATA_TIMEOUT=1ms returned %d (%s), expected strataTimeout: %s", k, (int)res,
+                  strataGetErrorString(res), strataGetLastError(NULL));
+        IT_EXPECT(res != strataTimeout || strstr(strataGetLastError(NULL), "STRATA_TIMEOUT"),
+                  "init %d's timeout does not name its deadline: \"%s\"", k,
+                  strataGetLastError(NULL));
+        IT_EXPECT(res != strataRemoteError || strstr(strataGetLastError(NULL), "rank "),
+                  "init %d's remote error does not name the rank: \"%s\"", k,
+                  strataGetLastError(NULL));
+    }
+    return 0;
+}
+
+static void test_timeout_tiny_n4(void **state)
+{
+    it_opts_t o = {.nranks = 4, .layout = "2x2", .no_init = 1, .timeout_s = 60, .nids = 3,
+                   .env = "STRATA_TIMEOUT=1ms " QUIET};
+
+    assert_int_equal(it_run(&o, timeout_tiny, NULL), 0);
+}
+
 static void test_bad_input_table_n2(void **state)
 {
     assert_int_equal(it_run_simple(2, "1+1", QUIET, bad_input_table, NULL), 0);
@@ -688,6 +754,8 @@ int main(void)
         cmocka_unit_test(test_bad_input_table_n2),
         cmocka_unit_test(test_bad_input_table_n3),
         cmocka_unit_test(test_timeout_zero_n2),
+        cmocka_unit_test(test_deadlines_zero_n2),
+        cmocka_unit_test(test_timeout_tiny_n4),
         cmocka_unit_test(test_bad_root_args_n1),
         cmocka_unit_test(test_group_errors_n1),
         cmocka_unit_test(test_last_error_persists),

@@ -383,10 +383,14 @@ static st_status_t st_ucx_connect(st_net_ctx_t *ctx, int peer, const void *peer_
     ep->errh                 = (params.err_mode == UCP_ERR_HANDLING_MODE_PEER);
     status = ucp_ep_create(ctx->worker, &params, &ep->ep);
     if (status != UCS_OK) {
-        st_error(ST_SUB_UCX, "%s rank %d: ucp_ep_create to rank %d failed: %s", ctx->name,
-                 ctx->rank, peer, ucs_status_string(status));
+        /* a peer whose worker is gone (it failed or exited) leaves no shared memory to attach */
+        int gone = (status == UCS_ERR_SHMEM_SEGMENT || st_ucx_status(status) == ST_ERR_REMOTE);
+
+        st_error(ST_SUB_UCX, "%s rank %d: ucp_ep_create to rank %d failed: %s%s", ctx->name,
+                 ctx->rank, peer, ucs_status_string(status),
+                 gone ? " (the peer's transport is gone: it failed or exited)" : "");
         free(ep);
-        return ST_ERR_IO;
+        return gone ? ST_ERR_REMOTE : ST_ERR_IO;
     }
     *ep_p = ep;
     return ST_OK;
