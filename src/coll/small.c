@@ -91,24 +91,38 @@ static st_status_t st_small_exchange_post(st_small_t *s)
     return ST_OK;
 }
 
-/* 1 when every exchange request completed; errors are returned through *status_p. */
+/* The leader that exchange request i (st_small_exchange_post's order: n - 1 sends, then n - 1
+ * receives, each over the other nodes in order) goes to or comes from. */
+static int st_small_exchange_peer(const st_small_t *s, int i)
+{
+    int k = i % (s->comm->nnodes - 1);
+    int node = (k < s->comm->node) ? k : k + 1;
+
+    return st_topo_node_rank(s->comm->topo, node, 0);
+}
+
+/* 1 when every exchange request completed; errors are returned through *status_p. While not,
+ * the op waits for the first leader whose message has not arrived (else, whose receive of ours
+ * has not completed): the rank a stall or a timeout names. */
 static int st_small_exchange_done(st_small_t *s, st_status_t *status_p)
 {
     int n = s->comm->nnodes;
 
     *status_p = ST_OK;
-    for (int i = 0; i < 2 * (n - 1); i++) {
+    for (int j = 0; j < 2 * (n - 1); j++) {
+        int           i = (j + n - 1) % (2 * (n - 1)); /* receives first */
         st_request_t *req = &s->reqs[i];
         int           is_send = i < n - 1;
 
         if (!req->done) {
-            s->op.wait_peer = -1;
+            s->op.wait_peer = st_small_exchange_peer(s, i);
             return 0;
         }
         if (req->status != ST_OK || (!is_send && req->len != s->bytes)) {
             st_error(ST_SUB_COLL, "%s #%llu (%s) rank %d: small all-reduce, leaders' exchange: "
-                     "%s failed: %s", s->op.coll, (unsigned long long)s->args.seq,
-                     s->comm->name, s->comm->rank, is_send ? "a send" : "a receive",
+                     "%s rank %d failed: %s", s->op.coll, (unsigned long long)s->args.seq,
+                     s->comm->name, s->comm->rank, is_send ? "a send to" : "a receive from",
+                     st_small_exchange_peer(s, i),
                      req->status != ST_OK ? st_status_str(req->status)
                                           : "wrong size: same count and datatype on all ranks?");
             *status_p = (req->status == ST_OK) ? ST_ERR_USAGE :

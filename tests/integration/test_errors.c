@@ -395,6 +395,37 @@ static void test_timeout_tiny_n4(void **state)
     assert_int_equal(it_run(&o, timeout_tiny, NULL), 0);
 }
 
+/* A timeout in small's leaders' exchange names the leader waited for (issue 16): 2 x 2, rank 2
+ * (node 1's leader) never calls the 8-byte all-reduce; rank 0, node 0's leader, times out in the
+ * exchange naming rank 2. */
+static int small_exchange_timeout(it_ctx_t *c)
+{
+    int32_t        x = 1, y = 0;
+    strataResult_t res;
+    const char    *msg;
+
+    if (c->rank == 2) {
+        usleep(3500 * 1000); /* past the others' deadline, then leaves */
+        return 0;
+    }
+    res = strataAllReduce(&x, &y, 1, strataInt32, strataSum, c->comm, NULL);
+    msg = strataGetLastError(c->comm);
+    IT_EXPECT(res == strataTimeout || res == strataRemoteError, "the all-reduce rank 2 never "
+              "joined returned %d (%s): %s", (int)res, strataGetErrorString(res), msg);
+    IT_EXPECT(c->rank != 0 || (strstr(msg, "leaders' exchange") != NULL &&
+                               strstr(msg, "rank 2") != NULL),
+              "rank 0's error does not name the leaders' exchange and rank 2: \"%s\"", msg);
+    return 0;
+}
+
+static void test_small_exchange_timeout_2x2(void **state)
+{
+    it_opts_t o = {.nranks = 4, .layout = "2x2", .timeout_s = 60,
+                   .env = "STRATA_TIMEOUT=2s STRATA_ALGO=small STRATA_CHECK_MISMATCH=0"};
+
+    assert_int_equal(it_run(&o, small_exchange_timeout, NULL), 0);
+}
+
 static void test_bad_input_table_n2(void **state)
 {
     assert_int_equal(it_run_simple(2, "1+1", QUIET, bad_input_table, NULL), 0);
@@ -756,6 +787,7 @@ int main(void)
         cmocka_unit_test(test_timeout_zero_n2),
         cmocka_unit_test(test_deadlines_zero_n2),
         cmocka_unit_test(test_timeout_tiny_n4),
+        cmocka_unit_test(test_small_exchange_timeout_2x2),
         cmocka_unit_test(test_bad_root_args_n1),
         cmocka_unit_test(test_group_errors_n1),
         cmocka_unit_test(test_last_error_persists),
