@@ -1,7 +1,7 @@
 #!/bin/bash
-# tune_fabrics.sh: issue 6's acceptance in one go, on three emulated fabrics (2 nodes x 2 ranks,
-# MTU 9000, each node on its own CPU with its ranks pinned there: tests/emulation/run_collbench.sh
-# --bind):
+# tune_fabrics.sh: calibration, cost model and tuning checked in one go, on three emulated
+# fabrics (2 nodes x 2 ranks, MTU 9000, each node on its own CPU with its ranks pinned there:
+# tests/emulation/run_collbench.sh --bind):
 #   2g      one link per node capped at 2 Gbit/s
 #   500m    one link per node capped at 500 Mbit/s
 #   2g+1g   two links per node, one rail each (STRATA_RAIL_IFNAMES=emu0,emu1), at 2 and 1 Gbit/s
