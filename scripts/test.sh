@@ -4,7 +4,8 @@
 #      when dpkg says all are there,
 #   2. ./autogen.sh, ./configure, make -j,
 #   3. make check: unit, integration and emulation tests (the emulation tests need root and
-#      network namespaces, and SKIP without them; B14 with STRATA_TEST_LARGE=1 by default),
+#      network namespaces, and SKIP without them; test_large, a count over 2^31 elements, with STRATA_TEST_LARGE=1 by
+#      default),
 #   4. make distcheck: the tarball builds every test out of tree and passes the quick ones
 #      (DISTCHECK_TESTS; the sanitizer stage runs the others on the tarball's sources),
 #   5. sanitizers: the tarball's sources built once more with --enable-sanitizers (ASan, LSan,
@@ -73,7 +74,7 @@ section "make -j$JOBS"
 make -j"$JOBS" || die "make"
 
 section "make check"
-# B14 (more than 2^31 elements, about 9 GiB and 2-3 minutes) runs here when the machine has the
+# test_large (more than 2^31 elements, about 9 GiB and 2-3 minutes) runs here when the machine has the
 # memory (test_large SKIPs, saying so, when it has not); STRATA_TEST_LARGE=0 leaves it out.
 if ! STRATA_TEST_LARGE=${STRATA_TEST_LARGE:-1} make -j"$JOBS" check; then
     show_logs

@@ -92,7 +92,7 @@ fi
 emunet_down "$EMUNET_ID"
 if ip netns list | grep -q "^$EMUNET_ID"; then fail "down left namespaces"; else ok "down"; fi
 
-# ---- links up when `up` returns (issue 14: the kernel raises a veth's carrier asynchronously) --
+# ---- links up when `up` returns (the kernel raises a veth's carrier asynchronously) --
 # all_links_up ID NODES LINKS: every node interface, switch port and bridge is up right now.
 all_links_up()
 {

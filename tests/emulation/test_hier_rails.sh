@@ -5,8 +5,8 @@
 # every node carried their share (run_collbench.sh --links 2). Then 2+3 ranks (uneven nodes: the
 # rank alone on its rail... of node 0 owns two shards) on the same links. Then the flat ring's
 # all-reduce with two channels (STRATA_RING_CHANNELS=2), whose second channel leaves each node
-# through the other local rank and so must put bytes on both links too. Last, two broken rails
-# (issue 14): a rail interface that does not exist (STRATA_RAIL_IFNAMES=emu0,emu9) and a rail
+# through the other local rank and so must put bytes on both links too. Last, two broken rails:
+# a rail interface that does not exist (STRATA_RAIL_IFNAMES=emu0,emu9) and a rail
 # whose link is down (run_collbench.sh --link-down 0:1) must fail init on every rank within the
 # bootstrap deadline, the failing rank naming the interface and the others naming that rank.
 # A third: a rail link cut behind a live carrier fails init on every rank within the connect
