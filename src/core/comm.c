@@ -667,20 +667,26 @@ static void st_comm_path(const st_comm_t *comm, st_net_ctx_t *ctx, int rail, int
 #define ST_COMM_CONNECT_MIN_S 1.0
 static double st_comm_connect_limit(const st_comm_t *comm)
 {
-    static int warned;
-    double     limit = st_core_config.connect_timeout;
+    double given = st_core_config.connect_timeout;
+    double limit = given;
 
     if (limit <= 0) {
         return comm->timeout;
     }
     if (limit < ST_COMM_CONNECT_MIN_S) {
-        if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) == 0) {
-            st_warn(ST_SUB_INIT, "STRATA_CONNECT_TIMEOUT %g s is below %g s: raised to %g s",
-                    limit, ST_COMM_CONNECT_MIN_S, ST_COMM_CONNECT_MIN_S);
-        }
         limit = ST_COMM_CONNECT_MIN_S;
+        st_param_adjusted("STRATA_CONNECT_TIMEOUT", ST_CFG_TIME, &given, &limit,
+                          "a wire-up check shorter than that fails healthy peers still "
+                          "connecting");
     }
-    return ST_MIN(limit, comm->timeout);
+    if (comm->timeout > 0 && limit > comm->timeout) {
+        given = limit;
+        limit = comm->timeout;
+        st_param_adjusted("STRATA_CONNECT_TIMEOUT", ST_CFG_TIME, &given, &limit,
+                          "the check ends within init's deadline (STRATA_BOOTSTRAP_TIMEOUT, "
+                          "STRATA_TIMEOUT)");
+    }
+    return limit;
 }
 
 /* The wire-up check: one 8-byte message each way between this rank and every peer on another

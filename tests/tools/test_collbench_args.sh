@@ -96,6 +96,18 @@ else
     fail "a hier phase line without exactly one '*'"
 fi
 
+# a value the library raises is said at WARN once per process (each of the 2 ranks), with the
+# variable, the value given and the value used
+STRATA_HIER_CHUNK_SIZE=7 timeout 120 "$collbench" -np 2 -A hier -b 1M -e 1M -n 2 -w 1 \
+    >"$tmp/out" 2>"$tmp/err" </dev/null; rc=$?
+n=$(grep -c "strata WARN ENV .*STRATA_HIER_CHUNK_SIZE 7 raised to 64: " "$tmp/err")
+if [ "$rc" = 0 ] && [ "$n" = 2 ] && [ "$(grep -c WARN "$tmp/err")" = 2 ]; then
+    echo "ok: STRATA_HIER_CHUNK_SIZE=7 -> $(grep -m1 -o 'STRATA_HIER_CHUNK_SIZE 7 raised.*' "$tmp/err")"
+else
+    fail "STRATA_HIER_CHUNK_SIZE=7 -> rc $rc, $n WARN line(s) saying it was raised to 64, want 0 and 2 (one per rank)"
+    sed 's/^/    /' "$tmp/err" | head -6
+fi
+
 # ranks started one by one with different STRATA_ALGO: status 2 at once, not a hang
 port=$(emunet_root_port)
 for r in 0 1; do
