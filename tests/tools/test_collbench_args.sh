@@ -58,6 +58,7 @@ good "model --preset seed: the texts' figures, then the faithful model" \
     '^gradient +28\.0 GB$' 'reduced 110x$' '^# Faithful model' -- model --preset seed
 want="model: invalid preset (seed) 'x'"; bad model --preset x
 want="model: invalid option '--bogus'";  bad model --bogus
+want="model: --profile needs --compare"; bad model --profile p.json
 
 # -A: unknown names, before any rank starts (-np 2 would start ranks otherwise)
 want="invalid algorithm (ring, hier, small or auto) 'tree'"; bad -np 2 -A tree

@@ -198,7 +198,8 @@ static void cb_usage(FILE *out, const char *prog)
 "                              against the best forced configuration (calibrates first unless\n"
 "                              --profile P is given)\n"
 "  model --profile P --compare the model's choice per size, measured next to predicted (total\n"
-"                              and hier phases, error in percent)\n"
+"                              and hier phases, error in percent); --profile needs --compare\n"
+"                              (plain model takes the fabric from its parameters: model --help)\n"
 "\n"
 "Exit status: 0 when every result is right, 1 when some #wrong is not 0, 2 when a call fails.\n",
             prog, prog, prog, prog, prog,
