@@ -1051,6 +1051,33 @@ out:
     return status;
 }
 
+/* STRATA_RAIL_IFNAMES: empty, or interface names separated by single commas. An empty name
+ * (",,", "eth0,", ",eth1") would give its rail no interface and silently fall back to the
+ * transport's default devices. */
+static st_status_t st_comm_config_check(void)
+{
+    const char *list = st_core_config.rail_ifnames;
+    int         entry = 0;
+
+    if (list == NULL || list[0] == '\0') {
+        return ST_OK;
+    }
+    for (const char *p = list;; entry++) {
+        size_t len = strcspn(p, ",");
+
+        if (len == 0) {
+            st_error(ST_SUB_INIT, "STRATA_RAIL_IFNAMES '%s': entry %d is empty (interface names "
+                     "separated by commas, e.g. eth0,eth1; unset for the transport's default "
+                     "devices)", list, entry);
+            return ST_ERR_INVALID;
+        }
+        if (p[len] == '\0') {
+            return ST_OK;
+        }
+        p += len + 1;
+    }
+}
+
 st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeout)
 {
     st_unique_id_t           uid;
@@ -1061,6 +1088,7 @@ st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeo
     int                      nranks = comm->nranks, rank = comm->rank;
 
     ST_CHECK(st_coll_config_check());
+    ST_CHECK(st_comm_config_check());
     ST_CHECK(st_bootstrap_id_decode(id, &uid));
     /* Only the root listens on STRATA_SOCKET_IFNAME, but every rank checks it: a setting that
      * matches nothing here (a missing interface, "^lo" on a box with only lo) then fails every
