@@ -204,7 +204,7 @@ double st_exec_stall_after(const st_comm_t *comm)
         double off = 0;
         char   why[160];
 
-        snprintf(why, sizeof(why), "0 is off: not below the timeout (%gs) of %s, which reports "
+        snprintf(why, sizeof(why), "off, as it is not below the timeout (%gs) of %s, which reports "
                  "the same wait", comm->timeout, comm->name);
         st_param_adjusted("STRATA_STALL_WARN", ST_CFG_TIME, &after, &off, why);
     }
