@@ -158,7 +158,9 @@ typedef struct strataConfig_v1 {
  * Returns strataInvalidArgument when version is NULL. */
 STRATA_API strataResult_t strataGetVersion(int *version);
 
-/* A static English string for result (never NULL; "unknown result" for values out of range). */
+/* A static English string for result (never NULL). A value that is no strataResult_t gives
+ * "unknown strataResult_t <value>", in a buffer of the calling thread that its next such call
+ * overwrites. */
 STRATA_API const char *strataGetErrorString(strataResult_t result);
 
 /* The calling thread's last error message: one line saying what failed and where (argument,

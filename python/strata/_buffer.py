@@ -168,14 +168,17 @@ _NAMES.update({"float": DataType.FLOAT32, "double": DataType.FLOAT64, "half": Da
 
 def as_datatype(x):
     """A DataType from a DataType, its name ("float32", "bfloat16", NCCL's "float", "half"), a
-    numpy dtype or a torch dtype. UnsupportedTypeError otherwise."""
+    numpy dtype or a torch dtype. UnsupportedTypeError for another type or a datatype strata lacks;
+    InvalidArgumentError (a ValueError) for an int that is no DataType."""
     if isinstance(x, DataType):
         return x
     if isinstance(x, int) and not isinstance(x, bool):
         try:
             return DataType(x)
         except ValueError:
-            raise UnsupportedTypeError("unknown datatype %d (0..%d)" % (x, len(DataType) - 1))
+            raise InvalidArgumentError("dtype %d is not a strata.DataType: 0..%d (%s)"
+                                       % (x, len(DataType) - 1,
+                                          ", ".join(d.name.lower() for d in DataType))) from None
     if isinstance(x, str):
         if x.lower() in _NAMES:
             return _NAMES[x.lower()]

@@ -60,15 +60,24 @@ _OP_NAMES = {"sum": RedOp.SUM, "prod": RedOp.PROD, "max": RedOp.MAX, "min": RedO
              "avg": RedOp.AVG}
 
 
-def _op(op):
+_OP_ALLOWED = "sum, prod, max, min, avg (strata.RedOp 0..%d) or a handle from premul_sum on " \
+              "this communicator" % (L.NUM_BUILTIN_OPS - 1)
+
+
+def _op(op, handles=()):
+    """The strataRedOp_t of op: a built-in's name or RedOp, or one of handles (premul_sum's, not
+    yet destroyed, on the communicator of the call); InvalidArgumentError naming the allowed
+    values for any other value, before C sees it."""
     if isinstance(op, str):
         try:
             return int(_OP_NAMES[op.lower()])
         except KeyError:
-            raise InvalidArgumentError("unknown reduction op %r (sum, prod, max, min, avg, or a "
-                                       "handle from premul_sum)" % op) from None
+            raise InvalidArgumentError("op %r is not a reduction op: %s" % (op, _OP_ALLOWED)) \
+                from None
     if isinstance(op, int) and not isinstance(op, bool):
-        return int(op)
+        if 0 <= int(op) < L.NUM_BUILTIN_OPS or int(op) in handles:
+            return int(op)
+        raise InvalidArgumentError("op %d is not a reduction op: %s" % (int(op), _OP_ALLOWED))
     raise UnsupportedTypeError("op must be a name, a strata.RedOp or a premul_sum handle, not %s"
                                % type(op).__name__)
 
@@ -537,6 +546,7 @@ class Communicator(_Handle):
         _check(L.lib().strataCommCount(handle, ctypes.byref(n)), "strataCommCount")
         _check(L.lib().strataCommUserRank(handle, ctypes.byref(r)), "strataCommUserRank")
         self._size, self._rank = n.value, r.value
+        self._ops = set()  # premul_sum handles not yet destroyed
 
     @classmethod
     def _from_handle(cls, handle):
@@ -655,11 +665,13 @@ class Communicator(_Handle):
         rc = L.lib().strataRedOpCreatePreMulSum(ctypes.byref(op), s.ctypes.data, int(dt),
                                                 L.SCALAR_HOST_IMMEDIATE, self.handle)
         _check(rc, "strataRedOpCreatePreMulSum")
+        self._ops.add(op.value)
         return op.value
 
     def destroy_op(self, op):
         """strataRedOpDestroy of a premul_sum handle."""
         _check(L.lib().strataRedOpDestroy(int(op), self.handle), "strataRedOpDestroy")
+        self._ops.discard(int(op))
 
     # -- calls -------------------------------------------------------------------------------
     def _launch(self, fn, args, buffers, output, stream):
@@ -711,7 +723,7 @@ class Communicator(_Handle):
         if r.count != s.count:
             raise InvalidArgumentError("recvbuf has %d elements, sendbuf %d: all_reduce needs the "
                                        "same count" % (r.count, s.count), fn)
-        args = (s.ptr, r.ptr, s.count, int(s.dtype), _op(op))
+        args = (s.ptr, r.ptr, s.count, int(s.dtype), _op(op, self._ops))
         return self._launch(fn, args, (s, r), r.obj, stream)
 
     def broadcast(self, sendbuf, recvbuf=None, root=0, stream=None):
@@ -756,7 +768,7 @@ class Communicator(_Handle):
                 raise InvalidArgumentError("recvbuf has %d elements, sendbuf %d: reduce needs the "
                                            "same count on root" % (r.count, s.count), fn)
         rptr = r.ptr if r is not None else None
-        args = (s.ptr, rptr, s.count, int(s.dtype), _op(op), root)
+        args = (s.ptr, rptr, s.count, int(s.dtype), _op(op, self._ops), root)
         out = r.obj if (r is not None and is_root) else None
         return self._launch(fn, args, (s, r), out, stream)
 
@@ -802,7 +814,7 @@ class Communicator(_Handle):
             raise InvalidArgumentError("sendbuf has %d elements; reduce_scatter into %d elements "
                                        "per rank over %d ranks needs %d"
                                        % (s.count, r.count, self._size, r.count * self._size), fn)
-        args = (s.ptr, r.ptr, r.count, int(r.dtype), _op(op))
+        args = (s.ptr, r.ptr, r.count, int(r.dtype), _op(op, self._ops))
         return self._launch(fn, args, (s, r), r.obj, stream)
 
     def send(self, sendbuf, peer, stream=None):

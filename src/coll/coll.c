@@ -28,7 +28,17 @@ size_t st_coll_chunk_elems(strataDataType_t dtype)
     size_t esize = st_dtype_size(dtype);
     size_t chunk = st_core_config.chunk_size / (esize ? esize : 1);
 
-    return chunk ? chunk : 1;
+    chunk = chunk ? chunk : 1;
+    if (chunk * esize != st_core_config.chunk_size) {
+        size_t used = chunk * esize;
+        char   why[96];
+
+        snprintf(why, sizeof(why), "a ring chunk is a whole number of elements (%zu B each), at "
+                 "least one", esize);
+        st_param_adjusted("STRATA_CHUNK_SIZE", ST_CFG_SIZE, &st_core_config.chunk_size, &used,
+                          why);
+    }
+    return chunk;
 }
 
 static st_status_t st_pipe_post(st_pipe_t *pipe, st_pipe_col_t *col)
@@ -200,7 +210,16 @@ st_status_t st_pipe_init(st_pipe_t *pipe, const st_coll_args_t *args, const st_p
     pipe->nsteps       = nsteps;
     pipe->need_tmp     = need_tmp;
     pipe->depth        = (int)st_core_config.pipeline_depth; /* 1..16, checked at init */
-    pipe->depth        = ST_MIN(ST_MAX(pipe->depth, min_depth), ST_PIPE_MAX_DEPTH);
+    if (pipe->depth < min_depth) {
+        unsigned used = (unsigned)ST_MIN(min_depth, ST_PIPE_MAX_DEPTH);
+        char     why[96];
+
+        snprintf(why, sizeof(why), "a flat ring of %d channels keeps at least one chunk in "
+                 "flight per channel", min_depth);
+        st_param_adjusted("STRATA_PIPELINE_DEPTH", ST_CFG_UINT, &st_core_config.pipeline_depth,
+                          &used, why);
+        pipe->depth = (int)used;
+    }
     if ((size_t)pipe->depth > ncols) {
         pipe->depth = (int)ST_MAX(ncols, 1);
     }

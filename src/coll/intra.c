@@ -41,7 +41,17 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_t **intra_p)
     intra->depth       = (int)(comm->tune != NULL ? comm->tune->depth
                                                   : st_core_config.pipeline_depth);
     intra->chunk_bytes = st_core_config.hier_chunk_size;
-    if (intra->chunk_bytes == ST_SIZE_AUTO) {
+    if (intra->chunk_bytes != ST_SIZE_AUTO) {
+        /* slots hold whole 64-byte lines (the reductions' and copies' unit) */
+        size_t given = intra->chunk_bytes;
+
+        intra->chunk_bytes = ST_DIV_ROUND_UP(ST_MAX(given, 64), 64) * 64;
+        if (intra->chunk_bytes != given) {
+            st_param_adjusted("STRATA_HIER_CHUNK_SIZE", ST_CFG_SIZE, &given, &intra->chunk_bytes,
+                              "a hierarchical chunk is a whole number of 64-byte lines, at "
+                              "least one");
+        }
+    } else {
         /* One node: chunks that stay in cache. Several: each rail's shard of a chunk is one
          * network message of ST_INTRA_NET_SHARD_BYTES, so a chunk is that times the number of
          * rails (the same on every node: nodes must agree on chunk boundaries), within

@@ -11,7 +11,9 @@
  * (STRATA_PROFILE_FILE), auto takes each all-reduce's algorithm and chunk from it instead
  * (tune/policy.h); STRATA_SMALL_THRESHOLD, when set, still hands the small sizes over.
  * ring, hier, small force one; small applies to all-reduces that fit the windows' small area
- * (128 KiB) and the rest go as under auto.
+ * (128 KiB) and the rest go as under auto; hier needs the node-local windows (several ranks) and
+ * is the flat ring without. A forced algorithm that does not apply is said once at WARN per
+ * reason (st_coll_forced_unfit).
  */
 #include "config.h"
 
@@ -99,8 +101,56 @@ static size_t st_coll_bytes(const st_coll_args_t *args)
     return bytes;
 }
 
+/* STRATA_ALGO forced an algorithm that does not apply to this call, which runs `ran` instead:
+ * said at WARN once per process for each reason (a user who forced small and sees hier in a
+ * profile should not have to guess). */
+static void st_coll_forced_unfit(st_algo_t forced, const st_coll_args_t *args, st_algo_t ran)
+{
+    static int said[ST_ALGO_LAST][3];
+    const char *ran_name = (ran == ST_ALGO_RING && (args->type == ST_COLL_BROADCAST ||
+                                                    args->type == ST_COLL_REDUCE))
+                               ? "chain" : st_algo_name(ran);
+    int         why;
+
+    if (forced == ST_ALGO_SMALL) {
+        why = args->type != ST_COLL_ALLREDUCE ? 0 : args->comm->intra == NULL ? 2 : 1;
+    } else {
+        why = 2; /* hier without node-local windows */
+    }
+    if (__atomic_exchange_n(&said[forced][why], 1, __ATOMIC_RELAXED) != 0) {
+        return;
+    }
+    if (why == 0) {
+        st_warn(ST_SUB_COLL, "STRATA_ALGO small applies to all-reduce only: %s and the other "
+                "collectives run as under auto (%s here)", st_coll_name(args->type), ran_name);
+    } else if (why == 1) {
+        st_warn(ST_SUB_COLL, "STRATA_ALGO small applies to all-reduces of at most %d B (the "
+                "windows' small area): larger ones run as under auto (%s for %zu B)",
+                ST_INTRA_SMALL_MAX, ran_name, st_coll_bytes(args));
+    } else {
+        st_warn(ST_SUB_COLL, "STRATA_ALGO %s needs node-local windows, which %s of %d rank%s "
+                "has not: its collectives run %s", st_algo_name(forced), args->comm->name,
+                args->comm->nranks, args->comm->nranks == 1 ? "" : "s", ran_name);
+    }
+}
+
 /* The algorithm of a call; may set args->hier_chunk from the tuning. */
+static st_algo_t st_coll_choose_any(st_coll_args_t *args);
+
 static st_algo_t st_coll_choose(st_coll_args_t *args)
+{
+    st_algo_t forced = args->algo == ST_ALGO_AUTO ? st_algo_parse(st_core_config.algo)
+                                                  : args->algo; /* checked at init */
+    st_algo_t algo   = st_coll_choose_any(args);
+
+    if ((forced == ST_ALGO_SMALL || forced == ST_ALGO_HIER) && algo != forced &&
+        algo != ST_ALGO_LAST && args->comm->nranks > 1) {
+        st_coll_forced_unfit(forced, args, algo);
+    }
+    return algo;
+}
+
+static st_algo_t st_coll_choose_any(st_coll_args_t *args)
 {
     st_tune_choice_t choice;
     st_comm_t *comm = args->comm;

@@ -53,7 +53,12 @@ STRATA_API const char *strataGetErrorString(strataResult_t result)
     case strataRemoteError:        return "remote process exited or there was a network error";
     case strataInProgress:         return "operation in progress";
     case strataTimeout:            return "timeout: a peer did not answer within the deadline";
-    default:                       return "unknown result code";
+    default: {
+        static __thread char unknown[48]; /* per thread: the caller may print it at leisure */
+
+        snprintf(unknown, sizeof(unknown), "unknown strataResult_t %d", (int)result);
+        return unknown;
+    }
     }
 }
 

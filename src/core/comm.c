@@ -667,20 +667,26 @@ static void st_comm_path(const st_comm_t *comm, st_net_ctx_t *ctx, int rail, int
 #define ST_COMM_CONNECT_MIN_S 1.0
 static double st_comm_connect_limit(const st_comm_t *comm)
 {
-    static int warned;
-    double     limit = st_core_config.connect_timeout;
+    double given = st_core_config.connect_timeout;
+    double limit = given;
 
     if (limit <= 0) {
         return comm->timeout;
     }
     if (limit < ST_COMM_CONNECT_MIN_S) {
-        if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) == 0) {
-            st_warn(ST_SUB_INIT, "STRATA_CONNECT_TIMEOUT %g s is below %g s: raised to %g s",
-                    limit, ST_COMM_CONNECT_MIN_S, ST_COMM_CONNECT_MIN_S);
-        }
         limit = ST_COMM_CONNECT_MIN_S;
+        st_param_adjusted("STRATA_CONNECT_TIMEOUT", ST_CFG_TIME, &given, &limit,
+                          "a wire-up check shorter than that fails healthy peers still "
+                          "connecting");
     }
-    return ST_MIN(limit, comm->timeout);
+    if (comm->timeout > 0 && limit > comm->timeout) {
+        given = limit;
+        limit = comm->timeout;
+        st_param_adjusted("STRATA_CONNECT_TIMEOUT", ST_CFG_TIME, &given, &limit,
+                          "the check ends within init's deadline (STRATA_BOOTSTRAP_TIMEOUT, "
+                          "STRATA_TIMEOUT)");
+    }
+    return limit;
 }
 
 /* The wire-up check: one 8-byte message each way between this rank and every peer on another
@@ -1045,6 +1051,33 @@ out:
     return status;
 }
 
+/* STRATA_RAIL_IFNAMES: empty, or interface names separated by single commas. An empty name
+ * (",,", "eth0,", ",eth1") would give its rail no interface and silently fall back to the
+ * transport's default devices. */
+static st_status_t st_comm_config_check(void)
+{
+    const char *list = st_core_config.rail_ifnames;
+    int         entry = 0;
+
+    if (list == NULL || list[0] == '\0') {
+        return ST_OK;
+    }
+    for (const char *p = list;; entry++) {
+        size_t len = strcspn(p, ",");
+
+        if (len == 0) {
+            st_error(ST_SUB_INIT, "STRATA_RAIL_IFNAMES '%s': entry %d is empty (interface names "
+                     "separated by commas, e.g. eth0,eth1; unset for the transport's default "
+                     "devices)", list, entry);
+            return ST_ERR_INVALID;
+        }
+        if (p[len] == '\0') {
+            return ST_OK;
+        }
+        p += len + 1;
+    }
+}
+
 st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeout)
 {
     st_unique_id_t           uid;
@@ -1055,6 +1088,7 @@ st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeo
     int                      nranks = comm->nranks, rank = comm->rank;
 
     ST_CHECK(st_coll_config_check());
+    ST_CHECK(st_comm_config_check());
     ST_CHECK(st_bootstrap_id_decode(id, &uid));
     /* Only the root listens on STRATA_SOCKET_IFNAME, but every rank checks it: a setting that
      * matches nothing here (a missing interface, "^lo" on a box with only lo) then fails every

@@ -185,7 +185,7 @@ static void st_exec_stall(st_op_t *op, double idle)
  * shorter (a user who shortens STRATA_TIMEOUT still gets a report before it, without a warning). */
 double st_exec_stall_after(const st_comm_t *comm)
 {
-    static int warned, user_set = -1; /* whether the user set it: looked up once */
+    static int user_set = -1; /* whether the user set it: looked up once */
     double     after = st_core_config.stall_warn;
 
     if (user_set < 0) {
@@ -200,9 +200,13 @@ double st_exec_stall_after(const st_comm_t *comm)
     if (after < comm->timeout) {
         return after;
     }
-    if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) == 0) {
-        st_warn(ST_SUB_COLL, "STRATA_STALL_WARN %.1f s is not below the timeout (%.1f s) of %s: "
-                "stall reports are off there", after, comm->timeout, comm->name);
+    {
+        double off = 0;
+        char   why[160];
+
+        snprintf(why, sizeof(why), "off, as it is not below the timeout (%gs) of %s, which reports "
+                 "the same wait", comm->timeout, comm->name);
+        st_param_adjusted("STRATA_STALL_WARN", ST_CFG_TIME, &after, &off, why);
     }
     return 0;
 }

@@ -67,7 +67,7 @@ static const st_config_field_t st_core_config_fields[] = {
     {"HIER_CHUNK_SIZE", "auto", "bytes of the buffer per chunk of the hierarchical pipeline "
      "(auto: 512k on one node, where chunks should stay in cache; across nodes 256k per rail "
      "(each rail's shard is one network message), within 512k..4m); each local rank's window holds PIPELINE_DEPTH chunks "
-     "twice",
+     "twice; a value that is not a whole number of 64-byte lines is rounded up (said at WARN)",
      offsetof(st_core_config_t, hier_chunk_size), ST_CFG_SIZE},
     {"SMALL_THRESHOLD", "64k", "all-reduces up to this many bytes take the small-message "
      "algorithm under STRATA_ALGO=auto (at most 128k: the windows' small area)",
@@ -338,6 +338,69 @@ static void st_param_log_table(const st_config_table_t *table, void *unused ST_U
     }
 }
 
+/* The changes st_param_adjusted said already: variable and value used, once each per process. */
+#define ST_PARAM_ADJUSTED_MAX 64
+static struct {
+    char var[64];
+    char used[64];
+} st_param_adjusted_said[ST_PARAM_ADJUSTED_MAX];
+static int             st_param_adjusted_count;
+static pthread_mutex_t st_param_adjusted_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int st_param_adjusted(const char *var, st_cfg_type_t type, const void *given, const void *used,
+                      const char *why)
+{
+    st_config_field_t f = {var, "", "", 0, type};
+    char              given_str[64], used_str[64];
+    const char       *verb = "changed to";
+    int               said = 0, first = 1;
+
+    st_config_value_str(&f, given, given_str, sizeof(given_str));
+    st_config_value_str(&f, used, used_str, sizeof(used_str));
+    switch (type) {
+    case ST_CFG_SIZE:
+        verb = *(const size_t *)used > *(const size_t *)given ? "raised to" : "lowered to";
+        break;
+    case ST_CFG_UINT:
+        verb = *(const unsigned *)used > *(const unsigned *)given ? "raised to" : "lowered to";
+        break;
+    case ST_CFG_INT:
+        verb = *(const int *)used > *(const int *)given ? "raised to" : "lowered to";
+        break;
+    case ST_CFG_TIME:
+        verb = *(const double *)used > *(const double *)given ? "raised to" : "lowered to";
+        break;
+    default:
+        break;
+    }
+    if (getenv(var) == NULL) {
+        /* the default adapted to this call or layout: nothing the user asked for changed */
+        st_info(ST_SUB_ENV, "%s (default) %s %s %s: %s", var, given_str, verb, used_str, why);
+        return 0;
+    }
+    pthread_mutex_lock(&st_param_adjusted_lock);
+    for (int i = 0; i < st_param_adjusted_count; i++) {
+        if (strcmp(st_param_adjusted_said[i].var, var) == 0 &&
+            strcmp(st_param_adjusted_said[i].used, used_str) == 0) {
+            first = 0;
+            break;
+        }
+    }
+    if (first && st_param_adjusted_count < ST_PARAM_ADJUSTED_MAX) {
+        snprintf(st_param_adjusted_said[st_param_adjusted_count].var,
+                 sizeof(st_param_adjusted_said[0].var), "%s", var);
+        snprintf(st_param_adjusted_said[st_param_adjusted_count].used,
+                 sizeof(st_param_adjusted_said[0].used), "%s", used_str);
+        st_param_adjusted_count++;
+    }
+    pthread_mutex_unlock(&st_param_adjusted_lock);
+    if (first) {
+        st_warn(ST_SUB_ENV, "%s %s %s %s: %s", var, given_str, verb, used_str, why);
+        said = 1;
+    }
+    return said;
+}
+
 static pthread_once_t st_param_once = PTHREAD_ONCE_INIT;
 static st_status_t    st_param_status;
 static char           st_param_errmsg[512]; /* why parsing failed, repeated at every call */
@@ -348,6 +411,9 @@ static __thread int   st_param_said;        /* this thread's call parsed and log
 static void st_param_atfork_child(void)
 {
     st_param_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+    /* a new process: its own changes are said again (the lock may have been held at the fork) */
+    pthread_mutex_init(&st_param_adjusted_lock, NULL);
+    st_param_adjusted_count = 0;
 }
 
 static void st_param_init_once(void)

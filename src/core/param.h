@@ -94,6 +94,15 @@ static inline double st_param_deadline(double seconds)
 
 #define ST_SIZE_AUTO ((size_t)-1)
 
+/* A value the user gave (var set in the environment) that the library uses changed: raised to a
+ * minimum, lowered to a maximum or rounded to what the code can use. Every such change goes
+ * through here, so that it is said at WARN once per process for each variable and value used,
+ * naming the variable, the value given, the value used and why (`why`: a clause, "a whole number
+ * of 64-byte lines"). A variable left at its default is adapted silently (INFO): the user asked
+ * for nothing. given and used point at values of `type`. Returns 1 when this call logged at WARN. */
+int st_param_adjusted(const char *var, st_cfg_type_t type, const void *given, const void *used,
+                      const char *why);
+
 /* Parses the core and every transport table (once per process; later calls return the first
  * result). Also initialises logging. */
 st_status_t st_param_init(void);

@@ -636,6 +636,15 @@ static int bad_algo_param(it_ctx_t *c)
     return 0;
 }
 
+/* strataGetErrorString of a value that is no strataResult_t names the type and the value. */
+static void test_error_strings(void **state)
+{
+    assert_string_equal(strataGetErrorString((strataResult_t)99), "unknown strataResult_t 99");
+    assert_string_equal(strataGetErrorString((strataResult_t)-1), "unknown strataResult_t -1");
+    assert_string_equal(strataGetErrorString(strataSuccess), "no error");
+    assert_string_equal(strataGetErrorString(strataInvalidArgument), "invalid argument");
+}
+
 static void test_bad_algo_params(void **state)
 {
     static const char *const cases[][2] = {
@@ -644,6 +653,9 @@ static void test_bad_algo_params(void **state)
         {"STRATA_SMALL_THRESHOLD=1m", "STRATA_SMALL_THRESHOLD"},
         /* a rail interface that does not exist: every rank of both nodes fails alike */
         {"STRATA_RAIL_IFNAMES=nonexistent0", "nonexistent0"},
+        /* only separators, or an empty entry: refused naming the variable and the entry */
+        {"STRATA_RAIL_IFNAMES=,,", "STRATA_RAIL_IFNAMES ',,': entry 0 is empty"},
+        {"STRATA_RAIL_IFNAMES=lo,", "STRATA_RAIL_IFNAMES 'lo,': entry 1 is empty"},
     };
     char env[256];
 
@@ -794,6 +806,7 @@ int main(void)
         cmocka_unit_test(test_bad_init_args),
         cmocka_unit_test(test_bad_topo_file),
         cmocka_unit_test(test_bad_algo_params),
+        cmocka_unit_test(test_error_strings),
         cmocka_unit_test(test_finalize_destroy_n2),
         cmocka_unit_test(test_wrong_secret),
         cmocka_unit_test(test_missing_rank),

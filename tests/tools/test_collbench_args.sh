@@ -58,6 +58,7 @@ good "model --preset seed: the texts' figures, then the faithful model" \
     '^gradient +28\.0 GB$' 'reduced 110x$' '^# Faithful model' -- model --preset seed
 want="model: invalid preset (seed) 'x'"; bad model --preset x
 want="model: invalid option '--bogus'";  bad model --bogus
+want="model: --profile needs --compare"; bad model --profile p.json
 
 # -A: unknown names, before any rank starts (-np 2 would start ranks otherwise)
 want="invalid algorithm (ring, hier, small or auto) 'tree'"; bad -np 2 -A tree
@@ -94,6 +95,40 @@ if grep -E '^# +(out-of-place|in-place) hier:' "$tmp/out" | awk '{ n = gsub(/\* 
     echo "ok: one '*' per hier phase line"
 else
     fail "a hier phase line without exactly one '*'"
+fi
+
+# a forced small that no row can use: status 2, one line naming the limit and the option
+want="-A small applies to all_reduce of at most 131072 B, and every size from -b 1048576 is larger"
+bad -np 2 -A small -b 1M -e 2M
+want="-A small applies to all_reduce only"; bad -np 2 -A small broadcast,all_gather
+want="STRATA_ALGO=small applies to all_reduce of at most 131072 B"
+STRATA_ALGO=small bad -np 2 -b 256k -e 1M
+# ... that some rows can use: the header says where it applies, a '#  ^ ran' line under each row
+# that ran something else (256k and 512k here, hier on one node), and the library says it once
+# per rank at WARN
+good "-A small over 128 KiB" \
+    '^# Algorithm: small \(STRATA_ALGO, set by -A\); small applies to all_reduce of at most 131072 B' \
+    -- -np 2 -A small -b 64k -e 512k -n 2 -w 1
+n=$(grep -c '^#  \^ ran hier, not small: ' "$tmp/out")
+w=$(grep -cE 'WARN COLL .*STRATA_ALGO small applies to all-reduces of at most 131072 B.*(hier for [0-9]+ B)' "$tmp/err")
+if [ "$n" = 2 ] && [ "$(grep -c '^#  \^ ran' "$tmp/out")" = 2 ] && [ "$w" = 2 ] &&
+   [ "$(grep -c WARN "$tmp/err")" = 2 ]; then
+    echo "ok: -A small over 128 KiB: 2 rows marked 'ran hier', one WARN per rank"
+else
+    fail "-A small -b 64k -e 512k: $n rows marked 'ran hier' (want 2), $w WARN lines (want 2, one per rank)"
+    grep -E '^ +[0-9]|^#  \^|WARN' "$tmp/out" "$tmp/err" | sed 's/^/    /' | head -10
+fi
+
+# a value the library raises is said at WARN once per process (each of the 2 ranks), with the
+# variable, the value given and the value used
+STRATA_HIER_CHUNK_SIZE=7 timeout 120 "$collbench" -np 2 -A hier -b 1M -e 1M -n 2 -w 1 \
+    >"$tmp/out" 2>"$tmp/err" </dev/null; rc=$?
+n=$(grep -c "strata WARN ENV .*STRATA_HIER_CHUNK_SIZE 7 raised to 64: " "$tmp/err")
+if [ "$rc" = 0 ] && [ "$n" = 2 ] && [ "$(grep -c WARN "$tmp/err")" = 2 ]; then
+    echo "ok: STRATA_HIER_CHUNK_SIZE=7 -> $(grep -m1 -o 'STRATA_HIER_CHUNK_SIZE 7 raised.*' "$tmp/err")"
+else
+    fail "STRATA_HIER_CHUNK_SIZE=7 -> rc $rc, $n WARN line(s) saying it was raised to 64, want 0 and 2 (one per rank)"
+    sed 's/^/    /' "$tmp/err" | head -6
 fi
 
 # ranks started one by one with different STRATA_ALGO: status 2 at once, not a hang

@@ -78,6 +78,10 @@ if run calibrate -- calibrate --out "$tmp/p.json" -np 4 --nodes 2; then
     grep -q '^# inter: alpha' "$tmp/calibrate.out" || fail "calibrate: no inter line"
     echo "ok: calibrate -> $(grep '^# inter' "$tmp/calibrate.out")"
 fi
+# tools never warn about their own files (the tables of the configurations under test)
+n=$(grep -c WARN "$tmp/calibrate.err")
+[ "$n" = 0 ] && echo "ok: calibrate: no WARN" ||
+    { fail "calibrate: $n WARN line(s), want none"; grep -m3 WARN "$tmp/calibrate.err" | sed 's/^/    /'; }
 if run compare -- model --profile "$tmp/p.json" --compare -np 4 --nodes 2 -b 1K -e 1M -f 32 -n 3; then
     rows=$(grep -cE '^ +(1K|32K|1M) +(small|ring|hier)' "$tmp/compare.out")
     [ "$rows" = 3 ] || fail "compare: $rows rows, want 3"
@@ -96,6 +100,15 @@ if run tune -- tune --profile "$tmp/p.json" --out "$tmp/tuned.json" -np 4 --node
         grep -q "tuning from tuning table $tmp/tuned.json" "$tmp/tuned.err" || fail "tuned: the table was not used"
     fi
     echo "ok: tune -> $(grep -c max_bytes "$tmp/tuned.json") entries"
+fi
+n=$(grep -c WARN "$tmp/tune.err")
+[ "$n" = 0 ] && echo "ok: tune: no WARN" ||
+    { fail "tune: $n WARN line(s), want none"; grep -m3 WARN "$tmp/tune.err" | sed 's/^/    /'; }
+# ... and tune without --profile, which calibrates first (small table: -b 1K -e 1K)
+if run tune2 -- tune --out "$tmp/tuned2.json" -np 4 --nodes 2 -b 1K -e 1K -n 2 -w 1; then
+    n=$(grep -c WARN "$tmp/tune2.err")
+    [ "$n" = 0 ] && echo "ok: tune (calibrating first): no WARN" ||
+        { fail "tune (calibrating first): $n WARN line(s), want none"; grep -m3 WARN "$tmp/tune2.err" | sed 's/^/    /'; }
 fi
 # 5. uneven rail shares (two "rails" on lo): every collective through hier, every datatype,
 #    sizes that do not divide evenly, results checked

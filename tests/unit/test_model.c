@@ -498,6 +498,48 @@ static void test_faithful_printed(void **state)
     free(err);
 }
 
+/* One node: "1 node", no inter-node notes and no hierarchical speedup over the network, the
+ * model's intra-node figures instead. */
+static void test_one_node_printed(void **state)
+{
+    const char *argv[] = {"model", "--nodes", "1"};
+    char       *out;
+    int         rc;
+
+    out = run_model(3, argv, &rc, NULL);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "pipelining. 1 node x 8 ranks,"));
+    assert_null(strstr(out, "1 nodes"));
+    assert_null(strstr(out, "hierarchical (pipelined) over the flat ring"));
+    assert_null(strstr(out, "inter-node shard"));
+    assert_null(strstr(out, "move the same inter-node bytes"));
+    /* ring: 1 us x 14 + 2 x 7/8 x 28e9 / 600e9 = 81.68 ms; hier pipelined as printed above */
+    ROW(out, "all-reduce of the gradient", "flat ring, 1 channel", "81.7");
+    ROW(out, "all-reduce of the gradient", "hierarchical, pipelined", "41.2");
+    assert_non_null(strstr(out, "\none node: no inter-node phase; hierarchical is the intra-node "
+                                "reduce-scatter and all-gather\n    only, 41.2 ms pipelined "
+                                "against the flat ring's 81.7 ms within the node"));
+    assert_non_null(strstr(out, "no inter-node speedup to claim\n"));
+    free(out);
+}
+
+/* --profile belongs to --compare: a plain model run says so, naming both options. */
+static void test_profile_needs_compare(void **state)
+{
+    const char *argv[] = {"model", "--profile", "p.json"};
+    char       *out, *err;
+    int         rc;
+
+    out = run_model(3, argv, &rc, &err);
+    assert_int_equal(rc, 2);
+    assert_string_equal(out, "");
+    assert_non_null(strstr(err, "collbench: model: --profile needs --compare"));
+    assert_null(strstr(err, "invalid option"));
+    assert_ptr_equal(strchr(err, '\n'), err + strlen(err) - 1); /* one line */
+    free(out);
+    free(err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -513,6 +555,8 @@ int main(void)
         cmocka_unit_test(test_seed_preset_printed),
         cmocka_unit_test(test_seed_values),
         cmocka_unit_test(test_faithful_printed),
+        cmocka_unit_test(test_one_node_printed),
+        cmocka_unit_test(test_profile_needs_compare),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

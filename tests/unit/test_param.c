@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -170,6 +171,76 @@ static void test_readme_lists_every_param(void **state)
     free(readme);
 }
 
+/* Runs st_param_adjusted with stderr (the log's stream) in a file; out receives its lines. */
+static int adjusted_captured(const char *var, st_cfg_type_t type, const void *given,
+                             const void *used, char *out, size_t len)
+{
+    FILE  *tmp = tmpfile();
+    int    saved, said, level = st_log_level;
+    size_t n;
+
+    assert_non_null(tmp);
+    fflush(stderr);
+    saved = dup(2);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(fileno(tmp), 2), 2);
+    st_log_level = ST_LOG_WARN;
+    said = st_param_adjusted(var, type, given, used, "the reason");
+    st_log_level = level;
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(tmp);
+    n = fread(out, 1, len - 1, tmp);
+    out[n] = '\0';
+    fclose(tmp);
+    return said;
+}
+
+/* A value the library changes is said once at WARN with the variable, both values and why; a
+ * variable the user did not set is adapted without a WARN. */
+static void test_adjusted_warns_once(void **state)
+{
+    size_t   given = 7, used = 64, other = 128;
+    unsigned depth = 1, depth_used = 4;
+    double   t = 0.2, t_used = 1.0;
+    char     out[1024];
+
+    assert_int_equal(st_param_init(), ST_OK);
+    setenv("STRATA_TEST_ADJ", "7", 1);
+    assert_int_equal(adjusted_captured("STRATA_TEST_ADJ", ST_CFG_SIZE, &given, &used, out,
+                                       sizeof(out)), 1);
+    assert_non_null(strstr(out, " WARN "));
+    assert_non_null(strstr(out, "STRATA_TEST_ADJ 7 raised to 64: the reason\n"));
+    /* the same change again: silent */
+    assert_int_equal(adjusted_captured("STRATA_TEST_ADJ", ST_CFG_SIZE, &given, &used, out,
+                                       sizeof(out)), 0);
+    assert_string_equal(out, "");
+    /* another value used is another fact */
+    assert_int_equal(adjusted_captured("STRATA_TEST_ADJ", ST_CFG_SIZE, &given, &other, out,
+                                       sizeof(out)), 1);
+    assert_non_null(strstr(out, "STRATA_TEST_ADJ 7 raised to 128: the reason"));
+    assert_int_equal(adjusted_captured("STRATA_TEST_ADJ", ST_CFG_SIZE, &other, &used, out,
+                                       sizeof(out)), 0); /* same used value as the first */
+    /* lowered; other types print as --print-config does */
+    setenv("STRATA_TEST_ADJ_DEPTH", "4", 1);
+    assert_int_equal(adjusted_captured("STRATA_TEST_ADJ_DEPTH", ST_CFG_UINT, &depth_used, &depth,
+                                       out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "STRATA_TEST_ADJ_DEPTH 4 lowered to 1: the reason"));
+    setenv("STRATA_TEST_ADJ_TIME", "200ms", 1);
+    assert_int_equal(adjusted_captured("STRATA_TEST_ADJ_TIME", ST_CFG_TIME, &t, &t_used, out,
+                                       sizeof(out)), 1);
+    assert_non_null(strstr(out, "STRATA_TEST_ADJ_TIME 200ms raised to 1s: the reason"));
+    /* not set by the user: the default adapted, no WARN */
+    unsetenv("STRATA_TEST_ADJ_UNSET");
+    assert_int_equal(adjusted_captured("STRATA_TEST_ADJ_UNSET", ST_CFG_SIZE, &given, &used, out,
+                                       sizeof(out)), 0);
+    assert_string_equal(out, "");
+    unsetenv("STRATA_TEST_ADJ");
+    unsetenv("STRATA_TEST_ADJ_DEPTH");
+    unsetenv("STRATA_TEST_ADJ_TIME");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -181,6 +252,7 @@ int main(void)
         cmocka_unit_test(test_status_map),
         cmocka_unit_test(test_core_defaults),
         cmocka_unit_test(test_readme_lists_every_param),
+        cmocka_unit_test(test_adjusted_warns_once),
     };
 
     setenv("STRATA_DEBUG", "NONE", 1);

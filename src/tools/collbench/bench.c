@@ -68,6 +68,7 @@ typedef struct cb_bench {
     double           bw_sum;
     int              bw_count;
     int              status;      /* exit status so far: 0 or 1 */
+    char             ran[2][CB_ALGO_LEN]; /* rank 0: what the row's halves ran (forced -A) */
 } cb_bench_t;
 
 /* One test (collective x datatype x op x root) at one size. */
@@ -429,6 +430,15 @@ static void cb_bench_one(cb_bench_t *b, cb_test_t *t, int in_place, cb_phases_t 
     t0 = cb_now();
     cb_run_iters(b, t, in_place, b->opts->iters);
     sec = (cb_now() - t0) / b->opts->iters;
+    if (b->rank == 0 && cb_algo_forced() != NULL) {
+        strataPhaseTimes_t times; /* local: what the last call ran on this rank */
+
+        memset(&times, 0, sizeof(times));
+        if (strataCommGetPhaseTimes(b->comm, &times) == strataSuccess) {
+            times.algorithm[sizeof(times.algorithm) - 1] = '\0';
+            snprintf(b->ran[in_place], sizeof(b->ran[in_place]), "%s", times.algorithm);
+        }
+    }
     if (b->opts->phases) {
         cb_phases_read(b, t, ph);
     }
@@ -465,6 +475,27 @@ static size_t cb_next_size(const cb_opts_t *opts, size_t size)
                                          : size + opts->stepbytes;
 
     return (next <= size) ? 0 : next; /* 0: overflow, stop */
+}
+
+/* Under a row where the algorithm -A or STRATA_ALGO forced did not run (it does not apply to
+ * that collective or size), what did: a '#' line, which parsers of the rows skip. */
+static void cb_print_ran(cb_bench_t *b, const cb_test_t *t)
+{
+    const char *forced = cb_algo_forced();
+    const char *ran    = b->ran[0];
+
+    if (forced == NULL || t->coll == CB_SENDRECV || ran[0] == '\0') {
+        return;
+    }
+    if (strcmp(ran, forced) != 0 || strcmp(b->ran[1], forced) != 0) {
+        if (strcmp(ran, b->ran[1]) == 0) {
+            printf("#  ^ ran %s, not %s: %s\n", ran, forced, cb_algo_scope(forced));
+        } else {
+            printf("#  ^ ran %s out of place, %s in place, not %s: %s\n", ran, b->ran[1],
+                   forced, cb_algo_scope(forced));
+        }
+    }
+    b->ran[0][0] = b->ran[1][0] = '\0';
 }
 
 /* nccl-tests' TimeTest: warm up at the largest and the smallest size, then one row per size. */
@@ -505,6 +536,7 @@ static void cb_time_test(cb_bench_t *b, cb_test_t *t)
         cb_bench_one(b, t, 1, &ph[1]);
         if (b->rank == 0) {
             printf("\n");
+            cb_print_ran(b, t);
             if (opts->phases) {
                 cb_phases_print(b, &ph[0], 0);
                 cb_phases_print(b, &ph[1], 1);
@@ -699,9 +731,14 @@ static void cb_print_header(const cb_bench_t *b)
         fprintf(stderr, "collbench: rank %d: out of memory\n", b->rank);
         exit(2);
     }
-    res = strataAllGather(&mine, all, sizeof(mine), strataUint8, b->comm, NULL);
+    /* an all-reduce (sum over a table that is zero but in each rank's own row), not an
+     * all-gather: every -A algorithm runs all-reduce, so this exchange never makes the library
+     * say that a forced algorithm does not apply to a collective the user did not ask for */
+    all[b->rank] = mine;
+    res = strataAllReduce(all, all, (size_t)b->nranks * sizeof(mine), strataUint8, strataSum,
+                          b->comm, NULL);
     if (res != strataSuccess) {
-        cb_fatal(b, NULL, "strataAllGather (rank information)", res);
+        cb_fatal(b, NULL, "strataAllReduce (rank information)", res);
     }
 
     if (b->rank == 0) {
@@ -721,10 +758,12 @@ static void cb_print_header(const cb_bench_t *b)
                (opts->stepfactor > 1) ? "factor" : "bytes", opts->warmup, opts->iters,
                opts->check);
         printf("# nRanks %d nNodes %d\n", b->nranks, nnodes);
-        printf("# Algorithm: %s (%s)\n", cb_algo_env(),
+        printf("# Algorithm: %s (%s)%s%s\n", cb_algo_env(),
                (opts->algo != NULL)                ? "STRATA_ALGO, set by -A"
                : (algo != NULL && algo[0] != '\0') ? "STRATA_ALGO"
-                                                   : "default: strata chooses per call");
+                                                   : "default: strata chooses per call",
+               cb_algo_forced() != NULL ? "; " : "",
+               cb_algo_forced() != NULL ? cb_algo_scope(cb_algo_forced()) : "");
         printf("# Buffers: %s\n", opts->mem_alloc ? "strataMemAlloc (node-shared memory, zero-copy "
                "intra-node path)" : "malloc");
         if (opts->blocking) {

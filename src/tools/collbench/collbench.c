@@ -163,7 +163,10 @@ static void cb_usage(FILE *out, const char *prog)
 "\n"
 "strata options:\n"
 "  -A,--algo <algo>            ring hier small auto: STRATA_ALGO for every rank, overriding\n"
-"                              the environment (default: STRATA_ALGO, else auto)\n"
+"                              the environment (default: STRATA_ALGO, else auto); small runs\n"
+"                              all_reduce of at most 128 KiB only (an error when no collective\n"
+"                              or size asked for fits), hier needs several ranks on a node: a\n"
+"                              row that ran another algorithm is named on a '#  ^ ran' line\n"
 "      --phases                under each row, where the time of the last timed call went\n"
 "                              (strataCommGetPhaseTimes, slowest rank per phase): for hier the\n"
 "                              intra-node reduce-scatter (GB/s = size/time), the inter-node\n"
@@ -195,7 +198,8 @@ static void cb_usage(FILE *out, const char *prog)
 "                              against the best forced configuration (calibrates first unless\n"
 "                              --profile P is given)\n"
 "  model --profile P --compare the model's choice per size, measured next to predicted (total\n"
-"                              and hier phases, error in percent)\n"
+"                              and hier phases, error in percent); --profile needs --compare\n"
+"                              (plain model takes the fabric from its parameters: model --help)\n"
 "\n"
 "Exit status: 0 when every result is right, 1 when some #wrong is not 0, 2 when a call fails.\n",
             prog, prog, prog, prog, prog,
@@ -370,6 +374,50 @@ static int cb_fab_check_args(const cb_opts_t *opts)
                     opts->fab_out);
             return -1;
         }
+    }
+    return 0;
+}
+
+const char *cb_algo_forced(void)
+{
+    const char *algo = getenv("STRATA_ALGO");
+
+    if (algo != NULL && (strcmp(algo, "small") == 0 || strcmp(algo, "hier") == 0)) {
+        return algo;
+    }
+    return NULL;
+}
+
+const char *cb_algo_scope(const char *forced)
+{
+    if (strcmp(forced, "small") == 0) {
+        return "small applies to all_reduce of at most 131072 B (the windows' small area); "
+               "other rows run as under auto";
+    }
+    return "hier needs node-local windows (several ranks on a node); without them the flat "
+           "ring runs";
+}
+
+/* A forced small that no row can use (no all_reduce, or every size above its limit): the run
+ * would measure something else under its name. */
+static int cb_check_forced(const cb_opts_t *opts)
+{
+    const char *forced = cb_algo_forced();
+    const char *opt    = opts->algo != NULL ? "-A small" : "STRATA_ALGO=small";
+
+    if (forced == NULL || strcmp(forced, "small") != 0) {
+        return 0;
+    }
+    if (!(opts->colls & (1u << CB_ALL_REDUCE))) {
+        fprintf(stderr, "%s: %s applies to all_reduce only, which is not among the collectives "
+                "asked for (add all_reduce, or leave %s out)\n", opts->prog, opt, opt);
+        return -1;
+    }
+    if (opts->minbytes > CB_SMALL_MAX) {
+        fprintf(stderr, "%s: %s applies to all_reduce of at most %zu B, and every size from -b "
+                "%zu is larger (lower -b, or leave %s out)\n", opts->prog, opt, CB_SMALL_MAX,
+                opts->minbytes, opt);
+        return -1;
     }
     return 0;
 }
@@ -684,6 +732,10 @@ int main(int argc, char **argv)
      * --rank is this process */
     if (opts.algo != NULL && setenv("STRATA_ALGO", opts.algo, 1) != 0) {
         fprintf(stderr, "%s: cannot set STRATA_ALGO: %s\n", opts.prog, strerror(errno));
+        return 2;
+    }
+    if (!print_config && !opts.topo && opts.fab_mode == CB_FAB_NONE &&
+        cb_check_forced(&opts) != 0) {
         return 2;
     }
     if (print_config) {

@@ -122,6 +122,16 @@ int cb_parse_size(const char *arg, size_t *size_p);
 /* Seconds of CLOCK_MONOTONIC. */
 double cb_now(void);
 
+/* The most bytes of an all-reduce the small algorithm takes: the windows' small area
+ * (ST_INTRA_SMALL_MAX in coll/intra.h; README, STRATA_SMALL_THRESHOLD). */
+#define CB_SMALL_MAX ((size_t)128 << 10)
+/* STRATA_ALGO (which -A sets) when it forces an algorithm that does not apply to every call:
+ * "small" or "hier"; NULL otherwise (unset, auto, ring). */
+const char *cb_algo_forced(void);
+/* One clause on where that algorithm applies and what runs elsewhere, for the header and the
+ * '#  ^ ran' lines under rows. */
+const char *cb_algo_scope(const char *forced);
+
 /* ---- launch.c -------------------------------------------------------------------------------- */
 
 /* Starts or joins the ranks as the options and the environment say, runs cb_rank_main in each

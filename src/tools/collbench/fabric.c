@@ -163,6 +163,13 @@ static void cb_fab_force(const cb_fab_t *f, int g, int nodes, int algo, size_t c
     t->entries[0]     = (st_tune_entry_t){ST_TUNE_NO_LIMIT, algo,
                                           algo == ST_MODEL_HIER ? chunk : 0,
                                           algo == ST_MODEL_RING ? channels : 0};
+    if (algo == ST_MODEL_SMALL) {
+        /* small only where it fits (the windows' small area; calibrate and tune time it at no
+         * larger size): a table giving it every size is one the library rightly warns about */
+        t->nentries   = 2;
+        t->entries[0] = (st_tune_entry_t){CB_SMALL_MAX, ST_MODEL_SMALL, 0, 0};
+        t->entries[1] = (st_tune_entry_t){ST_TUNE_NO_LIMIT, ST_MODEL_RING, 0, 1};
+    }
     if (share != NULL && f->nics > 1) {
         memcpy(t->rail_share, share, sizeof(double) * (size_t)f->nics);
     }
@@ -796,7 +803,7 @@ static int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
         }
         comm = cb_fab_cand_comm(f, &cands[c]);
         for (int i = 0; i < nsizes; i++) {
-            if (cands[c].algo == ST_MODEL_SMALL && sizes[i] > ((size_t)128 << 10)) {
+            if (cands[c].algo == ST_MODEL_SMALL && sizes[i] > CB_SMALL_MAX) {
                 continue; /* beyond the windows' small area */
             }
             if (cands[c].algo == ST_MODEL_HIER && cands[c].chunk > sizes[i] &&
@@ -902,6 +909,28 @@ static int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
         }
     }
     table.entries[table.nentries - 1].max_bytes = ST_TUNE_NO_LIMIT;
+    if (table.entries[table.nentries - 1].algo == ST_MODEL_SMALL &&
+        table.nentries < ST_TUNE_MAX_ENTRIES) {
+        /* small won the largest size: it holds up to its limit, and the sizes above (not timed)
+         * take the fastest other configuration at the largest size, rather than a table that
+         * gives small every size and so draws a WARN at each use */
+        int other = -1;
+
+        for (int c = 0; c < ncand; c++) {
+            if (cands[c].algo != ST_MODEL_SMALL && cands[c].t[nsizes - 1] > 0 &&
+                (cands[c].algo != ST_MODEL_HIER ||
+                 (cands[c].prop == prop_win && cands[c].depth == depth_win)) &&
+                (other < 0 || cands[c].t[nsizes - 1] < cands[other].t[nsizes - 1])) {
+                other = c;
+            }
+        }
+        table.entries[table.nentries - 1].max_bytes = CB_SMALL_MAX;
+        table.entries[table.nentries++] = other < 0
+            ? (st_tune_entry_t){ST_TUNE_NO_LIMIT, ST_MODEL_RING, 0, 1}
+            : (st_tune_entry_t){ST_TUNE_NO_LIMIT, cands[other].algo,
+                                cands[other].algo == ST_MODEL_HIER ? cands[other].chunk : 0,
+                                cands[other].algo == ST_MODEL_RING ? cands[other].channels : 0};
+    }
     if (f->nics > 1 && f->nnodes > 1) {
         cb_fab_shares(f, prop_win, table.rail_share);
     }

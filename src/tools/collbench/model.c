@@ -127,6 +127,7 @@ static void cb_model_usage(FILE *out, const char *prog)
 "  --overheads <ms,...>     top-1%%, top-0.1%%, 8-bit, 1-bit, PowerSGD (20,25,10,15,30)\n"
 "  --chunk <size>           hier pipeline chunk (default: the best power of two, 64k..1G)\n"
 "  --powersgd-rank <r> (4)  --topk-index-bytes <B> (4)\n"
+"  --profile F is for --compare only: the tables here take the fabric from the parameters.\n"
 "Usage: %s model --profile F --compare [launch options] [-b -e -f -n]\n"
 "  Starts ranks (as the benchmark does) and prints, per size, the all-reduce the model of the\n"
 "  fabric profile F (from collbench calibrate) chooses, measured next to predicted, with the\n"
@@ -301,6 +302,14 @@ static int cb_model_parse(int argc, char **argv, FILE *out, FILE *err, const cha
             cb_model_usage(out, prog);
             return 1;
         default:
+            if (strcmp(argv[optind - 1], "--profile") == 0 ||
+                strncmp(argv[optind - 1], "--profile=", 10) == 0) {
+                /* the tables take the fabric from the parameters; a profile drives --compare */
+                fprintf(err, "%s: model: --profile needs --compare (it compares a calibrated "
+                        "profile's choices with measured runs; the tables take the fabric from "
+                        "--intra-bw, --inter-bw, --alpha-intra, --alpha-inter)\n", prog);
+                return -1;
+            }
             return cb_model_bad(err, prog, "option", argv[optind - 1]);
         }
     }
@@ -346,9 +355,9 @@ static void cb_model_print_texts(FILE *out, const cb_model_opts_t *o)
 
     st_model_seed_compute(in, &r);
     fprintf(out, "# The communication texts' model (--preset seed), their simplifications kept\n");
-    fprintf(out, "# %d GPUs as %d nodes x %d, %.3g parameters x %g B, intra-node %g GB/s, "
+    fprintf(out, "# %d GPUs as %d node%s x %d, %.3g parameters x %g B, intra-node %g GB/s, "
             "inter-node %g GB/s,\n# forward %.0f ms, backward %.0f ms, %d buckets\n", n,
-            in->nodes, in->ranks_per_node, in->params, in->dtype_bytes,
+            in->nodes, in->nodes == 1 ? "" : "s", in->ranks_per_node, in->params, in->dtype_bytes,
             in->intra_beta / CB_MODEL_GB, in->inter_beta / CB_MODEL_GB, in->forward * 1e3,
             in->backward * 1e3, in->buckets);
     fprintf(out, "gradient                                %.1f GB\n", r.gradient / CB_MODEL_GB);
@@ -516,8 +525,8 @@ static void cb_model_print_faithful(FILE *out, const cb_model_opts_t *o)
         return;
     }
     fprintf(out, "# Faithful model (src/tune/model.c, docs/model.md): strata's algorithms with "
-            "alpha terms,\n# channels, rails and pipelining. %d nodes x %d ranks, %d rail%s per "
-            "node (", N, g, R, R == 1 ? "" : "s");
+            "alpha terms,\n# channels, rails and pipelining. %d node%s x %d ranks, %d rail%s per "
+            "node (", N, N == 1 ? "" : "s", g, R, R == 1 ? "" : "s");
     for (r = 1; r < R && st_model_rail_beta(&f, r) == st_model_rail_beta(&f, 0); r++) {
     }
     if (r == R) { /* all alike */
@@ -545,17 +554,21 @@ static void cb_model_print_faithful(FILE *out, const cb_model_opts_t *o)
     st_model_allreduce(&f, &s, ST_MODEL_RING, S, &tc);
     s.channels = 1;
     fprintf(out, "%-44s %10.1f\n", "flat ring, one channel per NIC", tc.total * 1e3);
-    cb_model_note(out, "channels over all %d NICs move the same inter-node bytes as the\n"
-                  "    hierarchical path: the texts' %.1fx holds only against one ring", R,
-                  texts.hier_speedup);
+    if (N > 1) {
+        cb_model_note(out, "channels over all %d NICs move the same inter-node bytes as the\n"
+                      "    hierarchical path: the texts' %.1fx holds only against one ring", R,
+                      texts.hier_speedup);
+    }
     st_model_allreduce(&f, &s, ST_MODEL_HIER, S, &th);
     fprintf(out, "%-44s %10.1f\n", "hierarchical, phases one after another", th.total * 1e3);
     fprintf(out, "    intra reduce-scatter %.1f ms + inter all-reduce %.1f ms + intra all-gather "
             "%.1f ms\n", th.phase[0] * 1e3, th.phase[1] * 1e3, th.phase[2] * 1e3);
-    cb_model_note(out, "inter-node shard = gradient / %d ranks per node, per rail (%.2f GB;\n"
-                  "    the texts divide by the %d nodes: %.2f GB, the same only when the counts "
-                  "are);\n    the intra-node phases move (g-1)/g of the gradient, not of the "
-                  "shard", g, S / g / CB_MODEL_GB, N, S / N / CB_MODEL_GB);
+    if (N > 1) {
+        cb_model_note(out, "inter-node shard = gradient / %d ranks per node, per rail (%.2f GB;\n"
+                      "    the texts divide by the %d nodes: %.2f GB, the same only when the "
+                      "counts are);\n    the intra-node phases move (g-1)/g of the gradient, not "
+                      "of the shard", g, S / g / CB_MODEL_GB, N, S / N / CB_MODEL_GB);
+    }
     cb_model_best(o, &f, &s, S, &thp, &chunk);
     s.chunk = chunk;
     st_model_allreduce(&f, &s, ST_MODEL_HIER, S, &thp);
@@ -564,8 +577,18 @@ static void cb_model_print_faithful(FILE *out, const cb_model_opts_t *o)
     cb_model_note(out, "phases overlap: the slowest in steady state, plus fill, drain and\n"
                   "    alpha per chunk (%.0f chunks of %s)", thp.chunks,
                   cb_model_size_str(chunk, sizebuf, sizeof(sizebuf)));
-    fprintf(out, "hierarchical (pipelined) over the flat ring: %.1fx against 1 channel, %.2fx "
-            "against %d\n", t1.total / thp.total, tc.total / thp.total, R);
+    if (N > 1) {
+        fprintf(out, "hierarchical (pipelined) over the flat ring: %.1fx against 1 channel, "
+                "%.2fx against %d\n", t1.total / thp.total, tc.total / thp.total, R);
+    } else {
+        /* one node: no network phase, so nothing for a hierarchy over nodes to win; what is
+         * left is the model overlapping the two intra-node phases, not a network speedup */
+        fprintf(out, "one node: no inter-node phase; hierarchical is the intra-node "
+                "reduce-scatter and all-gather\n    only, %.1f ms pipelined against the flat "
+                "ring's %.1f ms within the node (the model\n    overlaps the two phases on the "
+                "%g GB/s intra-node path): no inter-node speedup to claim\n",
+                thp.total * 1e3, t1.total * 1e3, in->intra_beta / CB_MODEL_GB);
+    }
 
     /* compression, on the best dense algorithm, one all-reduce per step */
     base_comm = fmin(thp.total, tc.total);
