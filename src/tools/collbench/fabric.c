@@ -1,7 +1,7 @@
 /*
  * fabric.c - `collbench calibrate`, `collbench tune` and `collbench model --profile F --compare`:
  * measuring the fabric for the cost model, sweeping the phase split, and checking the model
- * against the measurement (issue 6; the model and the files: src/tune/, docs/model.md).
+ * against the measurement (the model and the files: src/tune/, docs/model.md).
  *
  * All three run as ranks (the launch options of the benchmark) and measure all-reduce of float
  * sums only. Every configuration is forced through a tuning table given to a split of the
