@@ -260,7 +260,8 @@ void st_comm_notice_poll(st_comm_t *comm)
         if (!ns->rreq[i].done || ns->rreq[i].status != ST_OK) {
             continue;
         }
-        comm->notice_rank = (in->rank >= 0 && in->rank < comm->nranks) ? in->rank : -1;
+        comm->notice_rank   = (in->rank >= 0 && in->rank < comm->nranks) ? in->rank : -1;
+        comm->notice_result = in->status;
         snprintf(comm->notice_msg, sizeof(comm->notice_msg), "%.*s",
                  (int)strnlen(in->msg, sizeof(in->msg)), in->msg);
         for (char *c = comm->notice_msg; *c != '\0'; c++) { /* printable: it goes to our log */

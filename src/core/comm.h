@@ -103,6 +103,7 @@ struct st_comm {
     struct st_notice_state *notice;
     volatile double      notice_at;    /* st_time_now() when a peer's notice arrived; 0: none */
     int                  notice_rank;  /* the rank that sent it */
+    int                  notice_result; /* its strataResult_t (strataInvalidUsage: a mismatch) */
     char                 notice_msg[232];
 
     /* Memory of cancelled operations that the transport still holds (st_comm_defer), freed

@@ -266,6 +266,42 @@ static st_status_t st_exec_step(st_op_t *op)
  * failure notice arrived over ST_EXEC_NOTICE_GRACE_S ago with no progress since, or the peer it
  * waits for has exited (probed every ST_EXEC_PROBE_S once the wait is ST_EXEC_PROBE_AFTER_S
  * old). */
+/* The status of an op ended by a peer's notice: the peer's own when the ranks' calls were wrong
+ * (a mismatch, a send/recv size: strataInvalidUsage on every rank), else ST_ERR_REMOTE. */
+static st_status_t st_exec_notice_status(const st_comm_t *comm)
+{
+    return (comm->notice_result == strataInvalidUsage) ? ST_ERR_USAGE : ST_ERR_REMOTE;
+}
+
+static void st_exec_notice_error(st_op_t *op)
+{
+    st_comm_t *comm = op->comm;
+
+    st_error(ST_SUB_COLL, "%s #%llu on %s rank %d failed in %s step %d/%d: rank %d reported that "
+             "the communicator cannot complete: %s", op->coll, (unsigned long long)op->seq,
+             comm->name, comm->rank, op->phase, op->step, op->nsteps, comm->notice_rank,
+             comm->notice_msg);
+}
+
+/* An op that failed because a peer broke its connections: when that peer (or another) reported
+ * a mismatch first, the mismatch is the cause every rank must see (the peer that found it
+ * cancels its transfers after ST_EXEC_CANCEL_GRACE_S, which a rank still in its own agreement on
+ * a loaded machine sees as a broken connection). Caller holds comm->lock. */
+static st_status_t st_exec_adopt_notice(st_op_t *op, st_status_t status)
+{
+    st_comm_t *comm = op->comm;
+
+    if (status != ST_ERR_REMOTE && status != ST_ERR_CANCELED && status != ST_ERR_TIMEOUT) {
+        return status;
+    }
+    st_comm_notice_poll(comm);
+    if (comm->notice_at <= 0 || st_exec_notice_status(comm) != ST_ERR_USAGE) {
+        return status;
+    }
+    st_exec_notice_error(op);
+    return ST_ERR_USAGE;
+}
+
 static st_status_t st_exec_doomed(st_op_t *op, double now)
 {
     st_comm_t *comm = op->comm;
@@ -273,11 +309,8 @@ static st_status_t st_exec_doomed(st_op_t *op, double now)
 
     if (comm->notice_at > 0 && now - comm->notice_at > ST_EXEC_NOTICE_GRACE_S &&
         idle > ST_EXEC_NOTICE_GRACE_S) {
-        st_error(ST_SUB_COLL, "%s #%llu on %s rank %d failed in %s step %d/%d: rank %d reported "
-                 "that the communicator cannot complete: %s", op->coll,
-                 (unsigned long long)op->seq, comm->name, comm->rank, op->phase, op->step,
-                 op->nsteps, comm->notice_rank, comm->notice_msg);
-        return ST_ERR_REMOTE;
+        st_exec_notice_error(op);
+        return st_exec_notice_status(comm);
     }
     if (op->wait_peer >= 0 && op->wait_peer < comm->nranks && idle > ST_EXEC_PROBE_AFTER_S &&
         now - op->last_probe > ST_EXEC_PROBE_S) {
@@ -365,6 +398,12 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
                 st_exec_record_times(op, now);
             }
             if (status < 0) {
+                if (!st_exec_comm_aborted(comm)) {
+                    pthread_mutex_lock(&comm->lock);
+                    status = st_exec_adopt_notice(op, status);
+                    pthread_mutex_unlock(&comm->lock);
+                    op->end_status = status;
+                }
                 st_comm_set_error(comm, status);
                 /* the first failure on comm tells every other rank (not one a peer reported) */
                 pthread_mutex_lock(&comm->lock);
