@@ -5,6 +5,7 @@
 #include "config.h"
 #include "transports/transport.h"
 
+#include <pthread.h>
 #include <string.h>
 
 extern const st_net_ops_t st_ucx_net;
@@ -26,6 +27,27 @@ const st_win_ops_t *const st_win_transports[] = {
     &st_shm_win,
     NULL
 };
+
+static const st_config_table_t *st_transport_tables[8];
+static pthread_once_t           st_transport_tables_once = PTHREAD_ONCE_INIT;
+
+static void st_transport_tables_fill(void)
+{
+    int k = 0;
+
+    for (const st_net_ops_t *const *tl = st_net_transports; *tl != NULL; tl++) {
+        if ((*tl)->config != NULL && k < 7) {
+            st_transport_tables[k++] = (*tl)->config;
+        }
+    }
+    st_transport_tables[k] = NULL;
+}
+
+const st_config_table_t *const *st_transport_config_tables(void)
+{
+    pthread_once(&st_transport_tables_once, st_transport_tables_fill);
+    return st_transport_tables;
+}
 
 const st_net_ops_t *st_net_find(const st_net_ops_t *const *table, const char *name)
 {

@@ -21,9 +21,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/log.h"
-#include "core/param.h"
-#include "core/status.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "base/status.h"
 
 typedef struct st_net_ctx st_net_ctx_t; /* one per communicator: a UCX worker, a verbs PD+CQ */
 typedef struct st_net_ep  st_net_ep_t;  /* a connection to one peer rank */
@@ -205,6 +205,10 @@ void  st_mem_unmap_all(void);
 
 /* Builtin net transports in priority order, NULL-terminated (transport.c). */
 extern const st_net_ops_t *const st_net_transports[];
+
+/* The parameter tables of the builtin transports (those that have one), NULL-terminated: what the
+ * library hands to st_param_init. */
+const st_config_table_t *const *st_transport_config_tables(void);
 
 /* The transport named name in table (NULL-terminated), or NULL. */
 const st_net_ops_t *st_net_find(const st_net_ops_t *const *table, const char *name);

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
-#include "core/log.h"
+#include "base/log.h"
 
 typedef struct st_chain {
     st_pipe_t pipe;

@@ -11,9 +11,9 @@
 
 #include "core/comm.h"
 #include "core/exec.h"
-#include "core/log.h"
-#include "core/param.h"
-#include "core/socket.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "base/socket.h"
 
 const char *st_coll_name(st_coll_type_t type)
 {

@@ -43,9 +43,9 @@
 
 #include "coll/coll.h"
 #include "coll/intra.h"
-#include "core/log.h"
-#include "core/param.h"
-#include "core/socket.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "base/socket.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
 

@@ -14,8 +14,8 @@
 
 #include "coll/coll.h"
 #include "core/comm.h"
-#include "core/log.h"
-#include "core/param.h"
+#include "base/log.h"
+#include "base/param.h"
 #include "tune/policy.h"
 
 #define ST_INTRA_CTRL_BYTES 4096

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
-#include "core/log.h"
+#include "base/log.h"
 
 #define ST_P2P_MAX_DEPS 8
 

@@ -36,7 +36,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "topo/topo.h"
 
 typedef struct st_ring {

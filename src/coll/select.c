@@ -22,8 +22,8 @@
 #include "coll/coll.h"
 #include "coll/intra.h"
 #include "core/check.h"
-#include "core/log.h"
-#include "core/param.h"
+#include "base/log.h"
+#include "base/param.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
 

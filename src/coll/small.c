@@ -23,8 +23,8 @@
 
 #include "coll/coll.h"
 #include "coll/intra.h"
-#include "core/log.h"
-#include "core/socket.h"
+#include "base/log.h"
+#include "base/socket.h"
 #include "topo/topo.h"
 
 typedef struct st_small {

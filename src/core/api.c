@@ -15,14 +15,15 @@
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/enqueue.h"
-#include "core/log.h"
-#include "core/param.h"
-#include "core/socket.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "base/socket.h"
 #include "topo/topo.h"
+#include "transports/transport.h"
 
 #define ST_API_INIT()                                                                            \
     do {                                                                                         \
-        if (st_param_init() != ST_OK) {                                                          \
+        if (st_param_init(st_transport_config_tables()) != ST_OK) {                              \
             return strataInvalidArgument;                                                        \
         }                                                                                        \
     } while (0)
@@ -39,27 +40,6 @@ STRATA_API strataResult_t strataGetVersion(int *version)
     }
     *version = STRATA_VERSION_CODE;
     return strataSuccess;
-}
-
-STRATA_API const char *strataGetErrorString(strataResult_t result)
-{
-    switch (result) {
-    case strataSuccess:            return "no error";
-    case strataUnhandledCudaError: return "unhandled cuda error";
-    case strataSystemError:        return "unhandled system error (socket, memory, thread)";
-    case strataInternalError:      return "internal error - please report this issue";
-    case strataInvalidArgument:    return "invalid argument";
-    case strataInvalidUsage:       return "invalid usage";
-    case strataRemoteError:        return "remote process exited or there was a network error";
-    case strataInProgress:         return "operation in progress";
-    case strataTimeout:            return "timeout: a peer did not answer within the deadline";
-    default: {
-        static __thread char unknown[48]; /* per thread: the caller may print it at leisure */
-
-        snprintf(unknown, sizeof(unknown), "unknown strataResult_t %d", (int)result);
-        return unknown;
-    }
-    }
 }
 
 STRATA_API const char *strataGetLastError(strataComm_t comm ST_UNUSED)

@@ -48,8 +48,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "core/log.h"
-#include "core/param.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "transports/transport.h"
 
 /* Byte layout of a strataUniqueId (big-endian integers; everything after the last field must be
  * zero, so the format can grow under a new version and garbage is caught). */
@@ -1317,7 +1318,7 @@ st_status_t st_bootstrap_unique_id(strataUniqueId *id)
         st_error(ST_SUB_BOOT, "unique id: NULL pointer");
         return ST_ERR_INVALID;
     }
-    ST_CHECK(st_param_init());
+    ST_CHECK(st_param_init(st_transport_config_tables()));
     memset(&uid, 0, sizeof(uid));
     uid.magic   = ST_BOOT_ID_MAGIC;
     uid.version = ST_BOOT_ID_VERSION;

@@ -24,8 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/socket.h"
-#include "core/status.h"
+#include "base/socket.h"
+#include "base/status.h"
 #include "strata.h"
 
 #define ST_BOOTSTRAP_SECRET_BYTES 16

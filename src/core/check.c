@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/log.h"
-#include "core/param.h"
-#include "core/socket.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "base/socket.h"
 
 #define ST_CHECK_MAX_ROUNDS 32
 #define ST_CHECK_SUB_NOTICE 0xff

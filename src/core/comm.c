@@ -28,9 +28,9 @@
 #include "tune/policy.h"
 #include "core/bootstrap.h"
 #include "core/exec.h"
-#include "core/log.h"
-#include "core/param.h"
-#include "core/socket.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "base/socket.h"
 #include "topo/topo.h"
 
 #define ST_ADDR_MAX 2048 /* bytes per published transport address */

@@ -11,8 +11,8 @@
 /* a communicator timeout meaning "no deadline" (STRATA_TIMEOUT=0) */
 #define ST_TIMEOUT_NONE ST_PARAM_NO_DEADLINE
 
-#include "core/param.h"
-#include "core/status.h"
+#include "base/param.h"
+#include "base/status.h"
 #include "reduce/reduce.h"
 #include "strata.h"
 #include "topo/node.h"

@@ -6,7 +6,7 @@
 #define ST_ENQUEUE_H
 
 #include "coll/coll.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "strata.h"
 
 /* Routes one call (sequence number already assigned). */

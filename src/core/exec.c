@@ -22,9 +22,9 @@
 
 #include "coll/intra.h"
 #include "core/check.h"
-#include "core/log.h"
-#include "core/param.h"
-#include "core/socket.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "base/socket.h"
 
 #define ST_EXEC_MAX_POLL_MS 100
 /* how long a data part that failed on a broken connection waits for the mismatch check (0.5 s

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "core/comm.h"
-#include "core/status.h"
+#include "base/status.h"
 
 typedef struct st_op st_op_t;
 

@@ -10,7 +10,7 @@
 
 #include "core/comm.h"
 #include "core/enqueue.h"
-#include "core/log.h"
+#include "base/log.h"
 
 typedef struct st_group_item {
     st_coll_args_t args;

@@ -8,14 +8,14 @@
 
 #include <stddef.h>
 
-#include "core/log.h"
-#include "core/param.h"
-#include "core/status.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "base/status.h"
 #include "transports/transport.h"
 
 STRATA_API strataResult_t strataMemAlloc(void **ptr, size_t size)
 {
-    if (st_param_init() != ST_OK) {
+    if (st_param_init(st_transport_config_tables()) != ST_OK) {
         return strataInvalidArgument;
     }
     if (ptr == NULL) {
@@ -34,7 +34,7 @@ STRATA_API strataResult_t strataMemFree(void *ptr)
     if (ptr == NULL) {
         return strataSuccess;
     }
-    if (st_param_init() != ST_OK) {
+    if (st_param_init(st_transport_config_tables()) != ST_OK) {
         return strataInvalidArgument;
     }
     return st_status_to_result(st_mem_free(ptr));

@@ -12,7 +12,7 @@
 
 #include "core/comm.h"
 #include "core/enqueue.h"
-#include "core/log.h"
+#include "base/log.h"
 
 #define ST_STREAM_MAGIC 0x57a75eaau
 

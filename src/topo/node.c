@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/param.h"
+#include "base/param.h"
 
 void st_node_id(char *buf, size_t len)
 {

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "core/status.h"
+#include "base/status.h"
 
 #define ST_NODE_ID_LEN 64 /* bytes of a node identity, NUL included */
 

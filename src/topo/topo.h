@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "topo/node.h"
 
 #define ST_TOPO_BUSID_LEN 16  /* "dddd:bb:dd.f" and NUL */

@@ -12,7 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/log.h"
+#include "base/log.h"
 
 st_status_t st_topo_cuda_busid(char *busid, size_t len)
 {

@@ -26,8 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/log.h"
-#include "core/param.h"
+#include "base/log.h"
+#include "base/param.h"
 #include "topo/topo_gpu.h"
 
 /* ---------------------------------------------------------------------------------------------- */

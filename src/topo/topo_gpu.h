@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#include "core/status.h"
+#include "base/status.h"
 
 /* Writes the PCI bus id of the calling thread's current CUDA device (cudaGetDevice: device 0
  * unless the thread chose another with cudaSetDevice) into busid as "dddd:bb:dd.f", lower case,

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/log.h"
+#include "base/log.h"
 
 #define ST_DASH(_s) ((_s)[0] != '\0' ? (_s) : "-")
 

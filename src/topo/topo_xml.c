@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/log.h"
+#include "base/log.h"
 
 /* Plugins whose OS devices strata does not use (see above); unknown names are ignored. */
 static const char *const st_topo_skip_components[] = {

@@ -21,7 +21,7 @@
 
 #include <stddef.h>
 
-#include "core/status.h"
+#include "base/status.h"
 
 #define ST_MODEL_MAX_RAILS 16
 

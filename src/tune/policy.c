@@ -12,8 +12,8 @@
 #include "coll/coll.h"
 #include "coll/intra.h"
 #include "core/comm.h"
-#include "core/log.h"
-#include "core/param.h"
+#include "base/log.h"
+#include "base/param.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
 

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "tune/model.h"
 
 #define ST_TUNE_MAX_ENTRIES 64

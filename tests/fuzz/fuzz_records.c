@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "topo/topo.h"
 
 #define FZ_MAX_RANKS 16

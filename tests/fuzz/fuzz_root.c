@@ -26,8 +26,8 @@
 #include <unistd.h>
 
 #include "core/bootstrap.h"
-#include "core/log.h"
-#include "core/socket.h"
+#include "base/log.h"
+#include "base/socket.h"
 
 #define FZ_NRANKS   4
 #define FZ_MAX_CONN 3

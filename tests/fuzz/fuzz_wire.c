@@ -18,8 +18,8 @@
 #include <string.h>
 
 #include "core/bootstrap.h"
-#include "core/log.h"
-#include "core/socket.h"
+#include "base/log.h"
+#include "base/socket.h"
 
 #define FZ_STR_MAX 256
 

@@ -177,7 +177,7 @@ static const char *const kill_where_name[] = {"AllReduce", "AllReduce", "Send", 
 static strataResult_t kill_work(it_ctx_t *c, strataComm_t comm, kill_where_t where, float *send,
                                 float *recv, strataStream_t stream)
 {
-    strataResult_t res;
+    strataResult_t res = strataSuccess;
     strataComm_t   child = NULL;
     int            n = c->nranks;
 

@@ -36,9 +36,10 @@
 #include <cmocka.h>
 
 #include "core/bootstrap.h"
-#include "core/log.h"
-#include "core/param.h"
-#include "core/socket.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "base/socket.h"
+#include "transports/transport.h"
 
 _Static_assert(sizeof(st_unique_id_t) <= sizeof(strataUniqueId), "id must fit");
 
@@ -1392,7 +1393,7 @@ int main(void)
     setenv("STRATA_BOOTSTRAP_TIMEOUT", "10s", 1);
     unsetenv("STRATA_COMM_ID");
     unsetenv("STRATA_COMM_SECRET");
-    if (st_param_init() != ST_OK) {
+    if (st_param_init(st_transport_config_tables()) != ST_OK) {
         fprintf(stderr, "st_param_init failed: %s\n", st_log_last_error());
         return 1;
     }

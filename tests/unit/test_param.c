@@ -14,9 +14,10 @@
 
 #include <cmocka.h>
 
-#include "core/log.h"
-#include "core/param.h"
-#include "core/status.h"
+#include "base/log.h"
+#include "base/param.h"
+#include "base/status.h"
+#include "transports/transport.h"
 
 static void test_parse_size(void **state)
 {
@@ -127,7 +128,7 @@ static void test_status_map(void **state)
 static void test_core_defaults(void **state)
 {
     unsetenv("STRATA_CHUNK_SIZE");
-    assert_int_equal(st_param_init(), ST_OK);
+    assert_int_equal(st_param_init(st_transport_config_tables()), ST_OK);
     assert_int_equal(st_core_config.chunk_size, 512 * 1024);
     assert_true(st_core_config.timeout == 600.0);
     assert_string_equal(st_core_config.algo, "auto");
@@ -141,7 +142,7 @@ static void test_readme_lists_every_param(void **state)
     FILE   *f;
     int     found = 0;
 
-    assert_int_equal(st_param_init(), ST_OK);
+    assert_int_equal(st_param_init(st_transport_config_tables()), ST_OK);
     f = open_memstream(&printed, &len);
     assert_non_null(f);
     st_config_print(f);
@@ -206,7 +207,7 @@ static void test_adjusted_warns_once(void **state)
     double   t = 0.2, t_used = 1.0;
     char     out[1024];
 
-    assert_int_equal(st_param_init(), ST_OK);
+    assert_int_equal(st_param_init(st_transport_config_tables()), ST_OK);
     setenv("STRATA_TEST_ADJ", "7", 1);
     assert_int_equal(adjusted_captured("STRATA_TEST_ADJ", ST_CFG_SIZE, &given, &used, out,
                                        sizeof(out)), 1);

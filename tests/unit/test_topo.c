@@ -30,11 +30,12 @@
 
 #include <cmocka.h>
 
-#include "core/log.h"
-#include "core/param.h"
+#include "base/log.h"
+#include "base/param.h"
 #include "topo/topo.h"
 #include "topo/topo_gpu.h"
 #include "topo/topo_machine.h"
+#include "transports/transport.h"
 
 #ifdef ST_TEST_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -1221,7 +1222,7 @@ int main(void)
     unsetenv("STRATA_TOPO_FILE");
     unsetenv("STRATA_TOPO_DUMP_FILE");
     unsetenv("STRATA_GPU_BUSID");
-    if (st_param_init() != ST_OK) {
+    if (st_param_init(st_transport_config_tables()) != ST_OK) {
         return 1;
     }
     return cmocka_run_group_tests(tests, NULL, NULL);

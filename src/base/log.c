@@ -4,7 +4,7 @@
  * thread-local storage so strataGetLastError can return it without locks.
  */
 #include "config.h"
-#include "core/log.h"
+#include "base/log.h"
 
 #include <pthread.h>
 #include <stdarg.h>

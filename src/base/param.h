@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "core/status.h"
+#include "base/status.h"
 
 typedef enum {
     ST_CFG_STRING, /* char * (malloc'd; "" allowed) */
@@ -103,8 +103,9 @@ static inline double st_param_deadline(double seconds)
 int st_param_adjusted(const char *var, st_cfg_type_t type, const void *given, const void *used,
                       const char *why);
 
-/* Parses the core and every transport table (once per process; later calls return the first
- * result). Also initialises logging. */
-st_status_t st_param_init(void);
+/* Parses the core table and the NULL-terminated tables `more` (the transports': the layers above
+ * hand theirs down, st_transport_config_tables), once per process; later calls return the first
+ * result. Also initialises logging. st_config_print prints the same tables. */
+st_status_t st_param_init(const st_config_table_t *const *more);
 
 #endif

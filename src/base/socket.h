@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <sys/socket.h>
 
-#include "core/status.h"
+#include "base/status.h"
 
 /* A socket address of either family, small enough to fit in a unique id. */
 typedef union st_sockaddr {

@@ -10,7 +10,7 @@
  * caller, which knows who the peer is and what was being waited for.
  */
 #include "config.h"
-#include "core/socket.h"
+#include "base/socket.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/log.h"
+#include "base/log.h"
 
 /* The selection used when STRATA_SOCKET_IFNAME is empty, and the fallback when it finds nothing:
  * the same choice NCCL makes (loopback and container bridges are useless across nodes). */

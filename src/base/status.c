@@ -1,7 +1,10 @@
 /*
- * status.c - names of internal statuses and their mapping to the public strataResult_t.
+ * status.c - names of internal statuses, their mapping to the public strataResult_t, and the
+ * public text of each result (strataGetErrorString).
  */
-#include "core/status.h"
+#include "base/status.h"
+
+#include <stdio.h>
 
 const char *st_status_str(st_status_t status)
 {
@@ -41,4 +44,27 @@ strataResult_t st_status_to_result(st_status_t status)
     case ST_ERR_INTERNAL:    return strataInternalError;
     }
     return strataInternalError;
+}
+
+/* The public text of a result (strata.h); here, below every caller, so that the library's own
+ * messages can quote it from any floor. */
+STRATA_API const char *strataGetErrorString(strataResult_t result)
+{
+    switch (result) {
+    case strataSuccess:            return "no error";
+    case strataUnhandledCudaError: return "unhandled cuda error";
+    case strataSystemError:        return "unhandled system error (socket, memory, thread)";
+    case strataInternalError:      return "internal error - please report this issue";
+    case strataInvalidArgument:    return "invalid argument";
+    case strataInvalidUsage:       return "invalid usage";
+    case strataRemoteError:        return "remote process exited or there was a network error";
+    case strataInProgress:         return "operation in progress";
+    case strataTimeout:            return "timeout: a peer did not answer within the deadline";
+    default: {
+        static __thread char unknown[48]; /* per thread: the caller may print it at leisure */
+
+        snprintf(unknown, sizeof(unknown), "unknown strataResult_t %d", (int)result);
+        return unknown;
+    }
+    }
 }

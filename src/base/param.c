@@ -2,7 +2,7 @@
  * param.c - parsing of STRATA_* parameters and the list of every parameter table.
  */
 #include "config.h"
-#include "core/param.h"
+#include "base/param.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -13,8 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/log.h"
-#include "transports/transport.h"
+#include "base/log.h"
 
 st_core_config_t st_core_config;
 
@@ -290,14 +289,15 @@ static void st_config_value_str(const st_config_field_t *f, const void *opts, ch
     }
 }
 
-/* Every table of the library: core first, then each net transport's. */
+/* The tables of the layers above (the transports'), given to st_param_init: NULL-terminated. */
+static const st_config_table_t *const *st_param_more;
+
+/* Every table of the library: core first, then those given to st_param_init. */
 static void st_param_for_each(void (*cb)(const st_config_table_t *, void *), void *arg)
 {
     cb(&st_core_config_table, arg);
-    for (const st_net_ops_t *const *tl = st_net_transports; *tl != NULL; tl++) {
-        if ((*tl)->config != NULL) {
-            cb((*tl)->config, arg);
-        }
+    for (const st_config_table_t *const *t = st_param_more; t != NULL && *t != NULL; t++) {
+        cb(*t, arg);
     }
 }
 
@@ -435,8 +435,11 @@ static void st_param_init_once(void)
     }
 }
 
-st_status_t st_param_init(void)
+st_status_t st_param_init(const st_config_table_t *const *more)
 {
+    if (st_param_more == NULL) {
+        st_param_more = more; /* the same list from every caller: the first one's is kept */
+    }
     pthread_once(&st_param_once, st_param_init_once);
     if (st_param_status != ST_OK && !st_param_said) {
         st_log_error(ST_SUB_ENV, __FILE__, __LINE__, "%s", st_param_errmsg);
