@@ -86,7 +86,7 @@ if [ "${SKIP_DISTCHECK:-0}" != 1 ]; then
     # The tarball builds every test program out of tree and runs the quick ones: the sanitizer
     # stage below runs all unit and integration tests on the tarball's sources again, so a second
     # full run here would add minutes and find nothing new (DISTCHECK_TESTS="" runs them all).
-    dtests=${DISTCHECK_TESTS-tests/unit/test_reduce tests/unit/test_bootstrap tests/unit/test_param tests/unit/test_topo tests/unit/test_shm tests/tools/test_collbench_args.sh tests/emulation/run_collbench.sh}
+    dtests=${DISTCHECK_TESTS-tests/unit/test_reduce tests/unit/test_bootstrap tests/unit/test_param tests/unit/test_topo tests/unit/test_shm tests/tools/test_collbench_args.sh tests/tools/test_check_layers.sh tests/emulation/run_collbench.sh}
     # shellcheck disable=SC2086
     if ! IT_LIFECYCLE_CYCLES=${DISTCHECK_LIFECYCLE_CYCLES:-60} \
          make -j"$JOBS" distcheck ${dtests:+TESTS="$dtests"}; then

@@ -1,0 +1,57 @@
+#!/bin/bash
+# test_check_layers.sh - the layering check (check_layers.sh) on the tree, and that it fails where
+# it must: on a copy of the tree given an include that points up, one between the side-by-side
+# folders of floor 2, and one with a known upward include removed (the list must stay true).
+set -u
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+src=$(cd "$here/../.." && pwd)
+check=$here/check_layers.sh
+tmp=$(mktemp -d /tmp/strata-layers.XXXXXX) || exit 99
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+
+expect()
+{
+    local what=$1 want_rc=$2 want_text=$3 dir=$4 out rc
+    out=$(bash "$check" "$dir" 2>&1)
+    rc=$?
+    if [ "$rc" -ne "$want_rc" ] || ! grep -qF -- "$want_text" <<< "$out"; then
+        echo "FAIL: $what: rc $rc (want $want_rc), output lacks \"$want_text\":"
+        echo "$out"
+        fails=$((fails + 1))
+    else
+        echo "ok: $what: $(tail -n 1 <<< "$out")"
+    fi
+}
+
+copy()
+{
+    rm -rf "$tmp/tree"
+    mkdir -p "$tmp/tree"
+    (cd "$src" && tar cf - --exclude='*.o' --exclude='*.lo' --exclude='.libs' \
+        --exclude='.deps' --exclude='.dirstamp' src transports include) | tar xf - -C "$tmp/tree"
+}
+
+expect "the tree" 0 "check_layers: PASS" "$src"
+
+copy
+printf '#include "core/comm.h"\n' > "$tmp/tree/src/topo/zz_up.c"
+expect "topo including core" 1 'src/topo/zz_up.c:1 includes "core/comm.h": floor 2 includes floor 5' "$tmp/tree"
+
+copy
+printf '#include "base/log.h"\n#include "tune/tune.h"\n' > "$tmp/tree/src/base/zz_up.h"
+expect "base including tune" 1 'src/base/zz_up.h:2 includes "tune/tune.h": floor 1 includes floor 3' "$tmp/tree"
+
+copy
+printf '#include "topo/topo.h"\n' > "$tmp/tree/transports/zz_side.c"
+expect "transports including topo" 1 'transports/zz_side.c includes "topo/topo.h": transports and topo are side by side' "$tmp/tree"
+
+copy
+sed -i '/#include "coll\/intra.h"/d' "$tmp/tree/src/tune/policy.c"
+expect "a known upward include gone" 1 'src/tune/policy.c:coll/intra.h is listed as a known upward include but is gone' "$tmp/tree"
+
+if [ "$fails" -ne 0 ]; then
+    echo "test_check_layers: $fails failed"
+    exit 1
+fi
+echo "test_check_layers: all passed"
