@@ -24,6 +24,7 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "base/status.h"
+#include "base/sys.h"
 
 typedef struct st_net_ctx st_net_ctx_t; /* one per communicator: a UCX worker, a verbs PD+CQ */
 typedef struct st_net_ep  st_net_ep_t;  /* a connection to one peer rank */

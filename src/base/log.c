@@ -5,6 +5,7 @@
  */
 #include "config.h"
 #include "base/log.h"
+#include "base/sys.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -65,21 +66,9 @@ int64_t st_log_parse_subsys(const char *list)
 
 static void st_log_open_file(const char *pattern)
 {
-    char   path[512];
-    size_t o = 0;
+    char path[512];
 
-    for (const char *p = pattern; *p != '\0' && o + 32 < sizeof(path); p++) {
-        if (p[0] == '%' && p[1] == 'h') {
-            o += snprintf(path + o, sizeof(path) - o, "%s", st_log_host);
-            p++;
-        } else if (p[0] == '%' && p[1] == 'p') {
-            o += snprintf(path + o, sizeof(path) - o, "%d", (int)getpid());
-            p++;
-        } else {
-            path[o++] = *p;
-        }
-    }
-    path[o] = '\0';
+    st_path_expand(pattern, st_log_host, path, sizeof(path));
     st_log_stream = fopen(path, "w");
     if (st_log_stream != NULL) {
         setvbuf(st_log_stream, NULL, _IOLBF, 0);

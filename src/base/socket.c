@@ -45,14 +45,6 @@
 #define ST_SOCKET_RETRY_MIN_S 0.001
 #define ST_SOCKET_RETRY_MAX_S 0.1
 
-double st_time_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Milliseconds poll() may wait before `deadline`: -1 for an infinite deadline, 0 once it passed.
  * Rounded up so that a poll that returns 0 really is at or past the deadline. */
 static int st_socket_poll_ms(double deadline)

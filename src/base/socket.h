@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include "base/status.h"
+#include "base/sys.h"
 
 /* A socket address of either family, small enough to fit in a unique id. */
 typedef union st_sockaddr {
@@ -79,8 +80,5 @@ st_status_t st_socket_recv_all(int fd, void *buf, size_t len, double deadline);
  * recv_all) also end, with ST_ERR_CANCELED (not logged), once fd becomes readable: an eventfd
  * that strataCommAbort writes, so that an abort interrupts a waiting init at once. -1: none. */
 void st_socket_set_cancel(int fd);
-
-/* Monotonic clock in seconds. */
-double st_time_now(void);
 
 #endif

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/coll.h"
 #include "base/log.h"
+#include "coll/coll.h"
 
 typedef struct st_chain {
     st_pipe_t pipe;

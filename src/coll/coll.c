@@ -9,11 +9,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/comm.h"
-#include "core/exec.h"
 #include "base/log.h"
 #include "base/param.h"
 #include "base/socket.h"
+#include "core/comm.h"
+#include "core/exec.h"
 
 const char *st_coll_name(st_coll_type_t type)
 {

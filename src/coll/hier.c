@@ -41,11 +41,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/coll.h"
-#include "coll/intra.h"
 #include "base/log.h"
 #include "base/param.h"
 #include "base/socket.h"
+#include "coll/coll.h"
+#include "coll/intra.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
 

@@ -12,10 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/coll.h"
-#include "core/comm.h"
 #include "base/log.h"
 #include "base/param.h"
+#include "base/sys.h"
+#include "coll/coll.h"
+#include "core/comm.h"
 #include "tune/policy.h"
 
 #define ST_INTRA_CTRL_BYTES 4096
@@ -101,7 +102,7 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_t **intra_p)
     /* names: the communicator's id, the node's identity and its local rank 0's pid (unique among
      * live processes, so even a reused STRATA_COMM_ID cannot meet a stale segment) */
     leader    = st_topo_node_rank(topo, comm->node, 0);
-    node_hash = st_comm_hash(UINT64_C(0xcbf29ce484222325), comm->peers[comm->rank].node_id,
+    node_hash = st_hash(ST_HASH_SEED, comm->peers[comm->rank].node_id,
                              strlen(comm->peers[comm->rank].node_id));
     memset(&cfg, 0, sizeof(cfg));
     snprintf(cfg.name, sizeof(cfg.name), "%016llx-%08llx-%u", (unsigned long long)comm->uid,

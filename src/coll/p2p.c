@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/coll.h"
 #include "base/log.h"
+#include "coll/coll.h"
 
 #define ST_P2P_MAX_DEPS 8
 

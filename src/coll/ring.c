@@ -35,8 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/coll.h"
 #include "base/log.h"
+#include "coll/coll.h"
 #include "topo/topo.h"
 
 typedef struct st_ring {

@@ -19,11 +19,11 @@
 
 #include <string.h>
 
+#include "base/log.h"
+#include "base/param.h"
 #include "coll/coll.h"
 #include "coll/intra.h"
 #include "core/check.h"
-#include "base/log.h"
-#include "base/param.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
 

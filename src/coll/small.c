@@ -21,10 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/coll.h"
-#include "coll/intra.h"
 #include "base/log.h"
 #include "base/socket.h"
+#include "coll/coll.h"
+#include "coll/intra.h"
 #include "topo/topo.h"
 
 typedef struct st_small {

@@ -12,12 +12,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/bootstrap.h"
-#include "core/comm.h"
-#include "core/enqueue.h"
 #include "base/log.h"
 #include "base/param.h"
 #include "base/socket.h"
+#include "core/bootstrap.h"
+#include "core/comm.h"
+#include "core/enqueue.h"
 #include "topo/topo.h"
 #include "transports/transport.h"
 

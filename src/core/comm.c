@@ -23,15 +23,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "coll/coll.h"
-#include "coll/intra.h"
-#include "tune/policy.h"
-#include "core/bootstrap.h"
-#include "core/exec.h"
 #include "base/log.h"
 #include "base/param.h"
 #include "base/socket.h"
+#include "base/sys.h"
+#include "coll/coll.h"
+#include "coll/intra.h"
+#include "core/bootstrap.h"
+#include "core/exec.h"
 #include "topo/topo.h"
+#include "tune/policy.h"
 
 #define ST_ADDR_MAX 2048 /* bytes per published transport address */
 
@@ -1102,7 +1103,7 @@ st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeo
             return ST_ERR_INVALID;
         }
     }
-    comm->uid = st_comm_hash(UINT64_C(0xcbf29ce484222325), uid.secret, sizeof(uid.secret));
+    comm->uid = st_hash(ST_HASH_SEED, uid.secret, sizeof(uid.secret));
     ST_CHECK(st_comm_open_net(comm, &rec));
     rec.rank = rank;
     if (uid.from_env && rank == 0) {
@@ -1133,16 +1134,6 @@ out:
     free(recs);
     free(table);
     return status;
-}
-
-uint64_t st_comm_hash(uint64_t h, const void *data, size_t len)
-{
-    const unsigned char *p = data;
-
-    for (size_t i = 0; i < len; i++) {
-        h = (h ^ p[i]) * UINT64_C(0x100000001b3);
-    }
-    return h;
 }
 
 static int st_split_cmp(const void *a, const void *b)
@@ -1240,7 +1231,7 @@ st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeo
         sized->net->set_rank(sized->net_ctx, myrank);
         {
             uint32_t salt[2] = {parent->split_seq, (uint32_t)color};
-            sized->uid = st_comm_hash(parent->uid, salt, sizeof(salt));
+            sized->uid = st_hash(parent->uid, salt, sizeof(salt));
         }
         comm->net_ctx  = NULL;
         comm->net      = NULL;

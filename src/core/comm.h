@@ -134,8 +134,6 @@ int st_comm_net_ctxs(const st_comm_t *comm, st_net_ctx_t **ctxs);
 /* Agreement at init: every rank passes its status; returns ST_OK when all passed ST_OK, else
  * the lowest (first in st_status_t order) error, on every rank. An all-reduce over comm's net. */
 st_status_t st_comm_agree(st_comm_t *comm, st_status_t status);
-/* FNV-1a of data continuing h (communicator ids). */
-uint64_t st_comm_hash(uint64_t h, const void *data, size_t len);
 /* Frees everything; force = 1 drops in-flight traffic (abort). */
 void st_comm_free(st_comm_t *comm, int force);
 

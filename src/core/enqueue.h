@@ -5,8 +5,8 @@
 #ifndef ST_ENQUEUE_H
 #define ST_ENQUEUE_H
 
-#include "coll/coll.h"
 #include "base/status.h"
+#include "coll/coll.h"
 #include "strata.h"
 
 /* Routes one call (sequence number already assigned). */

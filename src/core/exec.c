@@ -20,11 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/intra.h"
-#include "core/check.h"
 #include "base/log.h"
 #include "base/param.h"
 #include "base/socket.h"
+#include "coll/intra.h"
+#include "core/check.h"
 
 #define ST_EXEC_MAX_POLL_MS 100
 /* how long a data part that failed on a broken connection waits for the mismatch check (0.5 s

@@ -17,8 +17,8 @@
 
 #include <stdint.h>
 
-#include "core/comm.h"
 #include "base/status.h"
+#include "core/comm.h"
 
 typedef struct st_op st_op_t;
 

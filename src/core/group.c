@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "core/comm.h"
 #include "core/enqueue.h"
-#include "base/log.h"
 
 typedef struct st_group_item {
     st_coll_args_t args;

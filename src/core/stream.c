@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "core/comm.h"
 #include "core/enqueue.h"
-#include "base/log.h"
 
 #define ST_STREAM_MAGIC 0x57a75eaau
 

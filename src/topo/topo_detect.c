@@ -28,6 +28,7 @@
 
 #include "base/log.h"
 #include "base/param.h"
+#include "base/sys.h"
 #include "topo/topo_gpu.h"
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -623,14 +624,6 @@ static void st_topo_init_once(void)
     pthread_atfork(st_topo_atfork_prepare, st_topo_atfork_parent, st_topo_atfork_child);
 }
 
-static double st_topo_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* The cached machine, (re)loaded when STRATA_TOPO_FILE differs from what it was made of. want_gpu:
  * a GPU is to be found in it. Called with st_topo_lock held. */
 static st_status_t st_topo_machine_get_locked(int want_gpu, st_topo_machine_t **machine_p)
@@ -638,7 +631,7 @@ static st_status_t st_topo_machine_get_locked(int want_gpu, st_topo_machine_t **
     const char        *file = st_core_config.topo_file;
     st_topo_machine_t *m;
     hwloc_topology_t   topo;
-    double             t0 = st_topo_now();
+    double             t0 = st_time_now();
     int                lazy;
 
     if (file != NULL && file[0] == '\0') {
@@ -658,7 +651,7 @@ static st_status_t st_topo_machine_get_locked(int want_gpu, st_topo_machine_t **
     ST_CHECK(st_topo_machine_create(topo, file, &m));
     st_info(ST_SUB_TOPO, "topology of %s: %d packages, %d NUMA, %d cores, %d PUs, %d GPUs, "
             "%d fabric NICs (%.1f ms)", file != NULL ? file : "this machine", m->npackages,
-            m->nnumas, m->ncores, m->npus, m->ngpus, m->nnics, (st_topo_now() - t0) * 1e3);
+            m->nnumas, m->ncores, m->npus, m->ngpus, m->nnics, (st_time_now() - t0) * 1e3);
     st_topo_machine_destroy(st_topo_cached); /* users hold the lock: nobody reads it now */
     st_topo_cached = m;
     *machine_p     = m;
@@ -802,27 +795,6 @@ out:
 /* STRATA_TOPO_DUMP_FILE                                                                          */
 /* ---------------------------------------------------------------------------------------------- */
 
-/* pattern with %h (host name) and %p (pid) expanded. */
-static void st_topo_dump_path(const char *pattern, char *path, size_t len)
-{
-    char   host[256] = "unknown";
-    size_t o = 0;
-
-    gethostname(host, sizeof(host) - 1);
-    for (const char *p = pattern; *p != '\0' && o + 1 < len; p++) {
-        if (p[0] == '%' && p[1] == 'h') {
-            o += (size_t)snprintf(path + o, len - o, "%s", host);
-            p++;
-        } else if (p[0] == '%' && p[1] == 'p') {
-            o += (size_t)snprintf(path + o, len - o, "%d", (int)getpid());
-            p++;
-        } else {
-            path[o++] = *p;
-        }
-    }
-    path[ST_MIN(o, len - 1)] = '\0';
-}
-
 /* Writes xml to path through a temporary file and a rename, so a reader (or another node's rank
  * writing the same shared path) never sees half a file. */
 static void st_topo_dump_write(const char *path, const char *xml)
@@ -877,7 +849,12 @@ void st_topo_dump(const st_topo_t *topo, int rank)
     st_topo_machine_print(st_topo_cached, mem, 0);
     st_topo_print(topo, mem, 0);
     fclose(mem);
-    st_topo_dump_path(pattern, path, sizeof(path));
+    {
+        char host[256] = "unknown";
+
+        gethostname(host, sizeof(host) - 1);
+        st_path_expand(pattern, host, path, sizeof(path));
+    }
     if (st_topo_xml_export(st_topo_cached->topo, text, &xml) == ST_OK) {
         st_topo_dump_write(path, xml);
     }

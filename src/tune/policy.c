@@ -9,11 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/param.h"
+#include "base/sys.h"
 #include "coll/coll.h"
 #include "coll/intra.h"
 #include "core/comm.h"
-#include "base/log.h"
-#include "base/param.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
 
@@ -344,31 +345,21 @@ size_t st_tune_policy_shard_max(const st_comm_t *comm, size_t units, int nshards
     return best;
 }
 
-static uint32_t st_tune_fnv(uint32_t h, const void *data, size_t len)
-{
-    const unsigned char *b = data;
-
-    for (size_t k = 0; k < len; k++) {
-        h = (h ^ b[k]) * 16777619u; /* FNV-1a */
-    }
-    return h;
-}
-
 uint32_t st_tune_policy_hash(const st_comm_t *comm)
 {
     const st_tune_policy_t *p = comm->tune;
-    uint32_t                h = 2166136261u;
+    uint64_t                h = ST_HASH_SEED;
 
     if (p == NULL) {
         return 0; /* init ran out of memory: its status says so */
     }
-    h = st_tune_fnv(h, &p->have_table, sizeof(p->have_table));
-    h = st_tune_fnv(h, &p->table, offsetof(st_tune_table_t, ignored)); /* decisions only */
-    h = st_tune_fnv(h, &p->depth, sizeof(p->depth));
-    h = st_tune_fnv(h, &p->window_chunk, sizeof(p->window_chunk));
-    h = st_tune_fnv(h, &p->have_shares, sizeof(p->have_shares));
-    h = st_tune_fnv(h, p->shard_cum, sizeof(p->shard_cum));
-    return h & 0x7fffffffu;
+    h = st_hash(h, &p->have_table, sizeof(p->have_table));
+    h = st_hash(h, &p->table, offsetof(st_tune_table_t, ignored)); /* decisions only */
+    h = st_hash(h, &p->depth, sizeof(p->depth));
+    h = st_hash(h, &p->window_chunk, sizeof(p->window_chunk));
+    h = st_hash(h, &p->have_shares, sizeof(p->have_shares));
+    h = st_hash(h, p->shard_cum, sizeof(p->shard_cum));
+    return (uint32_t)(h ^ (h >> 32)) & 0x7fffffffu;
 }
 
 void st_tune_policy_reset(st_comm_t *comm)

@@ -25,9 +25,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/bootstrap.h"
 #include "base/log.h"
 #include "base/socket.h"
+#include "core/bootstrap.h"
 
 #define FZ_NRANKS   4
 #define FZ_MAX_CONN 3

@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/bootstrap.h"
 #include "base/log.h"
 #include "base/socket.h"
+#include "core/bootstrap.h"
 
 #define FZ_STR_MAX 256
 

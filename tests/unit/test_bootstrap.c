@@ -35,10 +35,10 @@
 
 #include <cmocka.h>
 
-#include "core/bootstrap.h"
 #include "base/log.h"
 #include "base/param.h"
 #include "base/socket.h"
+#include "core/bootstrap.h"
 #include "transports/transport.h"
 
 _Static_assert(sizeof(st_unique_id_t) <= sizeof(strataUniqueId), "id must fit");

@@ -399,8 +399,7 @@ static st_status_t st_ucx_connect(st_net_ctx_t *ctx, int peer, const void *peer_
 static void st_ucx_disconnect(st_net_ep_t *ep, int force, double timeout)
 {
     ucp_request_param_t param;
-    struct timespec     ts;
-    double              start, now;
+    double              start;
     void               *req;
 
     memset(&param, 0, sizeof(param));
@@ -408,13 +407,10 @@ static void st_ucx_disconnect(st_net_ep_t *ep, int force, double timeout)
     param.flags        = (force || ep->failed) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     req = (ep->ep != NULL) ? ucp_ep_close_nbx(ep->ep, &param) : ep->close_req;
     if (UCS_PTR_IS_PTR(req)) {
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        start = ts.tv_sec + ts.tv_nsec * 1e-9;
+        start = st_time_now();
         while (ucp_request_check_status(req) == UCS_INPROGRESS) {
             ucp_worker_progress(ep->ctx->worker);
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            now = ts.tv_sec + ts.tv_nsec * 1e-9;
-            if (now - start > timeout) {
+            if (st_time_now() - start > timeout) {
                 st_warn(ST_SUB_UCX, "%s rank %d: closing the connection to rank %d took over %g s;"
                         " dropping it", ep->ctx->name, ep->ctx->rank, ep->peer, timeout);
                 ucp_request_cancel(ep->ctx->worker, req);

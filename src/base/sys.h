@@ -1,0 +1,25 @@
+/*
+ * sys.h - the small system helpers every floor needs once: a monotonic clock, the FNV-1a hash
+ * that ranks agree on, and the %h / %p expansion of file name patterns.
+ */
+#ifndef ST_SYS_H
+#define ST_SYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Monotonic clock (CLOCK_MONOTONIC) in seconds. */
+double st_time_now(void);
+
+/* FNV-1a, 64 bits (Fowler, Noll, Vo; offset basis ST_HASH_SEED, prime 2^40 + 2^8 + 0xb3):
+ * h updated by len bytes of data. The same bytes give the same hash on every rank, which is what
+ * the agreements compare. */
+#define ST_HASH_SEED UINT64_C(0xcbf29ce484222325)
+uint64_t st_hash(uint64_t h, const void *data, size_t len);
+
+/* Writes pattern into out (capacity len, always terminated, cut short if it does not fit) with
+ * every "%h" replaced by host and every "%p" by the process id: the file names of
+ * STRATA_DEBUG_FILE and STRATA_TOPO_DUMP_FILE. */
+void st_path_expand(const char *pattern, const char *host, char *out, size_t len);
+
+#endif
