@@ -76,7 +76,7 @@ typedef struct st_core_config {
     char  *tune_file;         /* tuning table (tune/policy.h) */
     char  *profile_file;      /* fabric profile (tune/policy.h) */
     char  *rail_shares;       /* weights of the rails' inter-node shares */
-    int    check_mismatch;    /* agree on every collective's fingerprint (core/check.h) */
+    int    check_mismatch;    /* agree on every collective's fingerprint (engine/mismatch.h) */
     double stall_warn;        /* seconds without progress before a WARN line; 0 = off */
 } st_core_config_t;
 

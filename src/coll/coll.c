@@ -12,16 +12,8 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "base/socket.h"
-#include "core/comm.h"
-#include "core/exec.h"
-
-const char *st_coll_name(st_coll_type_t type)
-{
-    static const char *const names[] = {
-        "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "Send", "Recv"
-    };
-    return (type < ST_COLL_LAST) ? names[type] : "unknown";
-}
+#include "engine/comm.h"
+#include "engine/exec.h"
 
 size_t st_coll_chunk_elems(strataDataType_t dtype)
 {

@@ -829,6 +829,7 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
     h->op.progress     = st_hier_progress;
     h->op.destroy      = st_hier_destroy;
     h->op.sleep_on     = intra;
+    h->op.sleep        = st_intra_sleep_hook;
     h->op.algo         = "hier";
     *op_p = &h->op;
     return ST_OK;

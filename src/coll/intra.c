@@ -16,14 +16,14 @@
 #include "base/param.h"
 #include "base/sys.h"
 #include "coll/coll.h"
-#include "core/comm.h"
+#include "engine/comm.h"
 #include "tune/policy.h"
 
 #define ST_INTRA_CTRL_BYTES 4096
 /* network bytes per rail shard of a chunk under STRATA_HIER_CHUNK_SIZE=auto */
 #define ST_INTRA_NET_SHARD_BYTES ((size_t)256 << 10)
 
-st_status_t st_intra_create(st_comm_t *comm, st_intra_t **intra_p)
+st_status_t st_intra_create(st_comm_t *comm, st_intra_agree_fn agree, st_intra_t **intra_p)
 {
     const st_topo_t *topo = comm->topo;
     st_intra_t      *intra;
@@ -93,8 +93,8 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_t **intra_p)
         /* the agreements below are all-reduces over the whole communicator: a node of one rank
          * takes part when other nodes have windows to make */
         if (st_topo_nrails(topo) > 1) {
-            ST_CHECK_GOTO(st_comm_agree(comm, ST_OK), status, err_free);
-            ST_CHECK_GOTO(st_comm_agree(comm, ST_OK), status, err_free);
+            ST_CHECK_GOTO(agree(comm, ST_OK), status, err_free);
+            ST_CHECK_GOTO(agree(comm, ST_OK), status, err_free);
         }
         goto done;
     }
@@ -115,9 +115,9 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_t **intra_p)
     /* a failure of one rank must not leave the others in a barrier: every rank goes through both
      * barriers and the result is agreed on by an all-reduce of the statuses */
     status = intra->win->create(&cfg, &intra->ctx);
-    ST_CHECK_GOTO(st_comm_agree(comm, status), status, err_ctx);
+    ST_CHECK_GOTO(agree(comm, status), status, err_ctx);
     status = intra->win->attach(intra->ctx);
-    ST_CHECK_GOTO(st_comm_agree(comm, status), status, err_ctx);
+    ST_CHECK_GOTO(agree(comm, status), status, err_ctx);
     intra->win->unlink(intra->ctx);
     for (int lr = 0; lr < intra->local_size; lr++) {
         intra->base[lr] = intra->win->base(intra->ctx, lr);
@@ -219,4 +219,9 @@ void st_intra_reduce(const st_redop_t *redop, void *dst, const void *const *srcs
     for (int i = 2; i < n; i++) {
         st_reduce_combine(redop, dst, dst, srcs[i], count);
     }
+}
+
+void st_intra_sleep_hook(void *intra, uint32_t seen, long timeout_us)
+{
+    st_intra_sleep(intra, seen, timeout_us);
 }

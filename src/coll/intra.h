@@ -62,10 +62,14 @@ typedef struct st_intra {
     uint64_t            turn;
 } st_intra_t;
 
-/* Creates the node's windows for comm (collective over comm: barriers through comm's net).
- * Sizes from STRATA_HIER_CHUNK_SIZE and STRATA_PIPELINE_DEPTH. Segment names carry comm's
- * id and node identity. ST_ERR_NO_MEMORY, ST_ERR_IO (logged). */
-st_status_t st_intra_create(struct st_comm *comm, st_intra_t **intra_p);
+/* The caller's agreement (core's st_comm_agree): every rank of comm passes its status and gets
+ * ST_OK when all passed ST_OK, else the lowest error, on every rank. */
+typedef st_status_t (*st_intra_agree_fn)(struct st_comm *comm, st_status_t status);
+
+/* Creates the node's windows for comm (collective over comm: its steps are agreed through
+ * agree). Sizes from STRATA_HIER_CHUNK_SIZE and STRATA_PIPELINE_DEPTH. Segment names carry
+ * comm's id and node identity. ST_ERR_NO_MEMORY, ST_ERR_IO (logged). */
+st_status_t st_intra_create(struct st_comm *comm, st_intra_agree_fn agree, st_intra_t **intra_p);
 void        st_intra_destroy(st_intra_t *intra);
 
 static inline uint64_t *st_intra_cnt_ptr(const st_intra_t *intra, int lr, st_intra_cnt_t c)
@@ -84,6 +88,8 @@ int st_intra_reached(const st_intra_t *intra, int lr, st_intra_cnt_t c, uint64_t
 uint32_t st_intra_doorbell(const st_intra_t *intra);
 /* Sleeps until the doorbell differs from seen or timeout_us passed. */
 void st_intra_sleep(st_intra_t *intra, uint32_t seen, long timeout_us);
+/* st_intra_sleep as the engine's sleep hook (st_op_t's sleep, sleep_on = the st_intra_t). */
+void st_intra_sleep_hook(void *intra, uint32_t seen, long timeout_us);
 
 /* Start of local rank lr's small area `which` (0 or 1), in slot `slot` and res slot. */
 static inline char *st_intra_small(const st_intra_t *intra, int lr, int which)

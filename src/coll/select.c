@@ -23,7 +23,7 @@
 #include "base/param.h"
 #include "coll/coll.h"
 #include "coll/intra.h"
-#include "core/check.h"
+#include "engine/mismatch.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
 

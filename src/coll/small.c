@@ -327,6 +327,7 @@ st_status_t st_small_create(const st_coll_args_t *args, st_op_t **op_p)
     s->op.progress  = st_small_progress;
     s->op.destroy   = st_small_destroy;
     s->op.sleep_on  = intra;
+    s->op.sleep     = st_intra_sleep_hook;
     s->op.algo      = "small";
     *op_p = &s->op;
     return ST_OK;

@@ -16,10 +16,11 @@
 #include "base/param.h"
 #include "base/socket.h"
 #include "core/bootstrap.h"
-#include "core/comm.h"
+#include "engine/comm.h"
 #include "core/enqueue.h"
 #include "topo/topo.h"
 #include "transports/transport.h"
+#include "core/init.h"
 
 #define ST_API_INIT()                                                                            \
     do {                                                                                         \

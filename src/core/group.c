@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "core/comm.h"
+#include "engine/comm.h"
 #include "core/enqueue.h"
 
 typedef struct st_group_item {

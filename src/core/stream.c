@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "core/comm.h"
+#include "engine/comm.h"
 #include "core/enqueue.h"
 
 #define ST_STREAM_MAGIC 0x57a75eaau
@@ -76,10 +76,21 @@ static st_status_t st_stream_run(st_stream_item_t *item)
         int                   state = comm->state;
 
         if (state == ST_COMM_FAILED || state == ST_COMM_ABORTED) {
-            st_error(ST_SUB_COLL, "%s #%llu on %s rank %d not run: the communicator %s earlier "
-                     "(%s)", st_coll_name(args->type), (unsigned long long)args->seq,
+            /* said once per communicator: a deep queue would bury the cause under its lines */
+            char msg[256];
+
+            snprintf(msg, sizeof(msg), "%s #%llu on %s rank %d not run: the communicator %s "
+                     "earlier (%s)", st_coll_name(args->type), (unsigned long long)args->seq,
                      comm->name, comm->rank, state == ST_COMM_ABORTED ? "was aborted" : "failed",
                      strataGetErrorString((strataResult_t)comm->async_error));
+            if (__atomic_exchange_n(&comm->not_run_said, 1, __ATOMIC_RELAXED) == 0) {
+                st_error(ST_SUB_COLL, "%s; the calls queued after it are not run either (said "
+                         "once)", msg);
+            } else {
+                st_log_clear_error();
+                st_log_append_error("%s", msg);
+                st_debug(ST_SUB_COLL, "%s", msg);
+            }
             for (int j = 0; j < item->nargs; j++) { /* none of them runs: later calls go on */
                 if (item->args[j].type != ST_COLL_SEND && item->args[j].type != ST_COLL_RECV) {
                     st_comm_order_done(item->args[j].comm, item->args[j].seq);

@@ -14,7 +14,7 @@
 #include "base/sys.h"
 #include "coll/coll.h"
 #include "coll/intra.h"
-#include "core/comm.h"
+#include "engine/comm.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
 

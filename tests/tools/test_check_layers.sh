@@ -35,8 +35,8 @@ copy()
 expect "the tree" 0 "check_layers: PASS" "$src"
 
 copy
-printf '#include "core/comm.h"\n' > "$tmp/tree/src/topo/zz_up.c"
-expect "topo including core" 1 'src/topo/zz_up.c:1 includes "core/comm.h": floor 2 includes floor 5' "$tmp/tree"
+printf '#include "core/init.h"\n' > "$tmp/tree/src/topo/zz_up.c"
+expect "topo including core" 1 'src/topo/zz_up.c:1 includes "core/init.h": floor 2 includes floor 6' "$tmp/tree"
 
 copy
 printf '#include "base/log.h"\n#include "tune/tune.h"\n' > "$tmp/tree/src/base/zz_up.h"

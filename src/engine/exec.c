@@ -12,7 +12,7 @@
  * this rank to keep forwarding.
  */
 #include "config.h"
-#include "core/exec.h"
+#include "engine/exec.h"
 
 #include <poll.h>
 #include <sched.h>
@@ -23,8 +23,7 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "base/socket.h"
-#include "coll/intra.h"
-#include "core/check.h"
+#include "engine/mismatch.h"
 
 #define ST_EXEC_MAX_POLL_MS 100
 /* how long a data part that failed on a broken connection waits for the mismatch check (0.5 s
@@ -66,7 +65,7 @@ static void st_exec_block(st_op_t **ops, int nops, int timeout_ms)
         if (ops[i]->finished) {
             continue;
         }
-        if (ops[i]->sleepable && ops[i]->sleep_on != NULL) {
+        if (ops[i]->sleepable && ops[i]->sleep != NULL) {
             nwin++;
             win_op = (win_op == NULL) ? ops[i] : win_op;
         } else {
@@ -76,8 +75,8 @@ static void st_exec_block(st_op_t **ops, int nops, int timeout_ms)
     }
     if (nnet == 0 && win_op != NULL) {
         /* several window ops (of different communicators) may wait on different doorbells */
-        st_intra_sleep(win_op->sleep_on, win_op->sleep_seen,
-                       (nwin == 1) ? (long)timeout_ms * 1000 : 1000);
+        win_op->sleep(win_op->sleep_on, win_op->sleep_seen,
+                      (nwin == 1) ? (long)timeout_ms * 1000 : 1000);
         return;
     }
     if (nwin > 0) {

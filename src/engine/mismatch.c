@@ -1,5 +1,5 @@
 /*
- * check.c - the mismatch agreement that runs next to every collective (see check.h), and rank 0's
+ * mismatch.c - the mismatch agreement that runs next to every collective (see check.h), and rank 0's
  * report of the ranks that have not entered a stalled collective.
  *
  * Dissemination: in round k rank r sends its running (min, max) to r + 2^k and merges what r - 2^k
@@ -9,7 +9,7 @@
  * lowest rank, so every rank ends with the same pair and prints the same message.
  */
 #include "config.h"
-#include "core/check.h"
+#include "engine/mismatch.h"
 
 #include <stdio.h>
 #include <stdlib.h>

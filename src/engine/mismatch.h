@@ -1,5 +1,5 @@
 /*
- * check.h - mismatch detection (STRATA_CHECK_MISMATCH): every rank of a collective agrees that
+ * mismatch.h - mismatch detection (STRATA_CHECK_MISMATCH): every rank of a collective agrees that
  * all ranks made the same call before the collective may succeed.
  *
  * Each collective's fingerprint is (collective, count, datatype, op, root, sequence number). A
@@ -19,8 +19,8 @@
 #ifndef ST_CHECK_H
 #define ST_CHECK_H
 
-#include "coll/coll.h"
-#include "core/exec.h"
+#include "engine/exec.h"
+#include "engine/op.h"
 
 typedef struct st_check st_check_t;
 

@@ -1,6 +1,7 @@
 /*
- * comm.h - the communicator: who the ranks are, how to reach them, and the state every operation
- * on it shares (sequence numbers, the lock that serialises driving its net context, its errors).
+ * comm.h - the communicator at run time: who the ranks are, how to reach them, and the state
+ * every operation on it shares (sequence numbers, the lock that serialises driving its net
+ * context, its errors, failure notices). Its lifecycle is core's (core/init.h).
  */
 #ifndef ST_COMM_H
 #define ST_COMM_H
@@ -104,6 +105,7 @@ struct st_comm {
     volatile double      notice_at;    /* st_time_now() when a peer's notice arrived; 0: none */
     int                  notice_rank;  /* the rank that sent it */
     int                  notice_result; /* its strataResult_t (strataInvalidUsage: a mismatch) */
+    int                  not_run_said;  /* queued work skipped after a failure was logged */
     char                 notice_msg[232];
 
     /* Memory of cancelled operations that the transport still holds (st_comm_defer), freed
@@ -114,28 +116,12 @@ typedef struct st_comm st_comm_t;
 
 #define ST_COMM_MAGIC       UINT64_C(0x57a7a0c0bb1e0001)
 
-/* Allocates a communicator shell for rank of nranks (state INITIALIZING); NULL without memory. */
-st_comm_t *st_comm_alloc(int rank, int nranks, double op_timeout, const char *name);
-/* Bootstrap, net context and endpoints of an allocated comm; state READY on success. The caller
- * frees the comm on failure. timeout: seconds for the bootstrap (the join:
- * STRATA_BOOTSTRAP_TIMEOUT); the exchanges after it end within the smaller of timeout and the
- * comm's operation timeout. strataCommAbort (st_comm_cancel) ends any of its waits at once. */
-st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeout);
-/* Creates the communicator of a split (called by every rank of parent). *comm_p is NULL for
- * color < 0. tune_file: its tuning table (NULL: the parent's). */
-st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeout,
-                          const char *name, const char *tune_file, st_comm_t **comm_p);
 /* Progresses every net context of comm (the default one and the rail's): ST_OK when anything
  * happened, ST_INPROGRESS otherwise. Caller holds comm->lock. */
 st_status_t st_comm_progress(st_comm_t *comm);
 /* Net contexts of comm (1 or 2) into ctxs; returns how many. */
 int st_comm_net_ctxs(const st_comm_t *comm, st_net_ctx_t **ctxs);
 
-/* Agreement at init: every rank passes its status; returns ST_OK when all passed ST_OK, else
- * the lowest (first in st_status_t order) error, on every rank. An all-reduce over comm's net. */
-st_status_t st_comm_agree(st_comm_t *comm, st_status_t status);
-/* Frees everything; force = 1 drops in-flight traffic (abort). */
-void st_comm_free(st_comm_t *comm, int force);
 
 /* The registry of live communicators: a destroyed handle is recognised without dereferencing it. */
 void st_comm_register(st_comm_t *comm);
@@ -149,9 +135,6 @@ int  st_comm_is_live(const st_comm_t *comm);
 int  st_comm_order_ready(st_comm_t *comm, uint64_t seq);
 void st_comm_order_done(st_comm_t *comm, uint64_t seq);
 
-/* Abort: marks comm aborted and wakes whatever waits in its init (bootstrap, wire-up) or its
- * operations, which then end with ST_ERR_CANCELED or the abort's error. Any thread. */
-void st_comm_cancel(st_comm_t *comm);
 
 /* Failure notices. start: posts the any-source receive of a peer's notice on each net context
  * (at the end of init and split; without it the communicator only lacks the notices). poll:
@@ -174,5 +157,10 @@ void st_comm_set_error(st_comm_t *comm, st_status_t status);
  * whose transfers did not cancel (st_exec_cancel returned 0) releases memory the transport may
  * still write. Without memory for the record, arg is leaked (logged at WARN). */
 void st_comm_defer(st_comm_t *comm, void (*fn)(void *), void *arg);
+/* Runs what st_comm_defer recorded (st_comm_free, after closing the transport contexts). */
+void st_comm_run_deferred(st_comm_t *comm);
+
+/* This process's pid namespace as text (what a peer compares to know it may probe our pid). */
+void st_comm_pidns(char *buf, size_t len);
 
 #endif

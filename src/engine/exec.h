@@ -10,7 +10,7 @@
  * timeout fails with ST_ERR_TIMEOUT and a message naming the collective, its sequence number, its
  * phase and step, and the peer it was waiting for; after STRATA_STALL_WARN seconds without
  * progress it logs the same facts once at WARN and keeps waiting. And it runs each collective's
- * mismatch agreement (core/check.h) with the collective: success needs both.
+ * mismatch agreement (engine/mismatch.h) with the collective: success needs both.
  */
 #ifndef ST_EXEC_H
 #define ST_EXEC_H
@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "core/comm.h"
+#include "engine/comm.h"
 
 typedef struct st_op st_op_t;
 
@@ -37,12 +37,13 @@ struct st_op {
     /* Set by progress() when it found nothing to do and waits only on peers' window counters
      * (no network transfer in flight): the engine may then block in sleep() (which returns when
      * a window counter of the node changed since progress() read sleep_seen, or after
-     * timeout_us) instead of polling the network: it sleeps on sleep_on's doorbell (NULL for ops
-     * without windows). */
+     * timeout_us) instead of polling the network: it calls sleep(sleep_on, sleep_seen, timeout_us)
+     * (the algorithm's: the node windows' doorbell; NULL for ops without windows). */
     int          sleepable;
     int          win_wait;    /* waits on a window counter (also while network transfers run) */
     uint32_t     sleep_seen;
-    struct st_intra *sleep_on;
+    void        *sleep_on;
+    void        (*sleep)(void *on, uint32_t seen, long timeout_us);
     /* Set by progress() when it filled comm->times itself; else the engine records the whole
      * operation there as one phase. */
     int          times_set;
@@ -55,7 +56,7 @@ struct st_op {
     /* Cancels whatever is in flight and waits (bounded) until the transport let go of the
      * buffers, then frees the op. Called with comm->lock held. */
     void        (*destroy)(st_op_t *op);
-    /* The mismatch agreement running next to the op (core/check.h), or NULL; the engine
+    /* The mismatch agreement running next to the op (engine/mismatch.h), or NULL; the engine
      * completes the op only when both are done, and frees it. */
     struct st_check *check;
     /* The engine's own: the data part's result once it ended, and whether the stall of the
