@@ -110,7 +110,7 @@ typedef struct st_net_ops {
     st_status_t (*irecv)(st_net_ep_t *ep, void *buf, size_t len, uint64_t tag, st_memh_t *memh,
                          st_request_t *req);
     /* Nonblocking receive of up to len bytes with tag from whichever peer of ctx sends it first
-     * (failure notices: core/comm.c). Completes like irecv; a longer message fails it with
+     * (failure notices: engine/comm.c). Completes like irecv; a longer message fails it with
      * ST_ERR_INVALID. The sender is not reported: put it in the message. */
     st_status_t (*irecv_any)(st_net_ctx_t *ctx, void *buf, size_t len, uint64_t tag,
                              st_request_t *req);
