@@ -126,7 +126,7 @@ static void st_hier_shard(const st_hier_t *h, size_t len, int j, size_t *off_p, 
 {
     size_t units = ST_DIV_ROUND_UP(len, h->unit), u0, un;
 
-    st_tune_policy_shard(h->comm, units, h->nshards, j, &u0, &un);
+    st_tune_policy_shard(h->comm->tune, units, h->nshards, j, &u0, &un);
     *off_p = ST_MIN(u0 * h->unit, len);
     *cnt_p = ST_MIN((u0 + un) * h->unit, len) - *off_p;
 }
@@ -796,7 +796,7 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
     /* rings and their staging (the largest block of a shard), per owned shard and slot */
     if (h->nnodes > 1) {
         /* + 1 unit: a shorter last chunk's shard may round one unit up */
-        size_t shard_max = (st_tune_policy_shard_max(comm, ST_DIV_ROUND_UP(h->chunk, h->unit),
+        size_t shard_max = (st_tune_policy_shard_max(comm->tune, ST_DIV_ROUND_UP(h->chunk, h->unit),
                                                      h->nshards) + 1) * h->unit;
         size_t tmp_bytes = ST_DIV_ROUND_UP(shard_max * h->es, 64) * 64;
         size_t nrings = (size_t)h->nowned * (size_t)h->depth;

@@ -174,7 +174,9 @@ static st_algo_t st_coll_choose_any(st_coll_args_t *args)
         algo = ST_ALGO_AUTO;
     }
     if (algo == ST_ALGO_AUTO && args->type == ST_COLL_ALLREDUCE &&
-        st_tune_policy_allreduce(comm, st_coll_bytes(args), st_small_fits(args), &choice)) {
+        st_tune_policy_allreduce(comm->tune, comm->name, st_coll_bytes(args),
+                                 st_small_fits(args), comm->nranks <= 1 || comm->intra != NULL,
+                                 &choice)) {
         args->hier_chunk = choice.hier_chunk; /* a tuning table's, or the model's */
         args->channels   = st_core_config.ring_channels > 0 ? (int)st_core_config.ring_channels
                                                             : choice.channels;

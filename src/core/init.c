@@ -620,11 +620,13 @@ out:
  * boundaries must be the same on every rank. Collective over comm. */
 static st_status_t st_comm_tune(st_comm_t *comm)
 {
-    st_status_t status = st_tune_policy_init(comm, comm->tune_file);
-    int32_t     v[3];
+    st_tune_layout_t lay = {.name = comm->name, .nnodes = comm->nnodes, .topo = comm->topo,
+                            .small_max = ST_INTRA_SMALL_MAX};
+    st_status_t      status = st_tune_policy_init(&lay, comm->tune_file, &comm->tune);
+    int32_t          v[3];
 
     /* one round: the status, and the digest's min and max (as min of its negation) */
-    v[1] = (int32_t)st_tune_policy_hash(comm);
+    v[1] = (int32_t)st_tune_policy_hash(comm->tune);
     v[2] = -v[1];
     ST_CHECK(st_comm_agree_with(comm, status, v, 3));
     if (v[1] != -v[2]) {
@@ -633,7 +635,7 @@ static st_status_t st_comm_tune(st_comm_t *comm)
                 "STRATA_HIER_CHUNK_SIZE or STRATA_RAIL_SHARES): every rank drops its table, "
                 "profile and rail shares; STRATA_* values must still be equal on all ranks",
                 comm->name);
-        st_tune_policy_reset(comm);
+        st_tune_policy_reset(comm->tune);
     }
     return ST_OK;
 }
@@ -922,7 +924,8 @@ void st_comm_free(st_comm_t *comm, int force)
         st_comm_notice_stop(comm);
     }
     st_intra_destroy(comm->intra);
-    st_tune_policy_free(comm);
+    st_tune_policy_free(comm->tune);
+    comm->tune = NULL;
     free(comm->tune_file);
     if (comm->eps != NULL && comm->net != NULL) {
         for (int r = 0; r < comm->nranks; r++) {

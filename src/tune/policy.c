@@ -1,6 +1,7 @@
 /*
  * policy.c - a communicator's tuning: which file or model its choices come from, and the choices
- * (precedence and formats: tune/tune.h, docs/model.md).
+ * (precedence and formats: tune/tune.h, docs/model.md). It sees the communicator only as its
+ * layout (st_tune_layout_t): the tuning floor knows no communicator.
  */
 #include "config.h"
 
@@ -12,9 +13,6 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "base/sys.h"
-#include "coll/coll.h"
-#include "coll/intra.h"
-#include "engine/comm.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
 
@@ -62,12 +60,12 @@ static st_status_t st_tune_parse_shares(const char *str, int nics, double *share
 /* Shard j of a chunk goes over the rail of its owner (local rank j), rail j mod nics: each shard
  * gets its rail's share divided among the rail's shards. Only with equal nodes (otherwise a
  * shard's owners sit on different rails of different nodes). */
-static void st_tune_set_shares(st_tune_policy_t *p, const st_comm_t *comm, int equal,
+static void st_tune_set_shares(st_tune_policy_t *p, const st_tune_layout_t *lay, int equal,
                                const double *share)
 {
     int per_rail[ST_MODEL_MAX_RAILS] = {0};
 
-    if (!equal || comm->nnodes < 2 || p->nics < 2 ||
+    if (!equal || lay->nnodes < 2 || p->nics < 2 ||
         p->nshards > (int)(sizeof(p->shard_cum) / sizeof(p->shard_cum[0])) - 1) {
         return;
     }
@@ -97,7 +95,8 @@ static void st_tune_format_shares(const double *share, int n, char *buf, size_t 
     }
 }
 
-st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
+st_status_t st_tune_policy_init(const st_tune_layout_t *lay, const char *tune_file,
+                                st_tune_policy_t **p_out)
 {
     st_tune_policy_t *p;
     st_model_fabric_t fabric;
@@ -111,10 +110,10 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
     if (p == NULL) {
         return ST_ERR_NO_MEMORY;
     }
-    comm->tune      = p;
+    *p_out          = p; /* the caller frees it, also on failure */
     p->depth        = st_core_config.pipeline_depth;
     p->window_chunk = 0;
-    p->nshards      = st_topo_nrails(comm->topo);
+    p->nshards      = st_topo_nrails(lay->topo);
     p->nics         = st_tune_count_rails(st_core_config.rail_ifnames);
     p->env_algo     = st_tune_env_set(ST_TUNE_ENV_ALGO, NULL);
     p->env_chunk    = st_tune_env_set(ST_TUNE_ENV_CHUNK, NULL);
@@ -123,30 +122,30 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
     if (tune_file == NULL) {
         tune_file = st_core_config.tune_file; /* "" from the config: no table */
     }
-    for (int node = 0; node < comm->nnodes; node++) {
-        equal &= st_topo_local_size(comm->topo, node) == p->nshards;
+    for (int node = 0; node < lay->nnodes; node++) {
+        equal &= st_topo_local_size(lay->topo, node) == p->nshards;
     }
     if (tune_file != NULL && tune_file[0] != '\0') {
         if (st_tune_table_read(tune_file, &p->table, err, sizeof(err)) != ST_OK) {
-            st_warn(ST_SUB_TUNE, "%s: tuning table not used: %s", comm->name, err);
+            st_warn(ST_SUB_TUNE, "%s: tuning table not used: %s", lay->name, err);
         } else if (!equal || p->table.ranks_per_node != p->nshards ||
-                   p->table.nodes != comm->nnodes || p->table.nrails != p->nics) {
+                   p->table.nodes != lay->nnodes || p->table.nrails != p->nics) {
             st_warn(ST_SUB_TUNE, "%s: tuning table %s not used: it was tuned for %d ranks per "
                     "node x %d nodes, %d rails; this communicator has %s%d x %d, %d rails",
-                    comm->name, tune_file, p->table.ranks_per_node, p->table.nodes,
+                    lay->name, tune_file, p->table.ranks_per_node, p->table.nodes,
                     p->table.nrails, equal ? "" : "nodes of unequal size, up to ", p->nshards,
-                    comm->nnodes, p->nics);
+                    lay->nnodes, p->nics);
         } else {
             p->have_table = 1;
             snprintf(p->source, sizeof(p->source), "tuning table %s", tune_file);
             if (p->table.ignored[0] != '\0') {
                 st_warn(ST_SUB_TUNE, "%s: tuning table %s: ignored %s: they apply to another "
-                        "algorithm", comm->name, tune_file, p->table.ignored);
+                        "algorithm", lay->name, tune_file, p->table.ignored);
             }
             for (int i = 0; i < p->table.nentries; i++) {
                 const st_tune_entry_t *e = &p->table.entries[i];
 
-                if (e->algo == ST_MODEL_SMALL && e->max_bytes > ST_INTRA_SMALL_MAX) {
+                if (e->algo == ST_MODEL_SMALL && e->max_bytes > lay->small_max) {
                     char upto[32] = "any size";
 
                     if (e->max_bytes != ST_TUNE_NO_LIMIT) {
@@ -154,8 +153,8 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
                     }
                     st_warn(ST_SUB_TUNE, "%s: tuning table %s: entry %d gives small up to %s, "
                             "but small fits only up to %zu B (the windows' small area): above "
-                            "that the default rule chooses", comm->name, tune_file, i, upto,
-                            (size_t)ST_INTRA_SMALL_MAX);
+                            "that the default rule chooses", lay->name, tune_file, i, upto,
+                            lay->small_max);
                     break;
                 }
             }
@@ -163,17 +162,17 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
     }
     if (!p->have_table && profile != NULL && profile[0] != '\0') {
         if (st_profile_read(profile, &fabric, err, sizeof(err)) != ST_OK) {
-            st_warn(ST_SUB_TUNE, "%s: fabric profile not used: %s", comm->name, err);
+            st_warn(ST_SUB_TUNE, "%s: fabric profile not used: %s", lay->name, err);
         } else {
             /* the levels are the fabric's; the layout is this communicator's */
             if (fabric.nrails != p->nics) {
                 memset(fabric.rail_beta, 0, sizeof(fabric.rail_beta));
             }
             fabric.ranks_per_node = p->nshards;
-            fabric.nodes          = comm->nnodes;
+            fabric.nodes          = lay->nnodes;
             fabric.nrails         = p->nics;
             st_tune_table_from_model(&fabric, p->env_small ? st_core_config.small_threshold
-                                                           : ST_INTRA_SMALL_MAX,
+                                                           : lay->small_max,
                                      ST_TUNE_MODEL_MIN_CHUNK, ST_TUNE_MODEL_MAX_CHUNK, &p->table);
             p->have_table = 1;
             snprintf(p->source, sizeof(p->source), "cost model of fabric profile %s", profile);
@@ -207,7 +206,7 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
                 sizeof(p->source) - strlen(p->source) - 1);
     }
     if (have_share) {
-        st_tune_set_shares(p, comm, equal, share);
+        st_tune_set_shares(p, lay, equal, share);
     }
     if (p->have_shares) {
         /* what the shards really get (a NIC's share divided among its local ranks) */
@@ -228,7 +227,7 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
         snprintf(window, sizeof(window), "%s", p->env_chunk ? "STRATA_HIER_CHUNK_SIZE" : "auto");
     }
     st_info(ST_SUB_TUNE, "%s: tuning from %s; pipeline depth %u%s, window slots %s, shard shares "
-            "%s%s%s%s", comm->name, p->source, p->depth,
+            "%s%s%s%s", lay->name, p->source, p->depth,
             env_depth ? " (STRATA_PIPELINE_DEPTH)" : "", window,
             shares, p->env_algo ? "; STRATA_ALGO overrides the algorithm" : "",
             p->env_chunk && p->have_table ? "; STRATA_HIER_CHUNK_SIZE overrides the chunks" : "",
@@ -251,23 +250,21 @@ st_status_t st_tune_policy_init(st_comm_t *comm, const char *tune_file)
             } else if (e->algo == ST_MODEL_RING && e->channels > 1) {
                 snprintf(chunk, sizeof(chunk), ", %d channels", e->channels);
             }
-            st_info(ST_SUB_TUNE, "%s: all-reduce %s: %s%s", comm->name, upto,
+            st_info(ST_SUB_TUNE, "%s: all-reduce %s: %s%s", lay->name, upto,
                     st_tune_algo_name(e->algo), chunk);
         }
     }
     return ST_OK;
 }
 
-void st_tune_policy_free(st_comm_t *comm)
+void st_tune_policy_free(st_tune_policy_t *p)
 {
-    free(comm->tune);
-    comm->tune = NULL;
+    free(p);
 }
 
-int st_tune_policy_allreduce(st_comm_t *comm, size_t bytes, int small_fits,
-                             st_tune_choice_t *choice)
+int st_tune_policy_allreduce(st_tune_policy_t *p, const char *name, size_t bytes, int small_fits,
+                             int windows, st_tune_choice_t *choice)
 {
-    st_tune_policy_t      *p = comm->tune;
     const st_tune_entry_t *e;
     int                    i;
 
@@ -280,7 +277,7 @@ int st_tune_policy_allreduce(st_comm_t *comm, size_t bytes, int small_fits,
     e = st_tune_table_lookup(&p->table, bytes);
     i = (int)(e - p->table.entries);
     if ((e->algo == ST_MODEL_SMALL && (!small_fits || p->env_small)) ||
-        (e->algo != ST_MODEL_RING && comm->nranks > 1 && comm->intra == NULL)) {
+        (e->algo != ST_MODEL_RING && !windows)) {
         return 0;
     }
     choice->algo       = e->algo;
@@ -290,34 +287,33 @@ int st_tune_policy_allreduce(st_comm_t *comm, size_t bytes, int small_fits,
         p->used[i] = 1;
         if (e->algo == ST_MODEL_HIER && p->env_chunk) {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: hier, chunk from "
-                    "STRATA_HIER_CHUNK_SIZE (entry %d of %s)", comm->name, bytes, i, p->source);
+                    "STRATA_HIER_CHUNK_SIZE (entry %d of %s)", name, bytes, i, p->source);
         } else if (e->algo == ST_MODEL_HIER && choice->hier_chunk == 0) {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: hier, the window's chunk (entry %d of "
-                    "%s gives none)", comm->name, bytes, i, p->source);
+                    "%s gives none)", name, bytes, i, p->source);
         } else if (e->algo == ST_MODEL_HIER) {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: hier, chunk %zu B (entry %d of %s)",
-                    comm->name, bytes, choice->hier_chunk, i, p->source);
+                    name, bytes, choice->hier_chunk, i, p->source);
         } else if (e->algo == ST_MODEL_RING && st_core_config.ring_channels > 0) {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: ring, %u channels from "
-                    "STRATA_RING_CHANNELS (the entry says %d; entry %d of %s)", comm->name, bytes,
+                    "STRATA_RING_CHANNELS (the entry says %d; entry %d of %s)", name, bytes,
                     st_core_config.ring_channels, e->channels > 1 ? e->channels : 1, i,
                     p->source);
         } else if (e->algo == ST_MODEL_RING && e->channels > 1) {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: ring, %d channels (entry %d of %s)",
-                    comm->name, bytes, e->channels, i, p->source);
+                    name, bytes, e->channels, i, p->source);
         } else {
-            st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: %s (entry %d of %s)", comm->name,
+            st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: %s (entry %d of %s)", name,
                     bytes, st_tune_algo_name(e->algo), i, p->source);
         }
     }
     return 1;
 }
 
-void st_tune_policy_shard(const st_comm_t *comm, size_t units, int nshards, int j,
+void st_tune_policy_shard(const st_tune_policy_t *p, size_t units, int nshards, int j,
                           size_t *first_p, size_t *count_p)
 {
-    const st_tune_policy_t *p = comm->tune;
-    size_t                  a, b;
+    size_t a, b;
 
     if (p != NULL && p->have_shares && nshards == p->nshards) {
         a = (size_t)llround((double)units * p->shard_cum[j]);
@@ -334,21 +330,20 @@ void st_tune_policy_shard(const st_comm_t *comm, size_t units, int nshards, int 
     *count_p = b - a;
 }
 
-size_t st_tune_policy_shard_max(const st_comm_t *comm, size_t units, int nshards)
+size_t st_tune_policy_shard_max(const st_tune_policy_t *p, size_t units, int nshards)
 {
     size_t best = 0, first, count;
 
     for (int j = 0; j < nshards; j++) {
-        st_tune_policy_shard(comm, units, nshards, j, &first, &count);
+        st_tune_policy_shard(p, units, nshards, j, &first, &count);
         best = ST_MAX(best, count);
     }
     return best;
 }
 
-uint32_t st_tune_policy_hash(const st_comm_t *comm)
+uint32_t st_tune_policy_hash(const st_tune_policy_t *p)
 {
-    const st_tune_policy_t *p = comm->tune;
-    uint64_t                h = ST_HASH_SEED;
+    uint64_t h = ST_HASH_SEED;
 
     if (p == NULL) {
         return 0; /* init ran out of memory: its status says so */
@@ -362,10 +357,8 @@ uint32_t st_tune_policy_hash(const st_comm_t *comm)
     return (uint32_t)(h ^ (h >> 32)) & 0x7fffffffu;
 }
 
-void st_tune_policy_reset(st_comm_t *comm)
+void st_tune_policy_reset(st_tune_policy_t *p)
 {
-    st_tune_policy_t *p = comm->tune;
-
     p->have_table   = 0;
     p->have_shares  = 0;
     p->depth        = st_core_config.pipeline_depth;

@@ -1,9 +1,9 @@
 /*
  * policy.h - what a communicator's tuning is and where it comes from: a tuning table, the cost
  * model fed by a fabric profile, or the built-in defaults, with the user's STRATA_* parameters
- * over all of them (precedence: tune/tune.h). Made once per communicator at init, read by
- * coll/select.c (algorithm and chunk of each all-reduce), coll/intra.c (window depth and chunk)
- * and coll/hier.c (each rail's share of the inter-node bytes).
+ * over all of them (precedence: tune/tune.h). Made once per communicator at init from its layout
+ * (core/init.c), read by coll/select.c (algorithm and chunk of each all-reduce), coll/intra.c
+ * (window depth and chunk) and coll/hier.c (each rail's share of the inter-node bytes).
  */
 #ifndef ST_TUNE_POLICY_H
 #define ST_TUNE_POLICY_H
@@ -12,9 +12,16 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "topo/topo.h"
 #include "tune/tune.h"
 
-struct st_comm;
+/* A communicator as its tuning sees it (the tuning floor knows no communicator). */
+typedef struct st_tune_layout {
+    const char       *name;      /* the communicator's, for logs */
+    int               nnodes;
+    const st_topo_t  *topo;      /* its hierarchy: local ranks per node, shards of a chunk */
+    size_t            small_max; /* the largest all-reduce the small algorithm takes (bytes) */
+} st_tune_layout_t;
 
 typedef struct st_tune_policy {
     char            source[384];   /* where the choices come from, for logs and collbench */
@@ -38,32 +45,36 @@ typedef struct st_tune_choice {
     int    channels;   /* flat ring: rings at once; 0: one */
 } st_tune_choice_t;
 
-/* Decides comm's tuning (comm->tune): reads the table (tune_file; NULL: STRATA_TUNE_FILE; "": no
- * table) or the
- * profile (STRATA_PROFILE_FILE) and checks them against comm's layout; a file that cannot be
- * used is logged at WARN and the next source is taken (a tuning file never fails a
- * communicator), except a malformed STRATA_RAIL_SHARES: ST_ERR_INVALID. Logs the source at
- * INFO. Call after the topology is known, before the windows are made. ST_ERR_NO_MEMORY. */
-st_status_t st_tune_policy_init(struct st_comm *comm, const char *tune_file);
-void        st_tune_policy_free(struct st_comm *comm);
+/* Decides a communicator's tuning into *p_out (set as soon as it is allocated: the caller frees
+ * it with st_tune_policy_free, also when this fails): reads the table (tune_file; NULL:
+ * STRATA_TUNE_FILE; "": no table) or the profile (STRATA_PROFILE_FILE) and checks them against
+ * the layout; a file that cannot be used is logged at WARN and the next source is taken (a
+ * tuning file never fails a communicator), except a malformed STRATA_RAIL_SHARES:
+ * ST_ERR_INVALID. Logs the source at INFO. Call after the topology is known, before the windows
+ * are made. ST_ERR_NO_MEMORY. */
+st_status_t st_tune_policy_init(const st_tune_layout_t *lay, const char *tune_file,
+                                st_tune_policy_t **p_out);
+void        st_tune_policy_free(st_tune_policy_t *p);
 
 /* For an all-reduce of `bytes` (nccl-tests' size) that the algorithm selection leaves to the
- * tuning: the table's or model's entry (logged at INFO the first time it is used), or returns 0
- * when there is none (defaults apply). small_fits: whether the small algorithm can take it. */
-int st_tune_policy_allreduce(struct st_comm *comm, size_t bytes, int small_fits,
-                             st_tune_choice_t *choice);
+ * tuning: the table's or model's entry (logged at INFO, naming the communicator `name`, the first
+ * time it is used), or returns 0 when there is none (defaults apply; also when p is NULL).
+ * small_fits: whether the small algorithm can take it; windows: whether the node windows that
+ * hier and small need exist. */
+int st_tune_policy_allreduce(st_tune_policy_t *p, const char *name, size_t bytes, int small_fits,
+                             int windows, st_tune_choice_t *choice);
 
 /* Shard j of `units` units of a hierarchical chunk: first unit and count, by the rail shares
- * (else even). Every rank computes the same split from the same policy. */
-void st_tune_policy_shard(const struct st_comm *comm, size_t units, int nshards, int j,
+ * (else even; p may be NULL). Every rank computes the same split from the same policy. */
+void st_tune_policy_shard(const st_tune_policy_t *p, size_t units, int nshards, int j,
                           size_t *first_p, size_t *count_p);
 
-/* A digest of what the policy decides (equal on ranks that decided alike), and the return to
- * the built-in defaults when the ranks did not (comm.c agrees on the digest at init). */
-uint32_t st_tune_policy_hash(const struct st_comm *comm);
-void     st_tune_policy_reset(struct st_comm *comm);
+/* A digest of what the policy decides (equal on ranks that decided alike; 0 for NULL), and the
+ * return to the built-in defaults when the ranks did not (init agrees on the digest). */
+uint32_t st_tune_policy_hash(const st_tune_policy_t *p);
+void     st_tune_policy_reset(st_tune_policy_t *p);
 
 /* The largest shard of `units` units (staging sizes). */
-size_t st_tune_policy_shard_max(const struct st_comm *comm, size_t units, int nshards);
+size_t st_tune_policy_shard_max(const st_tune_policy_t *p, size_t units, int nshards);
 
 #endif

@@ -11,21 +11,12 @@
 #   1 src/base             status, log, param, socket: nothing of strata
 #   0 include              the public header
 #
-# An include that points up fails, naming file, line and both floors, unless it is listed in
-# KNOWN below: the upward includes the tree still has, each to be removed by a move of
-# docs/architecture.md. The list only shrinks: a listed include that is gone fails too, so that
-# the list is kept true. Usage: check_layers.sh [source root] (default: this script's tree);
-# tests/tools/test_check_layers.sh checks the check on copies of the tree.
+# An include that points up fails, naming file, line and both floors. Usage: check_layers.sh
+# [source root] (default: this script's tree); tests/tools/test_check_layers.sh checks the check
+# on copies of the tree.
 set -u
 root=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 cd "$root" || exit 99
-
-# file:include pairs that point up today (docs/architecture.md, "Moves still to make")
-KNOWN="
-src/tune/policy.c:coll/coll.h
-src/tune/policy.c:coll/intra.h
-src/tune/policy.c:engine/comm.h
-"
 
 floor_of()
 {
@@ -59,7 +50,6 @@ files=$(find src transports include -name '*.[ch]' 2>/dev/null | sort)
 [ -n "$files" ] || { echo "check_layers: no sources under $root"; exit 99; }
 
 bad=0
-seen=""
 for f in $files; do
     ff=$(floor_of "$f")
     [ "$ff" -ge 0 ] || continue
@@ -69,10 +59,6 @@ for f in $files; do
         tf=$(floor_of "$t")
         [ "$tf" -gt "$ff" ] || continue
         if [ "$ff" -eq 2 ] && [ "$tf" -eq 2 ]; then
-            continue
-        fi
-        if grep -qx "$f:$inc" <<< "$KNOWN"; then
-            seen="$seen $f:$inc"
             continue
         fi
         echo "check_layers: $f:$line includes \"$inc\": floor $ff includes floor $tf, which is above it"
@@ -93,15 +79,8 @@ for f in $files; do
         fi
     done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
 done
-for k in $KNOWN; do
-    case " $seen " in
-        *" $k "*) ;;
-        *) echo "check_layers: $k is listed as a known upward include but is gone: remove it from KNOWN"
-           bad=$((bad + 1)) ;;
-    esac
-done
 if [ "$bad" -ne 0 ]; then
     echo "check_layers: FAIL: $bad include(s) against the floors of docs/architecture.md"
     exit 1
 fi
-echo "check_layers: PASS ($(wc -w <<< "$files") files; $(wc -w <<< "$KNOWN") known upward includes left)"
+echo "check_layers: PASS ($(wc -w <<< "$files") files, no include pointing up)"

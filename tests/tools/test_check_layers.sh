@@ -1,7 +1,8 @@
 #!/bin/bash
 # test_check_layers.sh - the layering check (check_layers.sh) on the tree, and that it fails where
-# it must: on a copy of the tree given an include that points up, one between the side-by-side
-# folders of floor 2, and one with a known upward include removed (the list must stay true).
+# it must: on copies of the tree given an include that points up (topo to core, base to tune,
+# the engine to the algorithms, an algorithm to core) or one between the side-by-side folders of
+# floor 2.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=$(cd "$here/../.." && pwd)
@@ -47,8 +48,12 @@ printf '#include "topo/topo.h"\n' > "$tmp/tree/transports/zz_side.c"
 expect "transports including topo" 1 'transports/zz_side.c includes "topo/topo.h": transports and topo are side by side' "$tmp/tree"
 
 copy
-sed -i '/#include "coll\/intra.h"/d' "$tmp/tree/src/tune/policy.c"
-expect "a known upward include gone" 1 'src/tune/policy.c:coll/intra.h is listed as a known upward include but is gone' "$tmp/tree"
+printf '#include "coll/coll.h"\n' >> "$tmp/tree/src/engine/exec.c"
+expect "the engine including an algorithm's header" 1 'includes "coll/coll.h": floor 4 includes floor 5' "$tmp/tree"
+
+copy
+printf '#include "core/init.h"\n' >> "$tmp/tree/src/coll/ring.c"
+expect "an algorithm including core" 1 'includes "core/init.h": floor 5 includes floor 6' "$tmp/tree"
 
 if [ "$fails" -ne 0 ]; then
     echo "test_check_layers: $fails failed"
