@@ -304,12 +304,15 @@ static void st_comm_path(const st_comm_t *comm, st_net_ctx_t *ctx, int rail, int
  * into a failed init (and UCX 1.13 may then assert while its half-open connections close). At
  * most the communicator's current deadline. */
 #define ST_COMM_CONNECT_MIN_S 1.0
-static double st_comm_connect_limit(const st_comm_t *comm)
+#define ST_COMM_INIT_DEADLINE "init's deadline: STRATA_BOOTSTRAP_TIMEOUT or STRATA_TIMEOUT"
+static double st_comm_connect_limit(const st_comm_t *comm, const char **which_p)
 {
     double given = st_core_config.connect_timeout;
     double limit = given;
 
+    *which_p = "STRATA_CONNECT_TIMEOUT"; /* the deadline the check runs under, for its message */
     if (limit <= 0) {
+        *which_p = ST_COMM_INIT_DEADLINE;
         return comm->timeout;
     }
     if (limit < ST_COMM_CONNECT_MIN_S) {
@@ -320,23 +323,13 @@ static double st_comm_connect_limit(const st_comm_t *comm)
     }
     if (comm->timeout > 0 && limit > comm->timeout) {
         given = limit;
-        limit = comm->timeout;
+        limit    = comm->timeout;
+        *which_p = ST_COMM_INIT_DEADLINE;
         st_param_adjusted("STRATA_CONNECT_TIMEOUT", ST_CFG_TIME, &given, &limit,
                           "the check ends within init's deadline (STRATA_BOOTSTRAP_TIMEOUT, "
                           "STRATA_TIMEOUT)");
     }
     return limit;
-}
-
-/* The deadline a wire-up check of `limit` seconds ran under, for its timeout message. */
-static const char *st_comm_connect_which(double limit)
-{
-    double own = st_core_config.connect_timeout;
-
-    if (own > 0 && limit >= ST_MAX(own, ST_COMM_CONNECT_MIN_S) - 1e-9) {
-        return "STRATA_CONNECT_TIMEOUT";
-    }
-    return "init's deadline: STRATA_BOOTSTRAP_TIMEOUT or STRATA_TIMEOUT";
 }
 
 /* The wire-up check: one 8-byte message each way between this rank and every peer on another
@@ -355,7 +348,8 @@ static st_status_t st_comm_wireup(st_comm_t *comm, st_net_ctx_t *ctx, st_net_ep_
     st_request_t *reqs;
     st_request_t **live;
     st_status_t   status = ST_OK;
-    double        limit = st_comm_connect_limit(comm), deadline;
+    const char   *which;
+    double        limit = st_comm_connect_limit(comm, &which), deadline;
     uint64_t      tag, seq;
     char          path[384];
 
@@ -476,7 +470,7 @@ static st_status_t st_comm_wireup(st_comm_t *comm, st_net_ctx_t *ctx, st_net_ep_
         if (why == ST_ERR_TIMEOUT) {
             st_error(ST_SUB_INIT, "%s rank %d: rank %d cannot be reached over %s: %s within "
                      "%.3g s (%s)", comm->name, comm->rank, r, path, what, limit,
-                     st_comm_connect_which(limit));
+                     which);
         } else {
             st_error(ST_SUB_INIT, "%s rank %d: rank %d cannot be reached over %s: %s: %s",
                      comm->name, comm->rank, r, path, what, st_status_str(why));
