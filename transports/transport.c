@@ -28,6 +28,11 @@ const st_win_ops_t *const st_win_transports[] = {
     NULL
 };
 
+const st_transports_t st_transports_builtin = {
+    .net = st_net_transports,
+    .win = st_win_transports,
+};
+
 static const st_config_table_t *st_transport_tables[8];
 static pthread_once_t           st_transport_tables_once = PTHREAD_ONCE_INIT;
 
@@ -53,6 +58,16 @@ const st_net_ops_t *st_net_find(const st_net_ops_t *const *table, const char *na
 {
     for (; *table != NULL; table++) {
         if (strcmp((*table)->name, name) == 0) {
+            return *table;
+        }
+    }
+    return NULL;
+}
+
+const st_win_ops_t *st_win_find(const st_win_ops_t *const *table, st_mem_type_t type)
+{
+    for (; *table != NULL; table++) {
+        if ((*table)->mem_type == type) {
             return *table;
         }
     }

@@ -1,5 +1,5 @@
 /*
- * transport.h - the two transport interfaces of strata (see DESIGN.md):
+ * transport.h - the two transport interfaces of strata (docs/architecture.md):
  *
  *  net    (inter-node messages): endpoints to peers, nonblocking tagged send/recv of chunks,
  *         memory registration, progress. Implemented by transports/ucx (and verbs).
@@ -134,6 +134,21 @@ typedef struct st_net_ops {
 
 typedef struct st_win_ctx st_win_ctx_t; /* one per communicator and node: own window + peers' */
 
+/* Where a buffer lives; a window transport serves one type (intra.c picks it by this). */
+typedef enum {
+    ST_MEM_HOST = 0, /* host memory: shm */
+    ST_MEM_CUDA = 1, /* a CUDA device's memory: cuda_ipc (docs/architecture.md) */
+    ST_MEM_NTYPES
+} st_mem_type_t;
+
+/* A packed memory handle: what one rank publishes so that a node peer can map its shareable
+ * buffer (mem_pack, mem_map). Opaque outside its transport; fixed size, so it fits in a window's
+ * control area and in wire messages. */
+#define ST_WIN_MEMH_BYTES 64
+typedef struct st_win_memh {
+    uint64_t bytes[ST_WIN_MEMH_BYTES / 8]; /* 8-byte aligned for the transport's own struct */
+} st_win_memh_t;
+
 typedef struct st_win_config {
     /* Unique per communicator and node; the transport derives its segment names from it (the
      * caller puts the communicator's secret-derived id and the node identity in it, because
@@ -147,7 +162,8 @@ typedef struct st_win_config {
 } st_win_config_t;
 
 typedef struct st_win_ops {
-    const char *name; /* "shm", "cuda_ipc" */
+    const char   *name;     /* "shm", "cuda_ipc" */
+    st_mem_type_t mem_type; /* the memory its windows and buffers are in */
     /* Creates the caller's window: cfg->size bytes, zero-filled, mappable by the node's other
      * ranks under cfg->name and cfg->local_rank. ST_ERR_INVALID (bad name or size 0),
      * ST_ERR_NO_MEMORY (the segment cannot be sized: /dev/shm full), ST_ERR_IO (other system
@@ -173,36 +189,34 @@ typedef struct st_win_ops {
      * destroyed before unlink) also the node peers' segment names of the same set, which a peer
      * killed during init could never remove. */
     void        (*destroy)(st_win_ctx_t *ctx);
+
+    /* Shareable buffers (strataMemAlloc; zero-copy when every local rank's buffers are such):
+     * process-wide, not per window. */
+    /* Allocates size bytes (rounded up to the transport's unit, zero-filled) that node peers can
+     * map, and records it. ST_ERR_INVALID for size 0 or ptr_p NULL, ST_ERR_NO_MEMORY (logged)
+     * when it cannot be had. */
+    st_status_t (*mem_alloc)(size_t size, void **ptr_p);
+    /* Frees what mem_alloc returned; ST_ERR_INVALID (logged) for any other pointer. */
+    st_status_t (*mem_free)(void *ptr);
+    /* When [ptr, ptr+len) (bytes) lies inside one allocation of mem_alloc: 1, with *memh_p (may
+     * be NULL) the packed handle of that allocation for a node peer and *offset_p (may be NULL)
+     * ptr's offset in bytes from its start. 0 otherwise (foreign memory, straddling the end).
+     * Thread-safe. */
+    int         (*mem_pack)(const void *ptr, size_t len, st_win_memh_t *memh_p,
+                            size_t *offset_p);
+    /* Maps the allocation a peer packed (cached: one mapping per allocation, kept until
+     * mem_unmap_all; the owner's own allocation maps to itself). NULL (logged) when it cannot
+     * be mapped: the owner is gone or freed it. */
+    void       *(*mem_map)(const st_win_memh_t *memh);
+    /* Drops every mapping mem_map made (when no communicator is left). */
+    void        (*mem_unmap_all)(void);
 } st_win_ops_t;
 
-/* Builtin window transports for host memory, NULL-terminated (transport.c). */
+/* Builtin window transports, NULL-terminated (transport.c): one per memory type at most. */
 extern const st_win_ops_t *const st_win_transports[];
 
-/* ---- shareable host memory (transports/shm/shm_mem.c; strataMemAlloc) ------------------------ */
-
-#define ST_MEM_NAME_LEN 64
-
-/* Allocates size bytes (rounded up to pages, zero-filled) of POSIX shared memory that processes
- * of the same node can map by name, and records it. ST_ERR_INVALID for size 0, ST_ERR_NO_MEMORY
- * (logged) when it cannot be had. The segment's name is unlinked at once; peers map it through
- * /proc/<pid>/fd/<fd> of the owner (the owner keeps the fd open until st_mem_free). */
-st_status_t st_mem_alloc(size_t size, void **ptr_p);
-/* Frees what st_mem_alloc returned; ST_ERR_INVALID (logged) for any other pointer. */
-st_status_t st_mem_free(void *ptr);
-/* When [ptr, ptr+len) lies inside one allocation of st_mem_alloc: 1, with *handle_p set to a
- * fixed-size description a node peer can map (pid, fd, size) and *offset_p to ptr's offset in it.
- * 0 otherwise. Thread-safe. */
-typedef struct st_mem_handle {
-    uint32_t pid;
-    int32_t  fd;
-    uint64_t size;
-    uint64_t id;   /* unique per allocation in the owner process (reuse of an fd number) */
-} st_mem_handle_t;
-int st_mem_lookup(const void *ptr, size_t len, st_mem_handle_t *handle_p, size_t *offset_p);
-/* Maps a peer's allocation described by handle (cached: one mapping per handle id and pid, kept
- * until st_mem_unmap_all). NULL (logged once) when it cannot be mapped. */
-void *st_mem_map(const st_mem_handle_t *handle);
-void  st_mem_unmap_all(void);
+/* The window transport of table (NULL-terminated) for memory type, or NULL. */
+const st_win_ops_t *st_win_find(const st_win_ops_t *const *table, st_mem_type_t type);
 
 /* Builtin net transports in priority order, NULL-terminated (transport.c). */
 extern const st_net_ops_t *const st_net_transports[];
@@ -213,5 +227,15 @@ const st_config_table_t *const *st_transport_config_tables(void);
 
 /* The transport named name in table (NULL-terminated), or NULL. */
 const st_net_ops_t *st_net_find(const st_net_ops_t *const *table, const char *name);
+
+/* The transports a communicator is made with: init takes them as a parameter (core/init.h), so
+ * tests can hand it fakes (tests/unit/fake_tl.c); a split inherits its parent's. */
+typedef struct st_transports {
+    const st_net_ops_t *const *net; /* in priority order, NULL-terminated */
+    const st_win_ops_t *const *win; /* NULL-terminated */
+} st_transports_t;
+
+/* st_net_transports and st_win_transports. */
+extern const st_transports_t st_transports_builtin;
 
 #endif

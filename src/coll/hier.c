@@ -100,10 +100,7 @@ typedef struct st_hier {
     size_t           inter_bytes; /* of the shards all-reduced over the network so far */
     /* zero-copy (every local rank's buffers from strataMemAlloc, all-reduce out of place): peers
      * read each other's send buffers and receive buffers directly; no in or res slots */
-    int              zc_state;   /* 0 descriptor not yet published, 1 waiting for peers', 2 done */
-    int              zc;         /* 1 when the zero-copy path runs */
-    const char     **zc_send;    /* [m] every local rank's send buffer as mapped here */
-    char           **zc_recv;    /* [m] every local rank's receive buffer as mapped here */
+    st_intra_zc_t    zc;
     double           t_start, t_inter_since, t_busy[3];
 } st_hier_t;
 
@@ -170,8 +167,8 @@ static void st_hier_combine(const st_hier_t *h, void *dst, const void *in, size_
  * slot, or with zero-copy its receive buffer. */
 static char *st_hier_res(const st_hier_t *h, int lr, size_t k)
 {
-    if (h->zc) {
-        return h->zc_recv[lr] + k * h->chunk * h->es;
+    if (h->zc.on) {
+        return h->zc.recv[lr] + k * h->chunk * h->es;
     }
     return st_intra_res(h->intra, lr, (int)(k % (size_t)h->depth));
 }
@@ -249,7 +246,7 @@ static void st_hier_reduce_scatter(st_hier_t *h, size_t k)
         res = st_hier_res(h, h->l, k) + off * h->es;
         if (h->mode == ST_HIER_REDUCE) {
             for (int lr = 0; lr < h->m; lr++) {
-                srcs[lr] = h->zc ? h->zc_send[lr] + (k * h->chunk + off) * h->es
+                srcs[lr] = h->zc.on ? h->zc.send[lr] + (k * h->chunk + off) * h->es
                                  : st_intra_in(h->intra, lr, slot) + off * h->es;
             }
             st_intra_reduce(&h->args.redop, res, srcs, h->m, cnt);
@@ -455,7 +452,7 @@ static void st_hier_deliver(st_hier_t *h, size_t k)
         st_hier_shard(h, len, j, &off, &cnt);
         a = ST_MAX(first + off, h->own_first);
         b = ST_MIN(first + off + cnt, h->own_first + h->own_count);
-        if (a >= b || (h->zc && lr == h->l)) {
+        if (a >= b || (h->zc.on && lr == h->l)) {
             continue; /* zero-copy: the own shards were reduced in place */
         }
         memcpy(h->dst + (a - h->own_first) * h->es,
@@ -465,76 +462,27 @@ static void st_hier_deliver(st_hier_t *h, size_t k)
 
 /* ---- the op --------------------------------------------------------------------------------- */
 
-/* Zero-copy descriptor of one rank for one operation, in its window's control area. */
-typedef struct st_hier_zc_desc {
-    uint64_t        base;     /* the operation (its first chunk's window sequence) */
-    uint32_t        ok;       /* 1: both buffers below are shareable */
-    uint32_t        pad;
-    st_mem_handle_t send, recv;
-    uint64_t        send_off, recv_off;
-} st_hier_zc_desc_t;
-
-#define ST_HIER_ZC_DESC_OFF 2048 /* in the control area (coll/intra.h: 4096 bytes) */
-
-static st_hier_zc_desc_t *st_hier_zc_desc(const st_hier_t *h, int lr)
-{
-    return (st_hier_zc_desc_t *)(h->intra->base[lr] + ST_HIER_ZC_DESC_OFF);
-}
-
-/* Publishes this rank's buffers, then (ST_INPROGRESS until every local rank did) decides: zero-copy
- * when every local rank's send and receive buffers are shareable, the same decision everywhere. */
+/* Zero-copy (coll/intra.h): out of place only: in place, an owner's reduction would overwrite
+ * inputs it still reads; premul needs the scaled copy that copy-in makes. */
 static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
 {
-    st_intra_t *intra = h->intra;
-    int         all = 1;
+    int         want = h->args.sendbuff != h->args.recvbuff && !h->args.redop.premul;
+    int         was = h->zc.state;
+    st_status_t status;
 
-    if (h->zc_state == 0) {
-        st_hier_zc_desc_t *d = st_hier_zc_desc(h, h->l);
-        size_t             bytes = h->total * h->es, soff, roff;
-        int                ok;
-
-        /* out of place only: in place, an owner's reduction would overwrite inputs it still
-         * reads; premul needs the scaled copy that copy-in makes */
-        ok = h->zc_send != NULL && h->args.type == ST_COLL_ALLREDUCE &&
-             h->args.sendbuff != h->args.recvbuff && !h->args.redop.premul &&
-             st_mem_lookup(h->args.sendbuff, bytes, &d->send, &soff) &&
-             st_mem_lookup(h->args.recvbuff, bytes, &d->recv, &roff);
-        d->base     = h->base;
-        d->ok       = (uint32_t)ok;
-        d->send_off = ok ? soff : 0;
-        d->recv_off = ok ? roff : 0;
-        st_intra_publish(intra, ST_INTRA_ZC, h->base + 1);
-        h->zc_state = 1;
+    status = st_intra_zc_negotiate(h->intra, &h->zc, h->base, want, h->args.sendbuff,
+                                   h->args.recvbuff, h->total * h->es, lag_p);
+    if (h->zc.state != was) {
         h->op.progressed = 1;
     }
-    if (!st_intra_all_reached(intra, ST_INTRA_ZC, h->base + 1, lag_p)) {
-        return ST_INPROGRESS;
+    if (status == ST_ERR_IO) {
+        st_error(ST_SUB_COLL, "%s #%llu rank %d: cannot map local rank %d's strataMemAlloc "
+                 "buffers", h->op.coll, (unsigned long long)h->args.seq, h->comm->rank, *lag_p);
+    } else if (status == ST_OK && h->zc.on) {
+        st_debug(ST_SUB_COLL, "%s #%llu rank %d: zero-copy (every local rank's buffers are "
+                 "shareable)", h->op.coll, (unsigned long long)h->args.seq, h->comm->rank);
     }
-    for (int lr = 0; lr < h->m; lr++) {
-        const st_hier_zc_desc_t *d = st_hier_zc_desc(h, lr);
-
-        all &= (d->base == h->base && d->ok);
-    }
-    h->zc_state = 2;
-    if (!all) {
-        return ST_OK;
-    }
-    for (int lr = 0; lr < h->m; lr++) {
-        const st_hier_zc_desc_t *d = st_hier_zc_desc(h, lr);
-        char *sbase = st_mem_map(&d->send), *rbase = st_mem_map(&d->recv);
-
-        if (sbase == NULL || rbase == NULL) {
-            st_error(ST_SUB_COLL, "%s #%llu rank %d: cannot map local rank %d's strataMemAlloc "
-                     "buffers", h->op.coll, (unsigned long long)h->args.seq, h->comm->rank, lr);
-            return ST_ERR_IO;
-        }
-        h->zc_send[lr] = sbase + d->send_off;
-        h->zc_recv[lr] = rbase + d->recv_off;
-    }
-    h->zc = 1;
-    st_debug(ST_SUB_COLL, "%s #%llu rank %d: zero-copy (every local rank's buffers are shareable)",
-             h->op.coll, (unsigned long long)h->args.seq, h->comm->rank);
-    return ST_OK;
+    return status;
 }
 
 static const char *const st_hier_phases[] = {"copy-in", "intra reduce-scatter",
@@ -564,7 +512,7 @@ static st_status_t st_hier_progress(st_op_t *op)
     }
     bell = st_intra_doorbell(intra);
     op->wait_peer = -1;
-    if (h->zc_state < 2) {
+    if (h->zc.state < 2) {
         st_status_t status = st_hier_zc_negotiate(h, &lag);
 
         if (status == ST_INPROGRESS) {
@@ -583,7 +531,7 @@ static st_status_t st_hier_progress(st_op_t *op)
             break;
         }
         t0 = st_time_now();
-        if (!h->zc) {
+        if (!h->zc.on) {
             st_hier_copy_in(h, h->copy_k);
         }
         h->t_busy[0] += st_time_now() - t0;
@@ -672,8 +620,7 @@ static void st_hier_free(void *arg)
     free(h->tmp_mem);
     free(h->owned);
     free(h->srcs);
-    free(h->zc_send);
-    free(h->zc_recv);
+    st_intra_zc_fini(&h->zc);
     free(h);
 }
 
@@ -777,14 +724,10 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
     h->ncols = ST_DIV_ROUND_UP(h->total, h->chunk);
     h->owned = malloc((size_t)h->nshards * sizeof(*h->owned));
     h->srcs  = malloc((size_t)h->m * sizeof(*h->srcs));
-    if (h->mode == ST_HIER_REDUCE && args->type == ST_COLL_ALLREDUCE && h->m > 1) {
-        h->zc_send = calloc((size_t)h->m, sizeof(*h->zc_send));
-        h->zc_recv = calloc((size_t)h->m, sizeof(*h->zc_recv));
-    } else {
-        h->zc_state = 2; /* no negotiation: the others never look */
-    }
+    /* zero-copy: all-reduce only (the other collectives' contributions are not the buffers) */
     if (h->owned == NULL || h->srcs == NULL ||
-        (h->zc_state == 0 && (h->zc_send == NULL || h->zc_recv == NULL))) {
+        st_intra_zc_init(intra, &h->zc,
+                         h->mode == ST_HIER_REDUCE && args->type == ST_COLL_ALLREDUCE) != ST_OK) {
         st_hier_free(h);
         return ST_ERR_NO_MEMORY;
     }

@@ -23,7 +23,8 @@
 /* network bytes per rail shard of a chunk under STRATA_HIER_CHUNK_SIZE=auto */
 #define ST_INTRA_NET_SHARD_BYTES ((size_t)256 << 10)
 
-st_status_t st_intra_create(st_comm_t *comm, st_intra_agree_fn agree, st_intra_t **intra_p)
+st_status_t st_intra_create(st_comm_t *comm, st_intra_agree_fn agree, st_mem_type_t mem_type,
+                            st_intra_t **intra_p)
 {
     const st_topo_t *topo = comm->topo;
     st_intra_t      *intra;
@@ -35,6 +36,13 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_agree_fn agree, st_intra_t
     intra = calloc(1, sizeof(*intra));
     if (intra == NULL) {
         return ST_ERR_NO_MEMORY;
+    }
+    intra->win = st_win_find(comm->tl->win, mem_type);
+    if (intra->win == NULL) {
+        st_error(ST_SUB_SHM, "%s: no window transport of this build serves %s memory", comm->name,
+                 mem_type == ST_MEM_HOST ? "host" : "device");
+        free(intra);
+        return ST_ERR_UNSUPPORTED;
     }
     intra->local_rank  = st_topo_local_rank(topo, comm->rank);
     intra->local_size  = st_topo_local_size(topo, comm->node);
@@ -111,7 +119,6 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_agree_fn agree, st_intra_t
     cfg.local_size = intra->local_size;
     cfg.size       = intra->win_bytes;
     cfg.numa       = st_topo_rec(topo, comm->rank)->numa;
-    intra->win     = st_win_transports[0];
     /* a failure of one rank must not leave the others in a barrier: every rank goes through both
      * barriers and the result is agreed on by an all-reduce of the statuses */
     status = intra->win->create(&cfg, &intra->ctx);
@@ -199,6 +206,100 @@ void st_intra_sleep(st_intra_t *intra, uint32_t seen, long timeout_us)
     __atomic_add_fetch(intra->sleepers, 1, __ATOMIC_SEQ_CST);
     intra->win->wait(intra->ctx, intra->doorbell, seen, timeout_us);
     __atomic_sub_fetch(intra->sleepers, 1, __ATOMIC_SEQ_CST);
+}
+
+/* A local rank's zero-copy descriptor for one operation, in its window's control area. */
+typedef struct st_intra_zc_desc {
+    uint64_t      op_id;    /* the operation it describes */
+    uint32_t      ok;       /* 1: both buffers below are shareable */
+    uint32_t      pad;
+    st_win_memh_t send, recv;
+    uint64_t      send_off, recv_off;
+} st_intra_zc_desc_t;
+
+#define ST_INTRA_ZC_DESC_OFF 2048 /* in the control area, after the counters and doorbell */
+_Static_assert(ST_INTRA_ZC_DESC_OFF >= 64 * (ST_INTRA_NCNT + 1) &&
+               ST_INTRA_ZC_DESC_OFF + sizeof(st_intra_zc_desc_t) <= ST_INTRA_CTRL_BYTES,
+               "the zero-copy descriptor fits in the control area");
+
+static st_intra_zc_desc_t *st_intra_zc_desc(const st_intra_t *intra, int lr)
+{
+    return (st_intra_zc_desc_t *)(intra->base[lr] + ST_INTRA_ZC_DESC_OFF);
+}
+
+st_status_t st_intra_zc_init(const st_intra_t *intra, st_intra_zc_t *zc, int may)
+{
+    memset(zc, 0, sizeof(*zc));
+    if (!may || intra->local_size == 1) {
+        zc->state = 2; /* no negotiation: the others never look */
+        return ST_OK;
+    }
+    zc->send = calloc((size_t)intra->local_size, sizeof(*zc->send));
+    zc->recv = calloc((size_t)intra->local_size, sizeof(*zc->recv));
+    if (zc->send == NULL || zc->recv == NULL) {
+        st_intra_zc_fini(zc);
+        return ST_ERR_NO_MEMORY;
+    }
+    return ST_OK;
+}
+
+void st_intra_zc_fini(st_intra_zc_t *zc)
+{
+    free(zc->send);
+    free(zc->recv);
+    zc->send = NULL;
+    zc->recv = NULL;
+}
+
+st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t op_id, int want,
+                                  const void *send, void *recv, size_t bytes, int *lag_p)
+{
+    int all = 1;
+
+    if (zc->state == 0) {
+        st_intra_zc_desc_t *d = st_intra_zc_desc(intra, intra->local_rank);
+        size_t              soff = 0, roff = 0;
+        int                 ok;
+
+        ok = want && intra->win->mem_pack(send, bytes, &d->send, &soff) &&
+             intra->win->mem_pack(recv, bytes, &d->recv, &roff);
+        d->op_id    = op_id;
+        d->ok       = (uint32_t)ok;
+        d->send_off = ok ? soff : 0;
+        d->recv_off = ok ? roff : 0;
+        st_intra_publish(intra, ST_INTRA_ZC, op_id + 1);
+        zc->state = 1;
+    }
+    if (zc->state == 2) {
+        return ST_OK;
+    }
+    if (!st_intra_all_reached(intra, ST_INTRA_ZC, op_id + 1, lag_p)) {
+        return ST_INPROGRESS;
+    }
+    for (int lr = 0; lr < intra->local_size; lr++) {
+        const st_intra_zc_desc_t *d = st_intra_zc_desc(intra, lr);
+
+        all &= (d->op_id == op_id && d->ok);
+    }
+    zc->state = 2;
+    if (!all) {
+        return ST_OK;
+    }
+    for (int lr = 0; lr < intra->local_size; lr++) {
+        const st_intra_zc_desc_t *d = st_intra_zc_desc(intra, lr);
+        char *sbase = intra->win->mem_map(&d->send), *rbase = intra->win->mem_map(&d->recv);
+
+        if (sbase == NULL || rbase == NULL) {
+            if (lag_p != NULL) {
+                *lag_p = lr;
+            }
+            return ST_ERR_IO;
+        }
+        zc->send[lr] = sbase + d->send_off;
+        zc->recv[lr] = rbase + d->recv_off;
+    }
+    zc->on = 1;
+    return ST_OK;
 }
 
 void st_intra_reduce(const st_redop_t *redop, void *dst, const void *const *srcs, int n,

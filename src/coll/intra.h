@@ -67,9 +67,12 @@ typedef struct st_intra {
 typedef st_status_t (*st_intra_agree_fn)(struct st_comm *comm, st_status_t status);
 
 /* Creates the node's windows for comm (collective over comm: its steps are agreed through
- * agree). Sizes from STRATA_HIER_CHUNK_SIZE and STRATA_PIPELINE_DEPTH. Segment names carry
- * comm's id and node identity. ST_ERR_NO_MEMORY, ST_ERR_IO (logged). */
-st_status_t st_intra_create(struct st_comm *comm, st_intra_agree_fn agree, st_intra_t **intra_p);
+ * agree) in memory of type mem_type, over the window transport of comm's transports (comm->tl)
+ * that serves it. Sizes from STRATA_HIER_CHUNK_SIZE and STRATA_PIPELINE_DEPTH. Segment names
+ * carry comm's id and node identity. ST_ERR_UNSUPPORTED (logged) when no window transport serves
+ * mem_type, ST_ERR_NO_MEMORY, ST_ERR_IO (logged). */
+st_status_t st_intra_create(struct st_comm *comm, st_intra_agree_fn agree, st_mem_type_t mem_type,
+                            st_intra_t **intra_p);
 void        st_intra_destroy(st_intra_t *intra);
 
 static inline uint64_t *st_intra_cnt_ptr(const st_intra_t *intra, int lr, st_intra_cnt_t c)
@@ -104,6 +107,31 @@ static inline char *st_intra_res(const st_intra_t *intra, int lr, int slot)
 {
     return st_intra_in(intra, lr, intra->depth + slot);
 }
+
+/* ---- zero-copy --------------------------------------------------------------------------------
+ * When every local rank's send and receive buffers are shareable (the window transport's
+ * mem_pack: strataMemAlloc memory), ranks read each other's buffers directly instead of copying
+ * through the window slots. Each rank publishes a descriptor of its buffers (a packed handle and
+ * offset each) in its window's control area; once every local rank's is there, all decide alike:
+ * zero-copy only if every one of them is shareable. */
+typedef struct st_intra_zc {
+    int          state; /* 0: own descriptor not yet published; 1: waiting for the peers'; 2: decided */
+    int          on;    /* decided 1: every local rank's buffers are mapped below */
+    const char **send;  /* [local_size] each local rank's send buffer as mapped here */
+    char       **recv;  /* [local_size] each local rank's receive buffer as mapped here */
+} st_intra_zc_t;
+
+/* Prepares zc for one operation. may = 0: the operation cannot run zero-copy on any rank (the
+ * same on every local rank), so no negotiation happens (state 2, off). ST_ERR_NO_MEMORY. */
+st_status_t st_intra_zc_init(const st_intra_t *intra, st_intra_zc_t *zc, int may);
+void        st_intra_zc_fini(st_intra_zc_t *zc);
+/* Runs the negotiation of operation op_id (unique per operation on the windows: its first chunk's
+ * sequence) for bytes bytes at send and recv; want = 0 when this rank's call cannot run
+ * zero-copy (in place, a scaled copy needed). ST_INPROGRESS until every local rank published
+ * (*lag_p then names the first local rank missing); ST_OK once decided (zc->on); ST_ERR_IO when
+ * a peer's buffer cannot be mapped (*lag_p names that local rank; the transport logged why). */
+st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t op_id, int want,
+                                  const void *send, void *recv, size_t bytes, int *lag_p);
 
 /* The intra-node kernels, written once for any window transport. */
 /* dst = srcs[0] (+) srcs[1] (+) ... (+) srcs[n-1], combined in that order, count elements. */

@@ -210,15 +210,16 @@ STRATA_API strataResult_t strataGetUniqueId(strataUniqueId *uniqueId)
 }
 
 typedef struct st_init_job {
-    st_comm_t     *comm;
-    strataUniqueId id;
-    double         timeout;
+    st_comm_t             *comm;
+    strataUniqueId         id;
+    double                 timeout;
+    const st_transports_t *tl;
 } st_init_job_t;
 
 static void *st_api_init_thread(void *arg)
 {
     st_init_job_t *job = arg;
-    st_status_t    status = st_comm_init(job->comm, &job->id, job->timeout);
+    st_status_t    status = st_comm_init(job->comm, &job->id, job->timeout, job->tl);
 
     if (status != ST_OK) {
         st_comm_set_error(job->comm, status);
@@ -244,7 +245,8 @@ static const char *st_api_config_tune_file(const strataConfig_t *config)
 }
 
 static strataResult_t st_api_init_rank(strataComm_t *comm_p, int nranks, strataUniqueId commId,
-                                       int rank, const strataConfig_t *config, const char *fn)
+                                       int rank, const strataConfig_t *config,
+                                       const st_transports_t *tl, const char *fn)
 {
     double      op_timeout = st_core_config.timeout;
     const char *name = "strata";
@@ -318,6 +320,7 @@ static strataResult_t st_api_init_rank(strataComm_t *comm_p, int nranks, strataU
         }
         job->comm    = comm;
         job->id      = commId;
+        job->tl      = tl;
         job->timeout = st_param_deadline(st_core_config.bootstrap_timeout); /* the join; what follows: op_timeout too */
         ret = pthread_create(&comm->init_thread, NULL, st_api_init_thread, job);
         if (ret != 0) {
@@ -329,7 +332,7 @@ static strataResult_t st_api_init_rank(strataComm_t *comm_p, int nranks, strataU
         *comm_p = comm;
         return strataInProgress;
     }
-    status = st_comm_init(comm, &commId, st_param_deadline(st_core_config.bootstrap_timeout));
+    status = st_comm_init(comm, &commId, st_param_deadline(st_core_config.bootstrap_timeout), tl);
     if (status != ST_OK) {
         st_comm_unregister(comm);
         st_comm_free(comm, 1);
@@ -350,7 +353,8 @@ STRATA_API strataResult_t strataCommInitRank(strataComm_t *comm, int nranks,
                                              strataUniqueId commId, int rank)
 {
     ST_API_INIT();
-    return st_api_init_rank(comm, nranks, commId, rank, NULL, "strataCommInitRank");
+    return st_api_init_rank(comm, nranks, commId, rank, NULL, &st_transports_builtin,
+                            "strataCommInitRank");
 }
 
 STRATA_API strataResult_t strataCommInitRankConfig(strataComm_t *comm, int nranks,
@@ -358,7 +362,19 @@ STRATA_API strataResult_t strataCommInitRankConfig(strataComm_t *comm, int nrank
                                                    strataConfig_t *config)
 {
     ST_API_INIT();
-    return st_api_init_rank(comm, nranks, commId, rank, config, "strataCommInitRankConfig");
+    return st_api_init_rank(comm, nranks, commId, rank, config, &st_transports_builtin,
+                            "strataCommInitRankConfig");
+}
+
+strataResult_t st_comm_init_rank_tl(strataComm_t *comm, int nranks, strataUniqueId id, int rank,
+                                    const st_transports_t *tl)
+{
+    ST_API_INIT();
+    if (tl == NULL || tl->net == NULL || tl->win == NULL) {
+        st_error(ST_SUB_INIT, "st_comm_init_rank_tl: no transport tables");
+        return strataInvalidArgument;
+    }
+    return st_api_init_rank(comm, nranks, id, rank, NULL, tl, "strataCommInitRank");
 }
 
 typedef struct st_init_all_job {
@@ -375,7 +391,7 @@ static void *st_api_init_all_thread(void *arg)
     st_init_all_job_t *job = arg;
 
     job->result = st_api_init_rank(job->comm, job->nranks, job->id, job->rank, NULL,
-                                   "strataCommInitAll");
+                                   &st_transports_builtin, "strataCommInitAll");
     snprintf(job->errmsg, sizeof(job->errmsg), "%s", st_log_last_error());
     return NULL;
 }

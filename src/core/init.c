@@ -113,7 +113,7 @@ static st_status_t st_comm_open_net(st_comm_t *comm, st_rank_record_t *rec)
     cfg.rank   = comm->rank;
     cfg.nranks = comm->nranks;
     snprintf(cfg.name, sizeof(cfg.name), "%s", comm->name);
-    for (const st_net_ops_t *const *tl = st_net_transports; *tl != NULL; tl++) {
+    for (const st_net_ops_t *const *tl = comm->tl->net; *tl != NULL; tl++) {
         if (want != NULL && strcmp(want, "auto") != 0 && strcmp(want, (*tl)->name) != 0) {
             continue;
         }
@@ -124,7 +124,7 @@ static st_status_t st_comm_open_net(st_comm_t *comm, st_rank_record_t *rec)
         }
     }
     if (comm->net == NULL) {
-        if (want != NULL && strcmp(want, "auto") != 0 && st_net_find(st_net_transports, want) ==
+        if (want != NULL && strcmp(want, "auto") != 0 && st_net_find(comm->tl->net, want) ==
                                                              NULL) {
             st_error(ST_SUB_INIT, "STRATA_NET '%s' names no transport of this build", want);
             return ST_ERR_INVALID;
@@ -689,7 +689,7 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
     ST_CHECK_GOTO(st_comm_agree(comm, status), status, out);
     ST_CHECK_GOTO(st_comm_open_rails(comm), status, out);
     ST_CHECK_GOTO(st_comm_tune(comm), status, out);
-    ST_CHECK_GOTO(st_intra_create(comm, st_comm_agree, &comm->intra), status, out);
+    ST_CHECK_GOTO(st_intra_create(comm, st_comm_agree, ST_MEM_HOST, &comm->intra), status, out);
     comm->state = ST_COMM_READY;
 out:
     comm->timeout        = op_timeout;
@@ -724,7 +724,8 @@ static st_status_t st_comm_config_check(void)
     }
 }
 
-st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeout)
+st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeout,
+                         const st_transports_t *tl)
 {
     st_unique_id_t           uid;
     st_rank_record_t        *table = NULL;
@@ -748,6 +749,7 @@ st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeo
         }
     }
     comm->uid = st_hash(ST_HASH_SEED, uid.secret, sizeof(uid.secret));
+    comm->tl  = tl;
     ST_CHECK(st_comm_open_net(comm, &rec));
     rec.rank = rank;
     if (uid.from_env && rank == 0) {
@@ -815,6 +817,7 @@ st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeo
             status = ST_ERR_NO_MEMORY;
             goto out;
         }
+        comm->tl = parent->tl; /* the parent's transports (a test's fakes stay fakes) */
         ST_CHECK_GOTO(st_comm_open_net(comm, &rec), status, out);
     }
     rec.color = (color >= 0) ? color : -1;

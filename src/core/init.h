@@ -13,8 +13,15 @@ st_comm_t *st_comm_alloc(int rank, int nranks, double op_timeout, const char *na
 /* Bootstrap, net context and endpoints of an allocated comm; state READY on success. The caller
  * frees the comm on failure. timeout: seconds for the bootstrap (the join:
  * STRATA_BOOTSTRAP_TIMEOUT); the exchanges after it end within the smaller of timeout and the
- * comm's operation timeout. strataCommAbort (st_comm_cancel) ends any of its waits at once. */
-st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeout);
+ * comm's operation timeout. strataCommAbort (st_comm_cancel) ends any of its waits at once.
+ * tl: the transports to choose from (&st_transports_builtin; tests hand in fakes); it must
+ * outlive the communicator and its splits. */
+st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeout,
+                         const st_transports_t *tl);
+/* strataCommInitRank over the transports tl (core/api.c): how a test runs the whole library over
+ * fake transports (tests/unit/test_fake_tl.c). Same results and errors as strataCommInitRank. */
+strataResult_t st_comm_init_rank_tl(strataComm_t *comm, int nranks, strataUniqueId id, int rank,
+                                    const st_transports_t *tl);
 /* Creates the communicator of a split (called by every rank of parent). *comm_p is NULL for
  * color < 0. tune_file: its tuning table (NULL: the parent's). */
 st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeout,

@@ -52,7 +52,16 @@ void st_comm_unregister(st_comm_t *comm)
         }
     }
     if (st_comm_registry_len == 0) {
-        st_mem_unmap_all(); /* node peers' strataMemAlloc buffers mapped for zero-copy */
+        /* node peers' strataMemAlloc buffers mapped for zero-copy: by the builtin window
+         * transports, and by the last communicator's own (a test's fakes) */
+        for (const st_win_ops_t *const *tl = st_win_transports; *tl != NULL; tl++) {
+            (*tl)->mem_unmap_all();
+        }
+        if (comm->tl != NULL && comm->tl->win != st_win_transports) {
+            for (const st_win_ops_t *const *tl = comm->tl->win; *tl != NULL; tl++) {
+                (*tl)->mem_unmap_all();
+            }
+        }
         free(st_comm_registry);
         st_comm_registry     = NULL;
         st_comm_registry_cap = 0;

@@ -66,6 +66,7 @@ struct st_comm {
     pthread_t            init_thread;  /* nonblocking init */
     int                  init_thread_live;
 
+    const st_transports_t *tl;         /* what init was given to choose from (NULL before) */
     const st_net_ops_t  *net;
     st_net_ctx_t        *net_ctx;
     st_net_ep_t        **eps;          /* [nranks], connected at init: what traffic to rank r uses */

@@ -12,7 +12,7 @@
  * cleanup, also after a failure).
  */
 #include "config.h"
-#include "transports/transport.h"
+#include "transports/shm/shm.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -182,7 +182,7 @@ static int cleanup(void **state)
         remove_segments(names_used[i]);
     }
     nnames_used = 0;
-    st_mem_unmap_all();
+    st_shm_win.mem_unmap_all();
     return 0;
 }
 
@@ -627,59 +627,62 @@ static void test_mem_alloc_lookup(void **state)
 {
     size_t          page = (size_t)sysconf(_SC_PAGESIZE);
     size_t          size = 3 * page + 10, mapped = 4 * page, offset = 12345;
-    st_mem_handle_t h, h2;
+    st_win_memh_t   h, h2;
+    st_shm_memh_t   hh, hh2;
     uint8_t        *p, *q;
     void           *heap;
     int             local;
 
-    assert_int_equal(st_mem_alloc(size, (void **)&p), ST_OK);
+    assert_int_equal(st_shm_win.mem_alloc(size, (void **)&p), ST_OK);
     assert_non_null(p);
     assert_int_equal((uintptr_t)p % page, 0);
     assert_true(all_zero(p, mapped));
     memset(p, 0x5a, mapped); /* the whole rounded size is usable */
 
     memset(&h, 0, sizeof(h));
-    assert_int_equal(st_mem_lookup(p + 100, 200, &h, &offset), 1);
+    assert_int_equal(st_shm_win.mem_pack(p + 100, 200, &h, &offset), 1);
     assert_int_equal(offset, 100);
-    assert_int_equal(h.pid, (uint32_t)getpid());
-    assert_true(h.fd >= 0);
-    assert_int_equal(h.size, mapped);
-    assert_int_equal(st_mem_lookup(p, mapped, &h2, &offset), 1); /* all of it */
+    memcpy(&hh, h.bytes, sizeof(hh));
+    assert_int_equal(hh.pid, (uint32_t)getpid());
+    assert_true(hh.fd >= 0);
+    assert_int_equal(hh.size, mapped);
+    assert_int_equal(st_shm_win.mem_pack(p, mapped, &h2, &offset), 1); /* all of it */
     assert_int_equal(offset, 0);
     assert_memory_equal(&h, &h2, sizeof(h));
-    assert_int_equal(st_mem_lookup(p + mapped - 10, 10, &h2, &offset), 1); /* up to the end */
+    assert_int_equal(st_shm_win.mem_pack(p + mapped - 10, 10, &h2, &offset), 1); /* up to the end */
     assert_int_equal(offset, mapped - 10);
 
     offset = 777;
-    assert_int_equal(st_mem_lookup(p + mapped - 10, 11, &h2, &offset), 0); /* straddles the end */
-    assert_int_equal(st_mem_lookup(p + mapped, 1, &h2, &offset), 0);       /* just after */
-    assert_int_equal(st_mem_lookup(p - 1, 2, &h2, &offset), 0);            /* just before */
-    assert_int_equal(st_mem_lookup(p + 1, SIZE_MAX, &h2, &offset), 0);     /* no wrap-around */
-    assert_int_equal(st_mem_lookup(&local, sizeof(local), &h2, &offset), 0);
+    assert_int_equal(st_shm_win.mem_pack(p + mapped - 10, 11, &h2, &offset), 0); /* straddles the end */
+    assert_int_equal(st_shm_win.mem_pack(p + mapped, 1, &h2, &offset), 0);       /* just after */
+    assert_int_equal(st_shm_win.mem_pack(p - 1, 2, &h2, &offset), 0);            /* just before */
+    assert_int_equal(st_shm_win.mem_pack(p + 1, SIZE_MAX, &h2, &offset), 0);     /* no wrap-around */
+    assert_int_equal(st_shm_win.mem_pack(&local, sizeof(local), &h2, &offset), 0);
     heap = malloc(64);
     assert_non_null(heap);
-    assert_int_equal(st_mem_lookup(heap, 64, &h2, &offset), 0);
+    assert_int_equal(st_shm_win.mem_pack(heap, 64, &h2, &offset), 0);
     assert_int_equal(offset, 777); /* outputs untouched */
 
     /* a second allocation: another id and fd, lookups tell them apart */
-    assert_int_equal(st_mem_alloc(1, (void **)&q), ST_OK);
-    assert_int_equal(st_mem_lookup(q, 1, &h2, &offset), 1);
-    assert_true(h2.id != h.id);
-    assert_true(h2.fd != h.fd);
-    assert_int_equal(h2.size, page);
+    assert_int_equal(st_shm_win.mem_alloc(1, (void **)&q), ST_OK);
+    assert_int_equal(st_shm_win.mem_pack(q, 1, &h2, &offset), 1);
+    memcpy(&hh2, h2.bytes, sizeof(hh2));
+    assert_true(hh2.id != hh.id);
+    assert_true(hh2.fd != hh.fd);
+    assert_int_equal(hh2.size, page);
 
     /* in the owner itself, map gives the allocation back */
-    assert_ptr_equal(st_mem_map(&h), p);
+    assert_ptr_equal(st_shm_win.mem_map(&h), p);
 
-    assert_int_equal(st_mem_free(heap), ST_ERR_INVALID);  /* foreign */
-    assert_int_equal(st_mem_free(p + 1), ST_ERR_INVALID); /* inside, not the start */
-    assert_int_equal(st_mem_free(NULL), ST_ERR_INVALID);
-    assert_int_equal(st_mem_lookup(p, 1, &h2, &offset), 1); /* nothing was freed */
-    assert_int_equal(st_mem_free(p), ST_OK);
-    assert_int_equal(st_mem_lookup(p, 1, &h2, &offset), 0);
-    assert_int_equal(st_mem_free(p), ST_ERR_INVALID); /* twice */
-    assert_null(st_mem_map(&h));                      /* freed: this process has it no more */
-    assert_int_equal(st_mem_free(q), ST_OK);
+    assert_int_equal(st_shm_win.mem_free(heap), ST_ERR_INVALID);  /* foreign */
+    assert_int_equal(st_shm_win.mem_free(p + 1), ST_ERR_INVALID); /* inside, not the start */
+    assert_int_equal(st_shm_win.mem_free(NULL), ST_ERR_INVALID);
+    assert_int_equal(st_shm_win.mem_pack(p, 1, &h2, &offset), 1); /* nothing was freed */
+    assert_int_equal(st_shm_win.mem_free(p), ST_OK);
+    assert_int_equal(st_shm_win.mem_pack(p, 1, &h2, &offset), 0);
+    assert_int_equal(st_shm_win.mem_free(p), ST_ERR_INVALID); /* twice */
+    assert_null(st_shm_win.mem_map(&h));                      /* freed: this process has it no more */
+    assert_int_equal(st_shm_win.mem_free(q), ST_OK);
     free(heap);
 }
 
@@ -687,12 +690,12 @@ static void test_mem_invalid(void **state)
 {
     void *p = (void *)&p;
 
-    assert_int_equal(st_mem_alloc(0, &p), ST_ERR_INVALID);
+    assert_int_equal(st_shm_win.mem_alloc(0, &p), ST_ERR_INVALID);
     assert_ptr_equal(p, (void *)&p); /* untouched */
-    assert_int_equal(st_mem_alloc(16, NULL), ST_ERR_INVALID);
-    assert_int_equal(st_mem_alloc(SIZE_MAX, &p), ST_ERR_NO_MEMORY);
+    assert_int_equal(st_shm_win.mem_alloc(16, NULL), ST_ERR_INVALID);
+    assert_int_equal(st_shm_win.mem_alloc(SIZE_MAX, &p), ST_ERR_NO_MEMORY);
     assert_ptr_equal(p, (void *)&p);
-    assert_int_equal(st_mem_lookup(NULL, 1, NULL, NULL), 0);
+    assert_int_equal(st_shm_win.mem_pack(NULL, 1, NULL, NULL), 0);
 }
 
 /* More than the machine can back (2^40 B, 2^50 B) is refused before a page is committed, naming
@@ -702,12 +705,12 @@ static void test_mem_too_much(void **state)
     void *p = (void *)&p;
 
     for (int shift = 40; shift <= 50; shift += 10) {
-        assert_int_equal(st_mem_alloc((size_t)1 << shift, &p), ST_ERR_NO_MEMORY);
+        assert_int_equal(st_shm_win.mem_alloc((size_t)1 << shift, &p), ST_ERR_NO_MEMORY);
         assert_ptr_equal(p, (void *)&p);
         assert_non_null(strstr(st_log_last_error(), "cannot be backed"));
     }
-    assert_int_equal(st_mem_alloc(1 << 20, &p), ST_OK); /* and a sane size still works */
-    assert_int_equal(st_mem_free(p), ST_OK);
+    assert_int_equal(st_shm_win.mem_alloc(1 << 20, &p), ST_OK); /* and a sane size still works */
+    assert_int_equal(st_shm_win.mem_free(p), ST_OK);
 }
 
 /* The same inside a memory cgroup of 256 MiB (v1 or v2, made here when the kernel lets root do
@@ -758,11 +761,11 @@ static void test_mem_cgroup(void **state)
         if (f == NULL || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0) {
             _exit(3);
         }
-        if (st_mem_alloc((size_t)512 << 20, &p) != ST_ERR_NO_MEMORY ||
+        if (st_shm_win.mem_alloc((size_t)512 << 20, &p) != ST_ERR_NO_MEMORY ||
             strstr(st_log_last_error(), "memory cgroup") == NULL) {
             _exit(4);
         }
-        if (st_mem_alloc((size_t)32 << 20, &p) != ST_OK || st_mem_free(p) != ST_OK) {
+        if (st_shm_win.mem_alloc((size_t)32 << 20, &p) != ST_OK || st_shm_win.mem_free(p) != ST_OK) {
             _exit(5);
         }
         _exit(0);
@@ -778,17 +781,18 @@ static void test_mem_cgroup(void **state)
 static void test_mem_map_child(void **state)
 {
     size_t          size = 100000;
-    st_mem_handle_t h;
+    st_win_memh_t   h;
+    st_shm_memh_t   hh;
     size_t          offset;
     uint8_t        *p;
     pid_t           pid;
     int             wstatus;
 
-    assert_int_equal(st_mem_alloc(size, (void **)&p), ST_OK);
+    assert_int_equal(st_shm_win.mem_alloc(size, (void **)&p), ST_OK);
     for (size_t i = 0; i < size; i++) {
         p[i] = pattern(3, 0, i);
     }
-    assert_int_equal(st_mem_lookup(p + 5000, 1000, &h, &offset), 1);
+    assert_int_equal(st_shm_win.mem_pack(p + 5000, 1000, &h, &offset), 1);
     assert_int_equal(offset, 5000);
     memset(sh, 0, sizeof(*sh));
     fflush(NULL);
@@ -799,13 +803,13 @@ static void test_mem_map_child(void **state)
         int      fail = 0;
 
         alarm(CHILD_ALARM);
-        m    = st_mem_map(&h);
-        m2   = st_mem_map(&h); /* cached */
+        m    = st_shm_win.mem_map(&h);
+        m2   = st_shm_win.mem_map(&h); /* cached */
         fail = m == NULL || m == p || m2 != m || !has_pattern(m, size, 3, 0);
         if (!fail) {
             memset(m + offset, 0xc3, 1000);
         }
-        st_mem_unmap_all();
+        st_shm_win.mem_unmap_all();
         _exit(fail);
     }
     assert_int_equal(waitpid(pid, &wstatus, 0), pid);
@@ -818,11 +822,13 @@ static void test_mem_map_child(void **state)
     assert_int_equal(p[offset + 1000], pattern(3, 0, offset + 1000));
 
     /* a handle of a process that is gone: NULL, every time */
-    h.pid = (uint32_t)pid;
-    assert_null(st_mem_map(&h));
-    assert_null(st_mem_map(&h));
-    st_mem_unmap_all();
-    assert_int_equal(st_mem_free(p), ST_OK);
+    memcpy(&hh, h.bytes, sizeof(hh));
+    hh.pid = (uint32_t)pid;
+    memcpy(h.bytes, &hh, sizeof(hh));
+    assert_null(st_shm_win.mem_map(&h));
+    assert_null(st_shm_win.mem_map(&h));
+    st_shm_win.mem_unmap_all();
+    assert_int_equal(st_shm_win.mem_free(p), ST_OK);
 }
 
 int main(void)

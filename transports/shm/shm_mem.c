@@ -14,7 +14,7 @@
  * buffers are ever registered this way, so a list walk is cheaper than a tree's upkeep.
  */
 #include "config.h"
-#include "transports/transport.h"
+#include "transports/shm/shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -235,7 +235,7 @@ static size_t st_mem_room(char *where, size_t where_len)
     return room - ST_MAX(room / 16, ST_MIN(ST_MEM_MARGIN_MIN, room));
 }
 
-st_status_t st_mem_alloc(size_t size, void **ptr_p)
+st_status_t st_shm_mem_alloc(size_t size, void **ptr_p)
 {
     size_t        page = (size_t)sysconf(_SC_PAGESIZE);
     st_mem_rec_t *rec;
@@ -308,7 +308,7 @@ err_free:
     return status;
 }
 
-st_status_t st_mem_free(void *ptr)
+st_status_t st_shm_mem_free(void *ptr)
 {
     st_mem_rec_t **prev, *rec = NULL;
 
@@ -332,8 +332,10 @@ st_status_t st_mem_free(void *ptr)
     return ST_OK;
 }
 
-int st_mem_lookup(const void *ptr, size_t len, st_mem_handle_t *handle_p, size_t *offset_p)
+int st_shm_mem_pack(const void *ptr, size_t len, st_win_memh_t *memh_p, size_t *offset_p)
 {
+    st_shm_memh_t h;
+
     uintptr_t     p = (uintptr_t)ptr;
     st_mem_rec_t *rec;
     int           found = 0;
@@ -344,11 +346,14 @@ int st_mem_lookup(const void *ptr, size_t len, st_mem_handle_t *handle_p, size_t
 
         /* written so that no sum can wrap */
         if (p >= base && p - base < rec->size && len <= rec->size - (p - base)) {
-            if (handle_p != NULL) {
-                handle_p->pid  = (uint32_t)getpid();
-                handle_p->fd   = rec->fd;
-                handle_p->size = rec->size;
-                handle_p->id   = rec->id;
+            if (memh_p != NULL) {
+                memset(&h, 0, sizeof(h));
+                h.pid  = (uint32_t)getpid();
+                h.fd   = rec->fd;
+                h.size = rec->size;
+                h.id   = rec->id;
+                memset(memh_p, 0, sizeof(*memh_p));
+                memcpy(memh_p->bytes, &h, sizeof(h));
             }
             if (offset_p != NULL) {
                 *offset_p = p - base;
@@ -362,7 +367,7 @@ int st_mem_lookup(const void *ptr, size_t len, st_mem_handle_t *handle_p, size_t
 }
 
 /* Maps the owner's file; NULL after logging why. Called with st_mem_lock held. */
-static void *st_mem_map_peer(const st_mem_handle_t *handle)
+static void *st_mem_map_peer(const st_shm_memh_t *handle)
 {
     char        path[64];
     struct stat st;
@@ -403,15 +408,20 @@ static void *st_mem_map_peer(const st_mem_handle_t *handle)
     return ptr;
 }
 
-void *st_mem_map(const st_mem_handle_t *handle)
+void *st_shm_mem_map(const st_win_memh_t *memh)
 {
-    st_mem_peer_t *peer;
-    st_mem_rec_t  *rec;
-    void          *ptr = NULL;
+    st_shm_memh_t        h;
+    const st_shm_memh_t *handle = &h;
+    st_mem_peer_t       *peer;
+    st_mem_rec_t        *rec;
+    void                *ptr = NULL;
 
-    if (handle == NULL || handle->size == 0 || handle->size > (uint64_t)PTRDIFF_MAX) {
+    if (memh != NULL) {
+        memcpy(&h, memh->bytes, sizeof(h));
+    }
+    if (memh == NULL || h.size == 0 || h.size > (uint64_t)PTRDIFF_MAX) {
         st_error(ST_SUB_SHM, "shareable memory: invalid handle (%s)",
-                 handle == NULL ? "NULL" : "size");
+                 memh == NULL ? "NULL" : "size");
         return NULL;
     }
     pthread_mutex_lock(&st_mem_lock);
@@ -462,7 +472,7 @@ out:
     return ptr;
 }
 
-void st_mem_unmap_all(void)
+void st_shm_mem_unmap_all(void)
 {
     st_mem_peer_t *peer;
 

@@ -16,7 +16,7 @@
  * since the word lives in MAP_SHARED memory of several processes.
  */
 #include "config.h"
-#include "transports/transport.h"
+#include "transports/shm/shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -380,12 +380,18 @@ static void st_shm_win_destroy(st_win_ctx_t *ctx)
 }
 
 const st_win_ops_t st_shm_win = {
-    .name    = "shm",
-    .create  = st_shm_win_create,
-    .attach  = st_shm_win_attach,
-    .unlink  = st_shm_win_unlink,
-    .base    = st_shm_win_base,
-    .wait    = st_shm_win_wait,
-    .wake    = st_shm_win_wake,
-    .destroy = st_shm_win_destroy,
+    .name          = "shm",
+    .mem_type      = ST_MEM_HOST,
+    .create        = st_shm_win_create,
+    .attach        = st_shm_win_attach,
+    .unlink        = st_shm_win_unlink,
+    .base          = st_shm_win_base,
+    .wait          = st_shm_win_wait,
+    .wake          = st_shm_win_wake,
+    .destroy       = st_shm_win_destroy,
+    .mem_alloc     = st_shm_mem_alloc,
+    .mem_free      = st_shm_mem_free,
+    .mem_pack      = st_shm_mem_pack,
+    .mem_map       = st_shm_mem_map,
+    .mem_unmap_all = st_shm_mem_unmap_all,
 };

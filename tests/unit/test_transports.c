@@ -1,0 +1,321 @@
+/*
+ * test_transports.c - the collective battery over every pair of net and window transports: the
+ * builtin ones of this build (st_transports_builtin) and the fakes of fake_tl.c, in one process
+ * (ranks are threads; UCX's gtest runs its tests over every transport the same way). A transport
+ * that joins the tables (verbs, a device window) is covered by adding nothing here.
+ *
+ * Each battery runs NRANKS ranks on one node through the public API, initialised over the pair
+ * (st_comm_init_rank_tl), with each algorithm forced in turn: ring (the net), hier and small (the
+ * windows). Every result is checked element by element against values computed here; integer
+ * values in float keep every sum exact. The fakes' counters must show that they carried the
+ * traffic, and that hier's zero-copy negotiation mapped the fake window's shareable buffers.
+ */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/param.h"
+#include "core/init.h"
+#include "tests/unit/fake_tl.h"
+
+#define NRANKS 3
+
+typedef struct battery {
+    const st_transports_t *tl;
+    strataUniqueId         id;
+    const char            *algo;     /* forced algorithm: what strataCommGetPhaseTimes must say */
+    int                    failures; /* summed over ranks (atomic) */
+    char                   first[256];
+    pthread_mutex_t        lock;
+} battery_t;
+
+typedef struct rank_job {
+    battery_t *b;
+    int        rank;
+} rank_job_t;
+
+static void bt_fail(battery_t *b, const char *fmt, ...)
+{
+    va_list ap;
+
+    pthread_mutex_lock(&b->lock);
+    if (b->failures++ == 0) {
+        va_start(ap, fmt);
+        vsnprintf(b->first, sizeof(b->first), fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* Rank r's value at index i: small integers, exact in float. */
+static float val(int r, size_t i)
+{
+    return (float)((r + 1) * (int)(i % 7 + 1));
+}
+
+#define CALL(_b, _r, _what, _call)                                                                 \
+    do {                                                                                           \
+        strataResult_t _res = (_call);                                                             \
+        if (_res != strataSuccess) {                                                               \
+            bt_fail(_b, "rank %d: %s: %s", _r, _what, strataGetErrorString(_res));                    \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+/* The algorithm the last collective ran, as strataCommGetPhaseTimes reports it. */
+static void expect_algo(battery_t *b, int r, strataComm_t comm, const char *coll,
+                        const char *want)
+{
+    strataPhaseTimes_t t;
+
+    if (strataCommGetPhaseTimes(comm, &t) != strataSuccess || strcmp(t.algorithm, want) != 0) {
+        bt_fail(b, "rank %d: %s ran '%s', not '%s'", r, coll, t.algorithm, want);
+    }
+}
+
+static void run_battery(battery_t *b, int r, strataComm_t comm, float *send, float *recv,
+                        size_t n)
+{
+    const int p = NRANKS;
+    int32_t   isend[64], irecv[64 * NRANKS];
+
+    /* all-reduce, out of place (zero-copy when the buffers are the window's shareable ones) */
+    for (size_t i = 0; i < n; i++) {
+        send[i] = val(r, i);
+        recv[i] = -1;
+    }
+    CALL(b, r, "all-reduce", strataAllReduce(send, recv, n, strataFloat32, strataSum, comm, NULL));
+    expect_algo(b, r, comm, "all-reduce", b->algo);
+    for (size_t i = 0; i < n; i++) {
+        if (recv[i] != (float)(p * (p + 1) / 2 * (int)(i % 7 + 1))) {
+            bt_fail(b, "rank %d: all-reduce [%zu] = %g", r, i, recv[i]);
+            break;
+        }
+    }
+    /* all-reduce in place, max over int32 */
+    for (int i = 0; i < 64; i++) {
+        isend[i] = (i * 13 + r * 5) % 17;
+    }
+    CALL(b, r, "all-reduce max", strataAllReduce(isend, isend, 64, strataInt32, strataMax, comm,
+                                                NULL));
+    for (int i = 0; i < 64; i++) {
+        int32_t m = 0;
+
+        for (int q = 0; q < p; q++) {
+            m = ((i * 13 + q * 5) % 17 > m) ? (i * 13 + q * 5) % 17 : m;
+        }
+        if (isend[i] != m) {
+            bt_fail(b, "rank %d: all-reduce max [%d] = %d, not %d", r, i, isend[i], m);
+            break;
+        }
+    }
+    /* reduce-scatter: rank r gets block r of the sum */
+    for (size_t i = 0; i < (size_t)p * 64; i++) {
+        send[i] = val(r, i);
+    }
+    CALL(b, r, "reduce-scatter", strataReduceScatter(send, recv, 64, strataFloat32, strataSum,
+                                                     comm, NULL));
+    for (size_t i = 0; i < 64; i++) {
+        if (recv[i] != (float)(p * (p + 1) / 2 * (int)(((size_t)r * 64 + i) % 7 + 1))) {
+            bt_fail(b, "rank %d: reduce-scatter [%zu] = %g", r, i, recv[i]);
+            break;
+        }
+    }
+    /* all-gather of 64 int32 per rank */
+    for (int i = 0; i < 64; i++) {
+        isend[i] = r * 1000 + i;
+    }
+    CALL(b, r, "all-gather", strataAllGather(isend, irecv, 64, strataInt32, comm, NULL));
+    for (int i = 0; i < 64 * p; i++) {
+        if (irecv[i] != (i / 64) * 1000 + i % 64) {
+            bt_fail(b, "rank %d: all-gather [%d] = %d", r, i, irecv[i]);
+            break;
+        }
+    }
+    /* broadcast from rank 1, reduce to rank 2 */
+    for (size_t i = 0; i < n; i++) {
+        send[i] = (r == 1) ? val(7, i) : -2;
+    }
+    CALL(b, r, "broadcast", strataBroadcast(send, send, n, strataFloat32, 1, comm, NULL));
+    for (size_t i = 0; i < n; i++) {
+        if (send[i] != val(7, i)) {
+            bt_fail(b, "rank %d: broadcast [%zu] = %g", r, i, send[i]);
+            break;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        send[i] = val(r, i);
+        recv[i] = -3;
+    }
+    CALL(b, r, "reduce", strataReduce(send, recv, n, strataFloat32, strataSum, 2, comm, NULL));
+    for (size_t i = 0; r == 2 && i < n; i++) {
+        if (recv[i] != (float)(p * (p + 1) / 2 * (int)(i % 7 + 1))) {
+            bt_fail(b, "rank %d: reduce [%zu] = %g", r, i, recv[i]);
+            break;
+        }
+    }
+    /* send/recv: a shift to the right in a group */
+    for (int i = 0; i < 64; i++) {
+        isend[i] = r * 100 + i;
+        irecv[i] = -1;
+    }
+    CALL(b, r, "group start", strataGroupStart());
+    CALL(b, r, "send", strataSend(isend, 64, strataInt32, (r + 1) % p, comm, NULL));
+    CALL(b, r, "recv", strataRecv(irecv, 64, strataInt32, (r + p - 1) % p, comm, NULL));
+    CALL(b, r, "group end", strataGroupEnd());
+    for (int i = 0; i < 64; i++) {
+        if (irecv[i] != ((r + p - 1) % p) * 100 + i) {
+            bt_fail(b, "rank %d: recv [%d] = %d", r, i, irecv[i]);
+            break;
+        }
+    }
+out:
+    return;
+}
+
+static void *rank_main(void *arg)
+{
+    rank_job_t            *job = arg;
+    battery_t             *b = job->b;
+    const st_win_ops_t    *win = b->tl->win[0];
+    strataComm_t           comm = NULL;
+    float                 *send = NULL, *recv = NULL;
+    const size_t           n = 20000; /* 80 KB: within small's limit, several hier chunks */
+    int                    r = job->rank;
+
+    CALL(b, r, "init", st_comm_init_rank_tl(&comm, NRANKS, b->id, r, b->tl));
+    /* the window transport's shareable buffers: hier's all-reduce runs zero-copy on them */
+    if (win->mem_alloc(NRANKS * n * sizeof(float), (void **)&send) != ST_OK ||
+        win->mem_alloc(NRANKS * n * sizeof(float), (void **)&recv) != ST_OK) {
+        bt_fail(b, "rank %d: %s's mem_alloc failed", r, win->name);
+        goto out;
+    }
+    run_battery(b, r, comm, send, recv, n);
+out:
+    if (comm != NULL && strataCommDestroy(comm) != strataSuccess) {
+        bt_fail(b, "rank %d: destroy failed", r);
+    }
+    if (send != NULL) {
+        win->mem_free(send);
+    }
+    if (recv != NULL) {
+        win->mem_free(recv);
+    }
+    return NULL;
+}
+
+/* Runs the battery on NRANKS threads over net and win with algorithm algo forced. */
+static void battery(const st_net_ops_t *net, const st_win_ops_t *win, const char *algo)
+{
+    const st_net_ops_t *nets[] = {net, NULL};
+    const st_win_ops_t *wins[] = {win, NULL};
+    st_transports_t     tl = {nets, wins};
+    battery_t           b;
+    rank_job_t          jobs[NRANKS];
+    pthread_t           threads[NRANKS];
+    char               *saved;
+
+    memset(&b, 0, sizeof(b));
+    pthread_mutex_init(&b.lock, NULL);
+    b.tl   = &tl;
+    b.algo = algo;
+    assert_int_equal(strataGetUniqueId(&b.id), strataSuccess); /* parameters read by now */
+    saved = st_core_config.algo;
+    /* STRATA_ALGO for these communicators (read when each collective is chosen) */
+    st_core_config.algo = (char *)algo;
+    for (int r = 0; r < NRANKS; r++) {
+        jobs[r].b    = &b;
+        jobs[r].rank = r;
+        assert_int_equal(pthread_create(&threads[r], NULL, rank_main, &jobs[r]), 0);
+    }
+    for (int r = 0; r < NRANKS; r++) {
+        pthread_join(threads[r], NULL);
+    }
+    st_core_config.algo = saved;
+    if (b.failures != 0) {
+        fail_msg("net %s, window %s, %s: %d failures; first: %s", net->name, win->name, algo,
+                 b.failures, b.first);
+    }
+    pthread_mutex_destroy(&b.lock);
+}
+
+static void all_algos(const st_net_ops_t *net, const st_win_ops_t *win)
+{
+    battery(net, win, "ring");
+    battery(net, win, "hier");
+    battery(net, win, "small");
+}
+
+/* Both fakes: nothing of the builtin transports is used. */
+static void test_fake_net_fake_window(void **state)
+{
+    long sends = atomic_load(&fake_tl_counts.net_sends);
+    long wins = atomic_load(&fake_tl_counts.win_creates);
+    long maps = atomic_load(&fake_tl_counts.mem_maps);
+
+    all_algos(&fake_net, &fake_win);
+    /* the ring ran over the fake net; the windows (hier, small) were the fake's; hier's
+     * all-reduce mapped its peers' fake shareable buffers (zero-copy) */
+    assert_true(atomic_load(&fake_tl_counts.net_sends) > sends);
+    assert_int_equal(atomic_load(&fake_tl_counts.win_creates) - wins, 3 * NRANKS);
+    assert_true(atomic_load(&fake_tl_counts.mem_maps) - maps >= NRANKS * NRANKS);
+    assert_int_equal(fake_tl_live(), 0);
+}
+
+/* Every builtin net transport with the fake window, every builtin window with the fake net,
+ * and every builtin pair. */
+static void test_builtin_net_fake_window(void **state)
+{
+    for (const st_net_ops_t *const *net = st_transports_builtin.net; *net != NULL; net++) {
+        long opens = atomic_load(&fake_tl_counts.net_opens);
+        long wins = atomic_load(&fake_tl_counts.win_creates);
+
+        all_algos(*net, &fake_win);
+        assert_int_equal(atomic_load(&fake_tl_counts.net_opens), opens); /* not the fake's */
+        assert_int_equal(atomic_load(&fake_tl_counts.win_creates) - wins, 3 * NRANKS);
+    }
+    assert_int_equal(fake_tl_live(), 0);
+}
+
+static void test_fake_net_builtin_window(void **state)
+{
+    for (const st_win_ops_t *const *win = st_transports_builtin.win; *win != NULL; win++) {
+        long opens = atomic_load(&fake_tl_counts.net_opens);
+        long wins = atomic_load(&fake_tl_counts.win_creates);
+
+        all_algos(&fake_net, *win);
+        assert_int_equal(atomic_load(&fake_tl_counts.net_opens) - opens, 3 * NRANKS);
+        assert_int_equal(atomic_load(&fake_tl_counts.win_creates), wins); /* not the fake's */
+    }
+    assert_int_equal(fake_tl_live(), 0);
+}
+
+static void test_builtin_pairs(void **state)
+{
+    for (const st_net_ops_t *const *net = st_transports_builtin.net; *net != NULL; net++) {
+        for (const st_win_ops_t *const *win = st_transports_builtin.win; *win != NULL; win++) {
+            all_algos(*net, *win);
+        }
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fake_net_fake_window),
+        cmocka_unit_test(test_builtin_net_fake_window),
+        cmocka_unit_test(test_fake_net_builtin_window),
+        cmocka_unit_test(test_builtin_pairs),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
