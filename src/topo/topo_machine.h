@@ -101,18 +101,13 @@ st_status_t st_topo_hwloc_load(const char *path, const char *what, unsigned flag
  * is never worth failing for) when hwloc cannot export it; ST_ERR_NO_MEMORY. */
 st_status_t st_topo_xml_export(hwloc_topology_t topo, const char *text, char **xml_p);
 
-/* ---- topo_detect.c --------------------------------------------------------------------------- */
+/* ---- topo_machine.c -------------------------------------------------------------------------- */
 
 /* Reads a loaded topology (takes ownership of topo, even on failure; source may be NULL).
  * ST_ERR_NO_MEMORY. */
 st_status_t st_topo_machine_create(hwloc_topology_t topo, const char *source,
                                    st_topo_machine_t **machine_p);
 void        st_topo_machine_destroy(st_topo_machine_t *machine);
-
-/* The process's machine: STRATA_TOPO_FILE or the live one, loaded at the first call and kept
- * (again when STRATA_TOPO_FILE changes, as in a forked child, which frees the previous one: the
- * pointer is valid until then). Errors as st_topo_hwloc_load. */
-st_status_t st_topo_machine_get(st_topo_machine_t **machine_p);
 
 /* The record of a rank of machine bound to cpus (NULL: the whole machine) driving the PCI device
  * gpu (NULL: none); node_id is copied. ST_ERR_NO_MEMORY. */
@@ -126,6 +121,21 @@ st_status_t st_topo_machine_place(const st_topo_machine_t *machine, st_topo_rec_
 
 /* "PCIBridge L#8 [0000:5a:00.0]", "Package L#1": how the README names an ancestor. */
 void st_topo_obj_name(hwloc_obj_t obj, char *buf, size_t len);
+
+/* The CPU set an I/O object is local to (its first non-I/O ancestor's). */
+hwloc_const_cpuset_t st_topo_io_cpuset(hwloc_topology_t topo, hwloc_obj_t obj);
+
+/* Reads "domain:bus:device.function" or "bus:device.function" (hex, either case, nothing else
+ * around it) within PCI's ranges; 0 on success. (st_topo_busid_parse, topo_gpu.h, normalises.) */
+int st_topo_busid_scan(const char *text, unsigned *domain, unsigned *bus, unsigned *dev,
+                       unsigned *func);
+
+/* ---- topo_detect.c --------------------------------------------------------------------------- */
+
+/* The process's machine: STRATA_TOPO_FILE or the live one, loaded at the first call and kept
+ * (again when STRATA_TOPO_FILE changes, as in a forked child, which frees the previous one: the
+ * pointer is valid until then). Errors as st_topo_hwloc_load. */
+st_status_t st_topo_machine_get(st_topo_machine_t **machine_p);
 
 /* ---- topo_print.c ---------------------------------------------------------------------------- */
 
