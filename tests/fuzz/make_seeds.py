@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make_seeds.py - writes the seed corpus of the fuzz harnesses into corpus/<harness>/ (run from
 tests/fuzz/). The seeds are committed; this script documents what each one is and remakes them
-after a wire-format change. Layouts: src/core/bootstrap.h (hello, reply), bootstrap.c (the id),
+after a wire-format change. Layouts: src/core/bootstrap.h (hello, reply), bootstrap_wire.c (the id),
 src/topo/topo.h (st_topo_rec_t, little-endian host layout)."""
 import os
 import struct

@@ -715,7 +715,7 @@ static void test_finalize_destroy_n2(void **state)
 /* bootstrap: a wrong secret; a rank that never joins                                           */
 /* ------------------------------------------------------------------------------------------ */
 
-#define ID_SECRET_OFFSET 8 /* src/core/bootstrap.c: magic (4), version (4), secret (16) */
+#define ID_SECRET_OFFSET 8 /* src/core/bootstrap_wire.c: magic (4), version (4), secret (16) */
 
 static int wrong_secret(it_ctx_t *c)
 {
