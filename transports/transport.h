@@ -55,7 +55,8 @@ typedef struct st_net_config {
  * The transport sets status and len before setting done. */
 typedef struct st_request {
     volatile int done;   /* 0 while in flight; 1 when complete (successfully or not) */
-    st_status_t  status; /* ST_OK, ST_ERR_REMOTE (peer failed), ST_ERR_CANCELED, ST_ERR_IO */
+    st_status_t  status; /* ST_OK, ST_ERR_REMOTE (peer failed), ST_ERR_CANCELED,
+                          * ST_ERR_TRUNCATED (a receive), ST_ERR_IO */
     size_t       len;    /* bytes received (irecv); for a truncated receive, the bytes sent
                           * when the transport knows them (else 0) */
     int          orphan; /* set by a forced cancel: the transport will never complete it (its
@@ -106,12 +107,12 @@ typedef struct st_net_ops {
     st_status_t (*isend)(st_net_ep_t *ep, const void *buf, size_t len, uint64_t tag,
                          st_memh_t *memh, st_request_t *req);
     /* Nonblocking receive of up to len bytes from ep's peer with tag. A longer message fails the
-     * request with ST_ERR_INVALID (truncation). */
+     * request with ST_ERR_TRUNCATED, len then the bytes sent when the transport knows them. */
     st_status_t (*irecv)(st_net_ep_t *ep, void *buf, size_t len, uint64_t tag, st_memh_t *memh,
                          st_request_t *req);
     /* Nonblocking receive of up to len bytes with tag from whichever peer of ctx sends it first
      * (failure notices: engine/comm.c). Completes like irecv; a longer message fails it with
-     * ST_ERR_INVALID. The sender is not reported: put it in the message. */
+     * ST_ERR_TRUNCATED. The sender is not reported: put it in the message. */
     st_status_t (*irecv_any)(st_net_ctx_t *ctx, void *buf, size_t len, uint64_t tag,
                              st_request_t *req);
     /* Cancels an in-flight request (of any context of the caller's: the request knows its own);

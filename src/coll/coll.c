@@ -36,72 +36,37 @@ size_t st_coll_chunk_elems(strataDataType_t dtype)
 static st_status_t st_pipe_post(st_pipe_t *pipe, st_pipe_col_t *col)
 {
     st_comm_t   *comm = pipe->op.comm;
-    const st_net_ops_t *net = comm->net;
     st_xfer_t   *x = &col->xfer;
-    st_status_t  status;
 
     memset(x, 0, sizeof(*x));
-    status = pipe->ops->prepare(pipe, col, col->step, x);
-    if (status != ST_OK) {
-        return status;
-    }
-    col->rposted = col->sposted = 0;
+    ST_CHECK(pipe->ops->prepare(pipe, col, col->step, x));
     if (x->recv_len > 0) {
-        status = net->irecv(comm->eps[x->recv_peer], x->recv_buf, x->recv_len,
-                            st_tag_coll(pipe->args.seq, x->recv_sub), NULL, &col->rreq);
-        if (status != ST_OK) {
-            return status;
-        }
-        col->rposted = 1;
+        ST_CHECK(st_rail_recv(comm, &col->recv, x->recv_peer, x->recv_buf, x->recv_len,
+                              st_tag_coll(pipe->args.seq, x->recv_sub)));
     }
     if (x->send_len > 0) {
-        status = net->isend(comm->eps[x->send_peer], x->send_buf, x->send_len,
-                            st_tag_coll(pipe->args.seq, x->send_sub), NULL, &col->sreq);
-        if (status != ST_OK) {
-            return status;
-        }
-        col->sposted = 1;
+        ST_CHECK(st_rail_send(comm, &col->send, x->send_peer, x->send_buf, x->send_len,
+                              st_tag_coll(pipe->args.seq, x->send_sub)));
     }
     return ST_OK;
-}
-
-static st_status_t st_pipe_req_error(st_pipe_t *pipe, st_pipe_col_t *col, int is_send)
-{
-    st_request_t *req = is_send ? &col->sreq : &col->rreq;
-
-    st_error(ST_SUB_COLL, "%s #%llu (%s) rank %d: %s step %d/%d: %s rank %d failed: %s",
-             pipe->op.coll, (unsigned long long)pipe->args.seq, pipe->op.comm->name,
-             pipe->op.comm->rank, pipe->ops->phase(pipe, col->step), col->step + 1, pipe->nsteps,
-             is_send ? "send to" : "receive from",
-             is_send ? col->xfer.send_peer : col->xfer.recv_peer, st_status_str(req->status));
-    return (req->status == ST_ERR_CANCELED) ? ST_ERR_REMOTE : req->status;
 }
 
 /* Advances one column as far as it can go without waiting. */
 static st_status_t st_pipe_col_progress(st_pipe_t *pipe, st_pipe_col_t *col)
 {
     for (;;) {
-        if ((col->rposted && !col->rreq.done) || (col->sposted && !col->sreq.done)) {
+        st_rail_xfer_t *xs[2] = {&col->recv, &col->send};
+
+        if (st_rail_busy(&col->recv) || st_rail_busy(&col->send)) {
             return ST_INPROGRESS;
         }
-        if (col->rposted) {
-            col->rposted = 0;
-            if (col->rreq.status != ST_OK) {
-                return st_pipe_req_error(pipe, col, 0);
-            }
-            if (col->rreq.len != col->xfer.recv_len) {
-                st_error(ST_SUB_COLL, "%s #%llu rank %d: %s step %d: expected %zu B from rank %d, "
-                         "got %zu B: do all ranks call the same collective with the same count "
-                         "and datatype?", pipe->op.coll, (unsigned long long)pipe->args.seq,
-                         pipe->op.comm->rank, pipe->ops->phase(pipe, col->step), col->step + 1,
-                         col->xfer.recv_len, col->xfer.recv_peer, col->rreq.len);
-                return ST_ERR_USAGE;
-            }
-        }
-        if (col->sposted) {
-            col->sposted = 0;
-            if (col->sreq.status != ST_OK) {
-                return st_pipe_req_error(pipe, col, 1);
+        for (int i = 0; i < 2; i++) {
+            st_status_t status = st_rail_test(xs[i]);
+
+            if (status != ST_OK) {
+                return st_rail_fail(&pipe->op, xs[i], status, "%s step %d/%d",
+                                    pipe->ops->phase(pipe, col->step), col->step + 1,
+                                    pipe->nsteps);
             }
         }
         if (pipe->ops->complete != NULL) {
@@ -153,8 +118,7 @@ static st_status_t st_pipe_progress(st_op_t *op)
     if (oldest != NULL) {
         op->phase     = pipe->ops->phase(pipe, oldest->step);
         op->step      = oldest->step + 1;
-        op->wait_peer = (oldest->rposted && !oldest->rreq.done) ? oldest->xfer.recv_peer
-                                                                : oldest->xfer.send_peer;
+        op->wait_peer = st_rail_busy(&oldest->recv) ? oldest->recv.peer : oldest->send.peer;
     }
     return ST_INPROGRESS;
 }
@@ -175,11 +139,12 @@ static void st_pipe_destroy(st_op_t *op)
 
     for (int i = 0; i < pipe->depth; i++) {
         st_pipe_col_t *col = &pipe->cols[i];
-        if (col->rposted) {
-            reqs[n++] = &col->rreq;
+
+        if (st_rail_req(&col->recv) != NULL) {
+            reqs[n++] = st_rail_req(&col->recv);
         }
-        if (col->sposted) {
-            reqs[n++] = &col->sreq;
+        if (st_rail_req(&col->send) != NULL) {
+            reqs[n++] = st_rail_req(&col->send);
         }
     }
     if (!st_exec_cancel(op, reqs, n, 2.0)) {

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coll/rail.h"
 #include "engine/comm.h"
 #include "engine/exec.h"
 #include "engine/op.h"
@@ -39,12 +40,10 @@ typedef struct st_pipe_col {
     int          active;
     size_t       k;        /* column index */
     int          step;
-    st_xfer_t    xfer;
-    st_request_t sreq;
-    st_request_t rreq;
-    int          sposted;
-    int          rposted;
-    void        *tmp[2];   /* two staging chunks of chunk_bytes each (allocated when asked) */
+    st_xfer_t      xfer;
+    st_rail_xfer_t send;     /* the step's transfers (coll/rail.h) */
+    st_rail_xfer_t recv;
+    void          *tmp[2];   /* two staging chunks of chunk_bytes each (allocated when asked) */
 } st_pipe_col_t;
 
 typedef struct st_pipe st_pipe_t;

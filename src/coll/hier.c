@@ -46,6 +46,7 @@
 #include "base/socket.h"
 #include "coll/coll.h"
 #include "coll/intra.h"
+#include "coll/rail.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
 
@@ -57,9 +58,7 @@ typedef struct st_hier_ring {
     size_t       off, cnt;   /* the shard in the chunk, elements */
     int          step;       /* 0 .. 2(N-1) (done) */
     int          left, right;
-    int          sposted, rposted;
-    st_request_t sreq, rreq;
-    size_t       rlen;       /* bytes expected */
+    st_rail_xfer_t send, recv; /* the step's transfers (coll/rail.h) */
     char        *tmp;        /* staging for a received block before it is reduced */
 } st_hier_ring_t;
 
@@ -273,13 +272,11 @@ static size_t st_hier_block(const st_hier_t *h, const st_hier_ring_t *r, int b, 
 
 static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_t *r)
 {
-    const st_net_ops_t *net = h->comm->net;
     int                 n = h->nnodes, pos = h->node, steps = 2 * (n - 1);
     char               *res = st_hier_res(h, h->l, s->k);
     size_t              soff, roff, scnt, rcnt;
     void               *rbuf;
     uint64_t            tag;
-    st_status_t         status;
 
     for (;;) {
         if (r->step == steps) {
@@ -299,40 +296,18 @@ static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ri
         /* one tag per (chunk, shard, step): both ends compute the same */
         tag = st_tag_coll(h->args.seq, ((uint64_t)(s->k * (size_t)h->nshards + (size_t)r->j) *
                                         (uint64_t)steps + (uint64_t)r->step) & ST_TAG_SUB_MASK);
-        r->sposted = r->rposted = 0;
         if (rcnt > 0) {
-            r->rlen = rcnt * h->es;
-            status = net->irecv(h->comm->eps[r->left], rbuf, r->rlen, tag, NULL, &r->rreq);
-            if (status != ST_OK) {
-                return status;
-            }
-            r->rposted = 1;
+            ST_CHECK(st_rail_recv(h->comm, &r->recv, r->left, rbuf, rcnt * h->es, tag));
         }
         if (scnt > 0) {
-            status = net->isend(h->comm->eps[r->right], res + soff * h->es, scnt * h->es, tag,
-                                NULL, &r->sreq);
-            if (status != ST_OK) {
-                return status;
-            }
-            r->sposted = 1;
+            ST_CHECK(st_rail_send(h->comm, &r->send, r->right, res + soff * h->es, scnt * h->es,
+                                  tag));
         }
-        if (r->rposted || r->sposted) {
+        if (r->recv.posted || r->send.posted) {
             return ST_OK;
         }
         r->step++; /* both blocks empty: nothing to wait for */
     }
-}
-
-static st_status_t st_hier_req_error(st_hier_t *h, st_hier_ring_t *r, int is_send)
-{
-    st_request_t *req = is_send ? &r->sreq : &r->rreq;
-
-    st_error(ST_SUB_COLL, "%s #%llu (%s) rank %d: inter-node all-reduce of shard %d, step %d/%d:"
-             " %s rank %d failed: %s", h->op.coll, (unsigned long long)h->args.seq,
-             h->comm->name, h->comm->rank, r->j, r->step + 1, 2 * (h->nnodes - 1),
-             is_send ? "send to" : "receive from", is_send ? r->right : r->left,
-             st_status_str(req->status));
-    return (req->status == ST_ERR_CANCELED) ? ST_ERR_REMOTE : req->status;
 }
 
 /* Advances one ring as far as it goes without waiting. */
@@ -341,26 +316,23 @@ static st_status_t st_hier_ring_progress(st_hier_t *h, st_hier_slot_t *s, st_hie
     int n = h->nnodes;
 
     while (r->step < 2 * (n - 1)) {
-        if ((r->rposted && !r->rreq.done) || (r->sposted && !r->sreq.done)) {
-            h->op.wait_peer = (r->rposted && !r->rreq.done) ? r->left : r->right;
+        st_rail_xfer_t *xs[2] = {&r->recv, &r->send};
+        int             received = r->recv.posted;
+
+        if (st_rail_busy(&r->recv) || st_rail_busy(&r->send)) {
+            h->op.wait_peer = st_rail_busy(&r->recv) ? r->left : r->right;
             return ST_INPROGRESS;
         }
-        if (r->rposted) {
-            if (r->rreq.status != ST_OK) {
-                return st_hier_req_error(h, r, 0);
-            }
-            if (r->rreq.len != r->rlen) {
-                st_error(ST_SUB_COLL, "%s #%llu rank %d: inter-node step %d: expected %zu B from "
-                         "rank %d, got %zu B: do all ranks call the same collective with the same"
-                         " count and datatype?", h->op.coll, (unsigned long long)h->args.seq,
-                         h->comm->rank, r->step + 1, r->rlen, r->left, r->rreq.len);
-                return ST_ERR_USAGE;
+        for (int i = 0; i < 2; i++) {
+            st_status_t status = st_rail_test(xs[i]);
+
+            if (status != ST_OK) {
+                return st_rail_fail(&h->op, xs[i], status,
+                                    "inter-node all-reduce of shard %d, step %d/%d", r->j,
+                                    r->step + 1, 2 * (n - 1));
             }
         }
-        if (r->sposted && r->sreq.status != ST_OK) {
-            return st_hier_req_error(h, r, 1);
-        }
-        if (r->step < n - 1 && r->rposted) {
+        if (r->step < n - 1 && received) {
             size_t roff, rcnt;
             char  *res = st_hier_res(h, h->l, s->k);
 
@@ -375,7 +347,6 @@ static st_status_t st_hier_ring_progress(st_hier_t *h, st_hier_slot_t *s, st_hie
             cnt = st_hier_block(h, r, h->node, &off); /* final after the last reduce step */
             st_reduce_post(&h->args.redop, res + off * h->es, cnt);
         }
-        r->rposted = r->sposted = 0;
         r->step++;
         h->op.progressed = 1;
         ST_CHECK(st_hier_ring_post(h, s, r));
@@ -400,7 +371,7 @@ static st_status_t st_hier_inter_start(st_hier_t *h, size_t k)
         r->j    = h->owned[o];
         st_hier_shard(h, len, r->j, &r->off, &r->cnt);
         r->step = 0;
-        r->sposted = r->rposted = 0;
+        r->send.posted = r->recv.posted = 0;
         h->inter_bytes += r->cnt * h->es;
         r->left  = st_hier_owner(h, st_hier_mod(h->node - 1, h->nnodes), r->j);
         r->right = st_hier_owner(h, st_hier_mod(h->node + 1, h->nnodes), r->j);
@@ -638,11 +609,11 @@ static void st_hier_destroy(st_op_t *op)
             return; /* cannot even cancel: leak rather than free buffers in use */
         }
         for (int i = 0; i < h->depth * h->nowned; i++) {
-            if (h->ring_mem[i].rposted) {
-                reqs[n++] = &h->ring_mem[i].rreq;
+            if (st_rail_req(&h->ring_mem[i].recv) != NULL) {
+                reqs[n++] = st_rail_req(&h->ring_mem[i].recv);
             }
-            if (h->ring_mem[i].sposted) {
-                reqs[n++] = &h->ring_mem[i].sreq;
+            if (st_rail_req(&h->ring_mem[i].send) != NULL) {
+                reqs[n++] = st_rail_req(&h->ring_mem[i].send);
             }
         }
     }

@@ -16,14 +16,15 @@
 
 #include "base/log.h"
 #include "coll/coll.h"
+#include "coll/rail.h"
 
 #define ST_P2P_MAX_DEPS 8
 
 typedef struct st_p2p {
     st_op_t        op;
     st_coll_args_t args;
-    st_request_t   req;
-    int            posted;
+    st_rail_xfer_t xfer;     /* the transfer (coll/rail.h) */
+    int            started;
     int            received;
     void          *staging;               /* receive here first: the buffer is still being sent */
     int            ndeps;
@@ -46,47 +47,21 @@ static st_status_t st_p2p_progress(st_op_t *op)
     if (p->received) {
         goto wait_deps;
     }
-    if (!p->posted) {
-        st_net_ep_t *ep = comm->eps[p->args.peer];
-        uint64_t     tag = st_tag_p2p(p->args.seq);
-        void        *rbuf = (p->staging != NULL) ? p->staging : p->args.recvbuff;
+    if (!p->started) {
+        uint64_t tag = st_tag_p2p(p->args.seq);
+        void    *rbuf = (p->staging != NULL) ? p->staging : p->args.recvbuff;
 
-        status = is_send ? comm->net->isend(ep, p->args.sendbuff, len, tag, NULL, &p->req)
-                         : comm->net->irecv(ep, rbuf, len, tag, NULL, &p->req);
-        if (status != ST_OK) {
-            return status;
-        }
-        p->posted     = 1;
+        ST_CHECK(is_send ? st_rail_send(comm, &p->xfer, p->args.peer, p->args.sendbuff, len, tag)
+                         : st_rail_recv(comm, &p->xfer, p->args.peer, rbuf, len, tag));
+        p->started     = 1;
         op->progressed = 1;
     }
-    if (!p->req.done) {
+    status = st_rail_test(&p->xfer);
+    if (status == ST_INPROGRESS) {
         return ST_INPROGRESS;
     }
-    p->posted = 0;
-    if (!is_send && p->req.status == ST_ERR_TRUNCATED) {
-        char sent[48];
-
-        if (p->req.len > len) {
-            snprintf(sent, sizeof(sent), "%zu B", p->req.len);
-        } else {
-            snprintf(sent, sizeof(sent), "more than %zu B", len);
-        }
-        st_error(ST_SUB_P2P, "Recv #%llu rank %d from rank %d: expected %zu B, rank %d sent %s: "
-                 "the send and receive counts differ", (unsigned long long)p->args.seq,
-                 comm->rank, p->args.peer, len, p->args.peer, sent);
-        return ST_ERR_USAGE;
-    }
-    if (p->req.status != ST_OK) {
-        st_error(ST_SUB_P2P, "%s #%llu rank %d %s rank %d (%zu B) failed: %s", op->coll,
-                 (unsigned long long)p->args.seq, comm->rank, is_send ? "to" : "from",
-                 p->args.peer, len, st_status_str(p->req.status));
-        return (p->req.status == ST_ERR_CANCELED) ? ST_ERR_REMOTE : p->req.status;
-    }
-    if (!is_send && p->req.len != len) {
-        st_error(ST_SUB_P2P, "Recv #%llu rank %d from rank %d: expected %zu B, rank %d sent %zu "
-                 "B: the send and receive counts differ", (unsigned long long)p->args.seq,
-                 comm->rank, p->args.peer, len, p->args.peer, p->req.len);
-        return ST_ERR_USAGE;
+    if (status != ST_OK) {
+        return st_rail_fail(op, &p->xfer, status, "point-to-point");
     }
     op->progressed = 1;
     if (p->staging == NULL) {
@@ -156,9 +131,9 @@ static void st_p2p_free(void *arg)
 static void st_p2p_destroy(st_op_t *op)
 {
     st_p2p_t     *p = (st_p2p_t *)op;
-    st_request_t *req = &p->req;
+    st_request_t *req = st_rail_req(&p->xfer);
 
-    if (p->posted && !p->req.done && !st_exec_cancel(op, &req, 1, 2.0)) {
+    if (req != NULL && !req->done && !st_exec_cancel(op, &req, 1, 2.0)) {
         st_comm_defer(op->comm, st_p2p_free, p); /* the transport may still write into it */
         return;
     }

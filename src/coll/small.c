@@ -25,6 +25,7 @@
 #include "base/socket.h"
 #include "coll/coll.h"
 #include "coll/intra.h"
+#include "coll/rail.h"
 #include "topo/topo.h"
 
 typedef struct st_small {
@@ -38,8 +39,7 @@ typedef struct st_small {
     int              area;
     int              stage;   /* 0 write, 1 reduce (node), 2 exchange (leaders), 3 deliver */
     int              leader;  /* local rank 0 */
-    int              nposted;
-    st_request_t    *reqs;    /* [2 (N-1)] leaders: sends then receives */
+    st_rail_xfer_t  *xfers;   /* [2 (N-1)] leaders: sends then receives (coll/rail.h) */
     char            *partials; /* [N][bytes] leaders: the other nodes' partials */
     const void     **srcs;    /* [max(m, N)] */
 } st_small_t;
@@ -62,11 +62,9 @@ static char *st_small_res(const st_small_t *s, int lr)
 
 static st_status_t st_small_exchange_post(st_small_t *s)
 {
-    st_comm_t          *comm = s->comm;
-    const st_net_ops_t *net = comm->net;
-    uint64_t            tag = st_tag_coll(s->args.seq, 0);
-    int                 n = comm->nnodes, i = 0;
-    st_status_t         status;
+    st_comm_t *comm = s->comm;
+    uint64_t   tag = st_tag_coll(s->args.seq, 0);
+    int        n = comm->nnodes, i = 0;
 
     for (int node = 0; node < n; node++) {
         int peer = st_topo_node_rank(comm->topo, node, 0);
@@ -74,34 +72,15 @@ static st_status_t st_small_exchange_post(st_small_t *s)
         if (node == comm->node) {
             continue;
         }
-        status = net->irecv(comm->eps[peer], s->partials + (size_t)node * s->bytes, s->bytes, tag,
-                            NULL, &s->reqs[n - 1 + i]);
-        if (status != ST_OK) {
-            return status;
-        }
-        s->nposted++;
-        status = net->isend(comm->eps[peer], st_small_res(s, 0), s->bytes, tag, NULL,
-                            &s->reqs[i]);
-        if (status != ST_OK) {
-            return status;
-        }
-        s->nposted++;
+        ST_CHECK(st_rail_recv(comm, &s->xfers[n - 1 + i], peer,
+                              s->partials + (size_t)node * s->bytes, s->bytes, tag));
+        ST_CHECK(st_rail_send(comm, &s->xfers[i], peer, st_small_res(s, 0), s->bytes, tag));
         i++;
     }
     return ST_OK;
 }
 
-/* The leader that exchange request i (st_small_exchange_post's order: n - 1 sends, then n - 1
- * receives, each over the other nodes in order) goes to or comes from. */
-static int st_small_exchange_peer(const st_small_t *s, int i)
-{
-    int k = i % (s->comm->nnodes - 1);
-    int node = (k < s->comm->node) ? k : k + 1;
-
-    return st_topo_node_rank(s->comm->topo, node, 0);
-}
-
-/* 1 when every exchange request completed; errors are returned through *status_p. While not,
+/* 1 when every exchange transfer is over; errors are returned through *status_p. While not,
  * the op waits for the first leader whose message has not arrived (else, whose receive of ours
  * has not completed): the rank a stall or a timeout names. */
 static int st_small_exchange_done(st_small_t *s, st_status_t *status_p)
@@ -110,23 +89,19 @@ static int st_small_exchange_done(st_small_t *s, st_status_t *status_p)
 
     *status_p = ST_OK;
     for (int j = 0; j < 2 * (n - 1); j++) {
-        int           i = (j + n - 1) % (2 * (n - 1)); /* receives first */
-        st_request_t *req = &s->reqs[i];
-        int           is_send = i < n - 1;
+        st_rail_xfer_t *x = &s->xfers[(j + n - 1) % (2 * (n - 1))]; /* receives first */
 
-        if (!req->done) {
-            s->op.wait_peer = st_small_exchange_peer(s, i);
+        if (st_rail_busy(x)) {
+            s->op.wait_peer = x->peer;
             return 0;
         }
-        if (req->status != ST_OK || (!is_send && req->len != s->bytes)) {
-            st_error(ST_SUB_COLL, "%s #%llu (%s) rank %d: small all-reduce, leaders' exchange: "
-                     "%s rank %d failed: %s", s->op.coll, (unsigned long long)s->args.seq,
-                     s->comm->name, s->comm->rank, is_send ? "a send to" : "a receive from",
-                     st_small_exchange_peer(s, i),
-                     req->status != ST_OK ? st_status_str(req->status)
-                                          : "wrong size: same count and datatype on all ranks?");
-            *status_p = (req->status == ST_OK) ? ST_ERR_USAGE :
-                        (req->status == ST_ERR_CANCELED) ? ST_ERR_REMOTE : req->status;
+    }
+    for (int i = 0; i < 2 * (n - 1); i++) {
+        st_status_t status = st_rail_test(&s->xfers[i]);
+
+        if (status != ST_OK) {
+            *status_p = st_rail_fail(&s->op, &s->xfers[i], status,
+                                     "small all-reduce, leaders' exchange");
             return 1;
         }
     }
@@ -249,7 +224,7 @@ static void st_small_free(void *arg)
 {
     st_small_t *s = arg;
 
-    free(s->reqs);
+    free(s->xfers);
     free(s->partials);
     free(s->srcs);
     free(s);
@@ -262,13 +237,15 @@ static void st_small_destroy(st_op_t *op)
     int            n = 0;
 
     s->intra->turn = s->ticket + 1;
-    if (s->nposted > 0) {
+    if (s->xfers != NULL) {
         reqs = malloc(2 * (size_t)(s->comm->nnodes - 1) * sizeof(*reqs));
         if (reqs == NULL) {
             return; /* cannot even cancel: leak rather than free buffers in use */
         }
         for (int i = 0; i < 2 * (s->comm->nnodes - 1); i++) {
-            reqs[n++] = &s->reqs[i]; /* unposted ones are done (see st_small_create) */
+            if (st_rail_req(&s->xfers[i]) != NULL) {
+                reqs[n++] = st_rail_req(&s->xfers[i]);
+            }
         }
     }
     if (!st_exec_cancel(op, reqs, n, 2.0)) {
@@ -306,14 +283,11 @@ st_status_t st_small_create(const st_coll_args_t *args, st_op_t **op_p)
         return ST_ERR_NO_MEMORY;
     }
     if (n > 1 && s->leader) {
-        s->reqs     = calloc(2 * (size_t)(n - 1), sizeof(*s->reqs));
+        s->xfers    = calloc(2 * (size_t)(n - 1), sizeof(*s->xfers));
         s->partials = malloc((size_t)n * s->bytes);
-        if (s->reqs == NULL || s->partials == NULL) {
+        if (s->xfers == NULL || s->partials == NULL) {
             st_small_free(s);
             return ST_ERR_NO_MEMORY;
-        }
-        for (int i = 0; i < 2 * (n - 1); i++) {
-            s->reqs[i].done = 1; /* posting clears it: what was never posted needs no cancel */
         }
     }
     s->sseq         = intra->small_seq++;

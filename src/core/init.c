@@ -865,6 +865,7 @@ st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeo
             status = ST_ERR_NO_MEMORY;
             goto out;
         }
+        sized->tl      = comm->tl;
         sized->net     = comm->net;
         sized->net_ctx = comm->net_ctx;
         if (tune_file == NULL) {

@@ -134,8 +134,21 @@ static void st_exec_record_times(st_op_t *op, double now)
     pthread_mutex_unlock(&op->comm->lock);
 }
 
+/* Where op is, for its messages: "<phase> step i/n", or only the phase for ops without steps
+ * (small, the windows' waits). */
+static const char *st_exec_where(const st_op_t *op, char *buf, size_t len)
+{
+    if (op->nsteps > 0) {
+        snprintf(buf, len, "%s step %d/%d", op->phase, op->step, op->nsteps);
+    } else {
+        snprintf(buf, len, "%s", op->phase);
+    }
+    return buf;
+}
+
 static st_status_t st_exec_timeout(st_op_t *op, double idle)
 {
+    char        where[128];
     st_comm_t  *comm = op->comm;
     const char *which = (comm->setup_deadline > 0)
                             ? "init's deadline, STRATA_BOOTSTRAP_TIMEOUT or STRATA_TIMEOUT"
@@ -143,9 +156,9 @@ static st_status_t st_exec_timeout(st_op_t *op, double idle)
 
     if (op->wait_peer >= 0) {
         st_error(ST_SUB_COLL, "%s #%llu on %s rank %d timed out after %.1f s without progress in"
-                 " %s step %d/%d, waiting for rank %d (%s)", op->coll,
-                 (unsigned long long)op->seq, comm->name, comm->rank, idle, op->phase, op->step,
-                 op->nsteps, op->wait_peer, which);
+                 " %s, waiting for rank %d (%s)", op->coll, (unsigned long long)op->seq,
+                 comm->name, comm->rank, idle, st_exec_where(op, where, sizeof(where)),
+                 op->wait_peer, which);
     } else {
         st_error(ST_SUB_COLL, "%s #%llu on %s rank %d timed out after %.1f s without progress in"
                  " %s (%s)", op->coll, (unsigned long long)op->seq, comm->name,
@@ -158,13 +171,14 @@ static st_status_t st_exec_timeout(st_op_t *op, double idle)
 static void st_exec_stall(st_op_t *op, double idle)
 {
     st_comm_t *comm = op->comm;
+    char       where[128];
 
     op->stall_warned = 1;
     if (op->wait_peer >= 0) {
-        st_warn(ST_SUB_COLL, "%s #%llu on %s rank %d: no progress for %.1f s in %s step %d/%d, "
-                "waiting for rank %d; still waiting (STRATA_STALL_WARN; STRATA_TIMEOUT %.0f s)",
-                op->coll, (unsigned long long)op->seq, comm->name, comm->rank, idle, op->phase,
-                op->step, op->nsteps, op->wait_peer, comm->timeout);
+        st_warn(ST_SUB_COLL, "%s #%llu on %s rank %d: no progress for %.1f s in %s, waiting for "
+                "rank %d; still waiting (STRATA_STALL_WARN; STRATA_TIMEOUT %.0f s)", op->coll,
+                (unsigned long long)op->seq, comm->name, comm->rank, idle,
+                st_exec_where(op, where, sizeof(where)), op->wait_peer, comm->timeout);
     } else {
         st_warn(ST_SUB_COLL, "%s #%llu on %s rank %d: no progress for %.1f s in %s; still waiting "
                 "(STRATA_STALL_WARN; STRATA_TIMEOUT %.0f s)", op->coll,
@@ -275,10 +289,11 @@ static st_status_t st_exec_notice_status(const st_comm_t *comm)
 static void st_exec_notice_error(st_op_t *op)
 {
     st_comm_t *comm = op->comm;
+    char       where[128];
 
-    st_error(ST_SUB_COLL, "%s #%llu on %s rank %d failed in %s step %d/%d: rank %d reported that "
-             "the communicator cannot complete: %s", op->coll, (unsigned long long)op->seq,
-             comm->name, comm->rank, op->phase, op->step, op->nsteps, comm->notice_rank,
+    st_error(ST_SUB_COLL, "%s #%llu on %s rank %d failed in %s: rank %d reported that the "
+             "communicator cannot complete: %s", op->coll, (unsigned long long)op->seq,
+             comm->name, comm->rank, st_exec_where(op, where, sizeof(where)), comm->notice_rank,
              comm->notice_msg);
 }
 
@@ -315,10 +330,12 @@ static st_status_t st_exec_doomed(st_op_t *op, double now)
         now - op->last_probe > ST_EXEC_PROBE_S) {
         op->last_probe = now;
         if (st_comm_peer_exited(comm, op->wait_peer)) {
-            st_error(ST_SUB_COLL, "%s #%llu on %s rank %d failed in %s step %d/%d: rank %d "
-                     "(pid %u), which it waits for, has exited", op->coll,
-                     (unsigned long long)op->seq, comm->name, comm->rank, op->phase, op->step,
-                     op->nsteps, op->wait_peer, comm->peers[op->wait_peer].pid);
+            char where[128];
+
+            st_error(ST_SUB_COLL, "%s #%llu on %s rank %d failed in %s: rank %d (pid %u), which "
+                     "it waits for, has exited", op->coll, (unsigned long long)op->seq,
+                     comm->name, comm->rank, st_exec_where(op, where, sizeof(where)),
+                     op->wait_peer, comm->peers[op->wait_peer].pid);
             return ST_ERR_REMOTE;
         }
     }

@@ -73,5 +73,10 @@ static inline uint64_t st_tag_p2p(uint64_t seq)
 {
     return (UINT64_C(1) << 43) | (seq & ((UINT64_C(1) << 42) - 1));
 }
+/* 1 for a tag of st_tag_p2p. */
+static inline int st_tag_is_p2p(uint64_t tag)
+{
+    return (tag >> 42 & 3) == 2;
+}
 
 #endif

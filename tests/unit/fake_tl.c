@@ -323,7 +323,7 @@ static st_status_t fake_net_progress(st_net_ctx_t *ctx)
             ctx->posted_tail = rp;
         }
         if (m->len > r->len) {
-            fake_complete(r->req, ST_ERR_INVALID, m->len); /* truncated */
+            fake_complete(r->req, ST_ERR_TRUNCATED, m->len);
         } else {
             memcpy(r->buf, m->data, m->len);
             fake_complete(r->req, ST_OK, m->len);

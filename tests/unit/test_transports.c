@@ -6,7 +6,8 @@
  *
  * Each battery runs NRANKS ranks on one node through the public API, initialised over the pair
  * (st_comm_init_rank_tl), with each algorithm forced in turn: ring (the net), hier and small (the
- * windows). Every result is checked element by element against values computed here; integer
+ * windows), and a split over the parent's transports. Every result is checked element by element
+ * against values computed here; integer
  * values in float keep every sum exact. The fakes' counters must show that they carried the
  * traffic, and that hier's zero-copy negotiation mapped the fake window's shareable buffers.
  */
@@ -178,6 +179,24 @@ static void run_battery(battery_t *b, int r, strataComm_t comm, float *send, flo
             break;
         }
     }
+    /* a split (ranks in reverse order) runs over its parent's transports */
+    {
+        strataComm_t sub = NULL;
+        int32_t      x = r + 1, sum = 0;
+        int          subrank = -1;
+
+        CALL(b, r, "split", strataCommSplit(comm, 0, -r, &sub, NULL));
+        if (strataCommUserRank(sub, &subrank) != strataSuccess || subrank != p - 1 - r) {
+            bt_fail(b, "rank %d: rank %d in the split, not %d", r, subrank, p - 1 - r);
+        }
+        if (strataAllReduce(&x, &sum, 1, strataInt32, strataSum, sub, NULL) != strataSuccess ||
+            sum != p * (p + 1) / 2) {
+            bt_fail(b, "rank %d: all-reduce in the split gave %d", r, sum);
+        }
+        if (strataCommDestroy(sub) != strataSuccess) {
+            bt_fail(b, "rank %d: destroying the split failed", r);
+        }
+    }
 out:
     return;
 }
@@ -263,10 +282,10 @@ static void test_fake_net_fake_window(void **state)
     long maps = atomic_load(&fake_tl_counts.mem_maps);
 
     all_algos(&fake_net, &fake_win);
-    /* the ring ran over the fake net; the windows (hier, small) were the fake's; hier's
-     * all-reduce mapped its peers' fake shareable buffers (zero-copy) */
+    /* the ring ran over the fake net; the windows (hier, small) were the fake's, the splits'
+     * too; hier's all-reduce mapped its peers' fake shareable buffers (zero-copy) */
     assert_true(atomic_load(&fake_tl_counts.net_sends) > sends);
-    assert_int_equal(atomic_load(&fake_tl_counts.win_creates) - wins, 3 * NRANKS);
+    assert_int_equal(atomic_load(&fake_tl_counts.win_creates) - wins, 3 * 2 * NRANKS);
     assert_true(atomic_load(&fake_tl_counts.mem_maps) - maps >= NRANKS * NRANKS);
     assert_int_equal(fake_tl_live(), 0);
 }
@@ -281,7 +300,7 @@ static void test_builtin_net_fake_window(void **state)
 
         all_algos(*net, &fake_win);
         assert_int_equal(atomic_load(&fake_tl_counts.net_opens), opens); /* not the fake's */
-        assert_int_equal(atomic_load(&fake_tl_counts.win_creates) - wins, 3 * NRANKS);
+        assert_int_equal(atomic_load(&fake_tl_counts.win_creates) - wins, 3 * 2 * NRANKS);
     }
     assert_int_equal(fake_tl_live(), 0);
 }
@@ -293,7 +312,7 @@ static void test_fake_net_builtin_window(void **state)
         long wins = atomic_load(&fake_tl_counts.win_creates);
 
         all_algos(&fake_net, *win);
-        assert_int_equal(atomic_load(&fake_tl_counts.net_opens) - opens, 3 * NRANKS);
+        assert_int_equal(atomic_load(&fake_tl_counts.net_opens) - opens, 3 * 2 * NRANKS);
         assert_int_equal(atomic_load(&fake_tl_counts.win_creates), wins); /* not the fake's */
     }
     assert_int_equal(fake_tl_live(), 0);

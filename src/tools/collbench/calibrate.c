@@ -258,7 +258,7 @@ void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
         pos += cb_fab_calibrate_hier(f, samples + pos, len - pos);
     }
     snprintf(samples + pos, len - pos, "\"method\": \"collbench calibrate (src/tools/collbench/"
-             "fabric.c)\"}");
+             "calibrate.c)\"}");
     f->reps = 1;
 }
 

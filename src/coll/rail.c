@@ -1,0 +1,95 @@
+/*
+ * rail.c - one transfer of an algorithm over the net (see rail.h): post, test, and the one way a
+ * failed transfer is said.
+ */
+#include "config.h"
+#include "coll/rail.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "engine/op.h"
+
+st_status_t st_rail_send(st_comm_t *comm, st_rail_xfer_t *x, int peer, const void *buf,
+                         size_t len, uint64_t tag)
+{
+    st_status_t status;
+
+    x->peer    = peer;
+    x->len     = len;
+    x->tag     = tag;
+    x->is_send = 1;
+    status = comm->net->isend(comm->eps[peer], buf, len, tag, NULL, &x->req);
+    x->posted = (status == ST_OK);
+    return status;
+}
+
+st_status_t st_rail_recv(st_comm_t *comm, st_rail_xfer_t *x, int peer, void *buf, size_t len,
+                         uint64_t tag)
+{
+    st_status_t status;
+
+    x->peer    = peer;
+    x->len     = len;
+    x->tag     = tag;
+    x->is_send = 0;
+    status = comm->net->irecv(comm->eps[peer], buf, len, tag, NULL, &x->req);
+    x->posted = (status == ST_OK);
+    return status;
+}
+
+st_status_t st_rail_test(st_rail_xfer_t *x)
+{
+    if (!x->posted) {
+        return ST_OK;
+    }
+    if (!__atomic_load_n(&x->req.done, __ATOMIC_ACQUIRE)) {
+        return ST_INPROGRESS;
+    }
+    x->posted = 0;
+    if (!x->is_send && (x->req.status == ST_ERR_TRUNCATED ||
+                        (x->req.status == ST_OK && x->req.len != x->len))) {
+        return ST_ERR_USAGE;
+    }
+    if (x->req.status == ST_ERR_CANCELED) {
+        return ST_ERR_REMOTE; /* cancelled because the communicator is failing: a peer's doing */
+    }
+    return x->req.status;
+}
+
+st_status_t st_rail_fail(const st_op_t *op, const st_rail_xfer_t *x, st_status_t status,
+                         const char *where, ...)
+{
+    char    place[160];
+    va_list ap;
+
+    va_start(ap, where);
+    vsnprintf(place, sizeof(place), where, ap);
+    va_end(ap);
+    if (status == ST_ERR_USAGE) {
+        char sent[48];
+
+        /* a truncated receive knows the bytes sent when the transport does (else 0) */
+        if (x->req.len > 0 && x->req.len != x->len) {
+            snprintf(sent, sizeof(sent), "%zu B", x->req.len);
+        } else {
+            snprintf(sent, sizeof(sent), "more than %zu B", x->len);
+        }
+        st_error(st_tag_is_p2p(x->tag) ? ST_SUB_P2P : ST_SUB_COLL,
+                 "%s #%llu (%s) rank %d: %s: expected %zu B from rank %d, rank %d sent %s: %s",
+                 op->coll, (unsigned long long)op->seq, op->comm->name, op->comm->rank, place,
+                 x->len, x->peer, x->peer, sent,
+                 st_tag_is_p2p(x->tag) ? "the send and receive counts differ"
+                                       : "do all ranks call the same collective with the same "
+                                         "count and datatype?");
+        return status;
+    }
+    st_error(st_tag_is_p2p(x->tag) ? ST_SUB_P2P : ST_SUB_COLL,
+             "%s #%llu (%s) rank %d: %s: %s rank %d failed: %s", op->coll,
+             (unsigned long long)op->seq, op->comm->name, op->comm->rank, place,
+             x->is_send ? "send to" : "receive from", x->peer,
+             st_status_str(x->req.status));
+    return status;
+}

@@ -1,0 +1,64 @@
+/*
+ * rail.h - one transfer of an algorithm over the net: the inter-node step that the flat ring
+ * (coll.c's pipeline), hier's inter-node rings, small's leaders' exchange and send/recv all post
+ * and test here, and nowhere else.
+ *
+ * This is where what changes the bytes on the wire plugs in: a codec (compression of the
+ * inter-node phase) encodes in st_rail_send and decodes in st_rail_test; a transport's memory
+ * handle (a registered buffer for zero-copy RDMA) rides with the transfer. A failure is classified
+ * once (a peer's failure, a size that is not the one expected) and said once, in one format:
+ *   "<coll> #<seq> (<comm>) rank <r>: <where>: receive from rank <p> failed: <why>"
+ *   "<coll> #<seq> (<comm>) rank <r>: <where>: expected <n> B from rank <p>, it sent <m> B: <hint>"
+ */
+#ifndef ST_COLL_RAIL_H
+#define ST_COLL_RAIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "engine/comm.h"
+#include "engine/exec.h"
+#include "transports/transport.h"
+
+typedef struct st_rail_xfer {
+    st_request_t req;
+    int          peer;    /* the rank sent to or received from */
+    size_t       len;     /* bytes sent, or expected */
+    uint64_t     tag;
+    int          is_send;
+    int          posted;  /* from a post until st_rail_test says it is over */
+} st_rail_xfer_t;
+
+/* Posts a send of len bytes (len > 0) at buf to rank peer of comm with tag (engine/op.h's
+ * st_tag_*); buf stays untouched until the transfer is over. ST_OK once posted, else the
+ * transport's error (x not posted). */
+st_status_t st_rail_send(st_comm_t *comm, st_rail_xfer_t *x, int peer, const void *buf,
+                         size_t len, uint64_t tag);
+/* Posts a receive of exactly len bytes (len > 0) into buf from rank peer with tag. */
+st_status_t st_rail_recv(st_comm_t *comm, st_rail_xfer_t *x, int peer, void *buf, size_t len,
+                         uint64_t tag);
+/* ST_INPROGRESS while x is in flight; ST_OK when it completed as posted, or was never posted;
+ * else why it failed, not logged (st_rail_fail says it): ST_ERR_USAGE when a receive got another
+ * size than expected (longer: truncated), ST_ERR_REMOTE when the peer failed or the transfer was
+ * cancelled (the communicator is failing), the transport's status otherwise. x is over (not
+ * posted) once this returned anything but ST_INPROGRESS. */
+st_status_t st_rail_test(st_rail_xfer_t *x);
+/* Logs x's failure `status` (from st_rail_test) once, naming op's collective, sequence number,
+ * communicator and rank, where (printf format: the phase and step) and the peer, and returns
+ * status to propagate. */
+st_status_t st_rail_fail(const st_op_t *op, const st_rail_xfer_t *x, st_status_t status,
+                         const char *where, ...) __attribute__((format(printf, 4, 5)));
+/* 1 while x is posted and not yet complete (st_rail_test would say ST_INPROGRESS): to wait for
+ * both transfers of a step before taking either. */
+static inline int st_rail_busy(const st_rail_xfer_t *x)
+{
+    return x->posted && !__atomic_load_n(&x->req.done, __ATOMIC_ACQUIRE);
+}
+/* The receive's or send's request, for st_exec_cancel, when x is posted; else NULL. */
+static inline st_request_t *st_rail_req(st_rail_xfer_t *x)
+{
+    return x->posted ? &x->req : NULL;
+}
+
+#endif
