@@ -11,7 +11,7 @@
  * versions each loop with a run-time overlap check; an exact alias passes it (the distance is 0),
  * so aliased calls stay vectorised.
  *
- * Exactness rules (reduce.h, DESIGN.md "Semantics") shape the element operations:
+ * Exactness rules (reduce.h; strata.h states them for users) shape the element operations:
  *  - fp16 and bf16 compute in fp32 and round to nearest even after every operation, including
  *    the premul product before its sum;
  *  - integer sum and prod compute in the unsigned type, so they wrap without undefined behaviour;

@@ -9,7 +9,7 @@
  * by 1/nranks (as NCCL does), so an fp16 mean never overflows where it is representable; integer
  * avg is a wrapped sum, then a division truncating toward zero.
  *
- * Semantics (DESIGN.md): fp16 and bf16 compute in fp32 and round to nearest even after every
+ * Semantics (as strata.h states them): fp16 and bf16 compute in fp32 and round to nearest even after every
  * operation (product, partial sum); integer sum and prod wrap (two's complement, no UB: computed
  * in the unsigned type); unsigned types compare unsigned; max and min propagate NaN whichever side
  * holds it (the result is a quiet NaN); sum propagates NaN and Inf per IEEE.

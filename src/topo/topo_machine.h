@@ -6,7 +6,7 @@
  * localities, and for every GPU and locality its equally near NICs and the one it uses. Per-rank
  * records are then cheap: a binding query and a lookup.
  *
- * What counts as what (the rules of ../shared/topologies/README.md, which the tests check):
+ * What counts as what (the rules of tests/topologies/README.md, which the tests check):
  *  - GPU: a PCI device with a CUDA, NVML or RSMI OS device, or else of vendor NVIDIA (0x10de) or
  *    AMD (0x1002) and class display VGA/3D/other (0x0300, 0x0302, 0x0380) or processing
  *    accelerator (0x1200). NVSwitches (class 0x0680) are not GPUs.

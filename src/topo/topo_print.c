@@ -6,7 +6,7 @@
  * NCCL's misdetections in VMs and containers are hard to see because it prints little of what it
  * decided; the point here is that every decision strata takes from the topology (which NIC, why
  * that one, which ring) can be read back, and compared with the machine's documentation. The
- * text form of a topology file is also what users compare against ../shared/topologies/README.md,
+ * text form of a topology file is also what users compare against tests/topologies/README.md,
  * so it writes ancestors as hwloc's tools do ("PCIBridge L#8 [0000:5a:00.0]").
  */
 #include "config.h"

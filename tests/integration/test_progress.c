@@ -1,5 +1,5 @@
 /*
- * test_progress.c - waiting does not burn cores (DESIGN.md: progress engines spin briefly, then
+ * test_progress.c - waiting does not burn cores (progress engines spin briefly, then
  * block). Acceptance: a rank waiting 2 s for a late peer uses under 0.2 s of CPU.
  *
  * Late peer: on one node, every rank makes one all-reduce together (connections, buffers and
