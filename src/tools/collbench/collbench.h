@@ -71,7 +71,7 @@ typedef struct cb_opts {
     int         topo;        /* 1: print the topology instead of benchmarking */
     const char *topo_file;   /* --topo-file: an hwloc XML, no ranks */
     int         json;        /* --json */
-    /* calibrate, tune, model --compare (fabric.c, calibrate.c, tune.c) */
+    /* calibrate, tune, model --compare (fabric.c, calibrate.c, tuning.c) */
     int         fab_mode;    /* cb_fab_mode_t */
     const char *fab_out;     /* --out: the profile or table written */
     const char *fab_profile; /* --profile: a fabric profile to read instead of calibrating */
@@ -97,7 +97,7 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
 /* ---- fabric.c ------------------------------------------------------------------------------- */
 
 /* `collbench calibrate`, `collbench tune`, `collbench model --profile F --compare` as one rank
- * (what each measures: fabric.c, calibrate.c, tune.c). Returns 0, or 2 when a call or a file
+ * (what each measures: fabric.c, calibrate.c, tuning.c). Returns 0, or 2 when a call or a file
  * fails. */
 int cb_fabric_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUniqueId *id);
 

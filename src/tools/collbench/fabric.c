@@ -1,7 +1,7 @@
 /*
  * fabric.c - what `collbench calibrate`, `collbench tune` and `collbench model --profile F
  * --compare` share: the rank (cb_fabric_rank_main), the measurement and the configurations forced
- * through tuning tables; and compare itself (calibrate: calibrate.c, tune: tune.c; the model and
+ * through tuning tables; and compare itself (calibrate: calibrate.c, tune: tuning.c; the model and
  * the files: src/tune/, docs/model.md).
  *
  * All three run as ranks (the launch options of the benchmark) and measure all-reduce of float

@@ -2,7 +2,7 @@
  * fabric.h - what the files of `collbench calibrate`, `collbench tune` and `collbench model
  * --profile F --compare` share: the rank's state (cb_fab_t), a measured configuration
  * (cb_cand_t), the measurement and the forced configurations (fabric.c), the calibration
- * (calibrate.c) and the sweep (tune.c).
+ * (calibrate.c) and the sweep (tuning.c).
  */
 #ifndef CB_FABRIC_H
 #define CB_FABRIC_H
@@ -103,9 +103,9 @@ void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len);
 /* f->fabric as "# " lines on stdout (the entry prints it on rank 0). */
 void cb_fab_print_profile(const cb_fab_t *f);
 
-/* ---- tune.c ---------------------------------------------------------------------------------- */
+/* ---- tuning.c ---------------------------------------------------------------------------------- */
 
-/* The sweep, the selection, the table written to --out and the check (what each is: tune.c).
+/* The sweep, the selection, the table written to --out and the check (what each is: tuning.c).
  * Returns 0, or 2 when rank 0 could not write the table. */
 int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes);
 

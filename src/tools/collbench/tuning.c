@@ -1,5 +1,5 @@
 /*
- * tune.c - `collbench tune`: sweeping the configurations (algorithm, chunk, pipeline depth, rail
+ * tuning.c - `collbench tune`: sweeping the configurations (algorithm, chunk, pipeline depth, rail
  * shares), writing the fastest per size as a tuning table and timing the tuned library against
  * them (the measurement and the forced configurations: fabric.c; the model and the files:
  * src/tune/, docs/model.md).
