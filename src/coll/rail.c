@@ -12,32 +12,33 @@
 #include "base/log.h"
 #include "engine/op.h"
 
-st_status_t st_rail_send(st_comm_t *comm, st_rail_xfer_t *x, int peer, const void *buf,
-                         size_t len, uint64_t tag)
+/* Posts x: a send of buf when is_send, else a receive into it. */
+static st_status_t st_rail_post(st_comm_t *comm, st_rail_xfer_t *x, int peer, void *buf,
+                                size_t len, uint64_t tag, int is_send)
 {
-    st_status_t status;
+    st_net_ep_t *ep = comm->eps[peer];
+    st_status_t  status;
 
     x->peer    = peer;
     x->len     = len;
     x->tag     = tag;
-    x->is_send = 1;
-    status = comm->net->isend(comm->eps[peer], buf, len, tag, NULL, &x->req);
+    x->is_send = is_send;
+    status = is_send ? comm->net->isend(ep, buf, len, tag, NULL, &x->req)
+                     : comm->net->irecv(ep, buf, len, tag, NULL, &x->req);
     x->posted = (status == ST_OK);
     return status;
+}
+
+st_status_t st_rail_send(st_comm_t *comm, st_rail_xfer_t *x, int peer, const void *buf,
+                         size_t len, uint64_t tag)
+{
+    return st_rail_post(comm, x, peer, (void *)buf, len, tag, 1); /* isend only reads it */
 }
 
 st_status_t st_rail_recv(st_comm_t *comm, st_rail_xfer_t *x, int peer, void *buf, size_t len,
                          uint64_t tag)
 {
-    st_status_t status;
-
-    x->peer    = peer;
-    x->len     = len;
-    x->tag     = tag;
-    x->is_send = 0;
-    status = comm->net->irecv(comm->eps[peer], buf, len, tag, NULL, &x->req);
-    x->posted = (status == ST_OK);
-    return status;
+    return st_rail_post(comm, x, peer, buf, len, tag, 0);
 }
 
 st_status_t st_rail_test(st_rail_xfer_t *x)
