@@ -242,7 +242,7 @@ static st_status_t st_coll_run_batch(const st_coll_args_t *const *args, int n)
     }
 out:
     for (int i = 0; i < n; i++) {
-        if (args[i]->type != ST_COLL_SEND && args[i]->type != ST_COLL_RECV) {
+        if (!st_coll_info(args[i]->type)->p2p) {
             st_comm_order_done(args[i]->comm, args[i]->seq);
         }
     }
@@ -269,7 +269,7 @@ st_status_t st_coll_run(const st_coll_args_t *args, int nargs)
     batch = (nargs <= 8) ? stack_batch : malloc(2 * (size_t)nargs * sizeof(*batch));
     if (batch == NULL) {
         for (int i = 0; i < nargs; i++) {
-            if (args[i].type != ST_COLL_SEND && args[i].type != ST_COLL_RECV) {
+            if (!st_coll_info(args[i].type)->p2p) {
                 st_comm_order_done(args[i].comm, args[i].seq);
             }
         }
@@ -286,7 +286,7 @@ st_status_t st_coll_run(const st_coll_args_t *args, int nargs)
             const st_coll_args_t *a = left[i];
             int                   take = 1;
 
-            if (a->type != ST_COLL_SEND && a->type != ST_COLL_RECV &&
+            if (!st_coll_info(a->type)->p2p &&
                 (a->comm->state == ST_COMM_FAILED || a->comm->state == ST_COMM_ABORTED)) {
                 /* its peers have given up: it could only wait out the deadline */
                 st_error(ST_SUB_COLL, "%s #%llu on %s rank %d not run: the communicator %s "
@@ -297,15 +297,15 @@ st_status_t st_coll_run(const st_coll_args_t *args, int nargs)
                 status = (status == ST_OK) ? ST_ERR_USAGE : status;
                 continue;
             }
-            if (a->type != ST_COLL_SEND && a->type != ST_COLL_RECV) {
+            if (!st_coll_info(a->type)->p2p) {
                 /* a collective of a communicator already in this batch waits for the next */
                 for (int j = 0; j < nb && take; j++) {
-                    take = !(batch[j]->comm == a->comm && batch[j]->type != ST_COLL_SEND &&
-                             batch[j]->type != ST_COLL_RECV);
+                    take = !(batch[j]->comm == a->comm &&
+                             !st_coll_info(batch[j]->type)->p2p);
                 }
                 for (int j = 0; j < nkeep && take; j++) {
-                    take = !(left[j]->comm == a->comm && left[j]->type != ST_COLL_SEND &&
-                             left[j]->type != ST_COLL_RECV);
+                    take = !(left[j]->comm == a->comm &&
+                             !st_coll_info(left[j]->type)->p2p);
                 }
                 take = take && st_comm_order_ready(a->comm, a->seq);
             }

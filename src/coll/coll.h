@@ -97,9 +97,6 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p);   /* all
 st_status_t st_small_create(const st_coll_args_t *args, st_op_t **op_p);  /* all-reduce */
 /* 1 when the small algorithm can take args (all-reduce, bytes within the windows' small area). */
 int st_small_fits(const st_coll_args_t *args);
-/* The algorithm STRATA_ALGO names, or ST_ALGO_LAST for an unknown name. */
-st_algo_t   st_algo_parse(const char *name);
-const char *st_algo_name(st_algo_t algo);
 /* Among ops run together, makes receives whose buffer overlaps a send's land in staging until
  * those sends completed (in-place exchanges). */
 st_status_t st_p2p_link_overlaps(st_op_t **ops, int nops);

@@ -674,7 +674,7 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
         h->total     = args->count;
         h->own_first = 0;
         h->own_count = args->count;
-        h->deliver   = (args->type == ST_COLL_ALLREDUCE) || comm->rank == args->root;
+        h->deliver   = !st_coll_info(args->type)->rooted || comm->rank == args->root;
         break;
     }
     h->unit  = ST_MAX(64 / h->es, 1);

@@ -225,7 +225,7 @@ static void st_ring_local(const st_coll_args_t *args)
     const st_redop_t *redop = &args->redop;
     size_t            es = st_dtype_size(args->dtype);
 
-    if (args->type == ST_COLL_ALLGATHER) {
+    if (!st_coll_info(args->type)->reduces) {
         if (args->sendbuff != args->recvbuff) {
             memmove(args->recvbuff, args->sendbuff, args->count * es);
         }
@@ -285,8 +285,8 @@ st_status_t st_ring_create(const st_coll_args_t *args, st_op_t **op_p)
         ring->ag_steps = n - 1;
         maxblock       = args->count;
         /* out of place: place the own block first; it travels from recvbuff */
-        if ((const char *)args->sendbuff != (char *)args->recvbuff + (size_t)comm->rank *
-                                                                         args->count * es) {
+        if (!st_coll_in_place(args->type, args->sendbuff, args->recvbuff, args->count * es,
+                              comm->rank)) {
             memmove((char *)args->recvbuff + (size_t)comm->rank * args->count * es,
                     args->sendbuff, args->count * es);
         }

@@ -14,10 +14,13 @@
  * (128 KiB) and the rest go as under auto; hier needs the node-local windows (several ranks) and
  * is the flat ring without. A forced algorithm that does not apply is said once at WARN per
  * reason (st_coll_forced_unfit).
+ *
+ * The algorithms are one table (st_coll_algos): each row names the code that makes the op, the
+ * collectives it runs, when it fits a call, and the algorithm STRATA_ALGO, the tuning and the cost
+ * model call it by (tune/algo.h). The ring algorithm has two rows: the flat ring (all-reduce,
+ * reduce-scatter, all-gather) and the chain (broadcast, reduce).
  */
 #include "config.h"
-
-#include <string.h>
 
 #include "base/log.h"
 #include "base/param.h"
@@ -30,21 +33,60 @@
 _Static_assert(ST_RING_MAX_CHANNELS == ST_TUNE_MAX_CHANNELS,
                "tuning tables and the flat ring agree on the most channels");
 
-static const char *const st_algo_names[] = {"auto", "ring", "hier", "small"};
+#define ST_COLL_BIT(_type) (1u << (_type))
 
-st_algo_t st_algo_parse(const char *name)
+/* One way of running calls: a row of st_coll_algos. */
+typedef struct st_coll_algo {
+    const char *name;  /* as the op reports it (strataCommGetPhaseTimes, collbench --phases) */
+    st_algo_t   algo;  /* what STRATA_ALGO, the tuning and the cost model call it; ST_ALGO_LAST:
+                        * none (send and receive) */
+    unsigned    colls; /* ST_COLL_BIT(type) of every collective it runs */
+    int (*fits)(const st_coll_args_t *args); /* 1 when it can take this call of those
+                                              * collectives; NULL: any */
+    st_status_t (*create)(const st_coll_args_t *args, st_op_t **op_p);
+} st_coll_algo_t;
+
+/* Whether the call's communicator has the node-local windows that hier and small run through
+ * (several ranks, windows made at init). */
+static int st_coll_has_windows(const st_coll_args_t *args)
 {
-    for (int a = 0; a < ST_ALGO_LAST; a++) {
-        if (strcmp(name, st_algo_names[a]) == 0) {
-            return (st_algo_t)a;
-        }
-    }
-    return ST_ALGO_LAST;
+    return args->comm->nranks > 1 && args->comm->intra != NULL;
 }
 
-const char *st_algo_name(st_algo_t algo)
+static const st_coll_algo_t st_coll_algos[] = {
+    {"ring", ST_ALGO_RING,
+     ST_COLL_BIT(ST_COLL_ALLREDUCE) | ST_COLL_BIT(ST_COLL_REDUCESCATTER) |
+         ST_COLL_BIT(ST_COLL_ALLGATHER),
+     NULL, st_ring_create},
+    {"chain", ST_ALGO_RING, ST_COLL_BIT(ST_COLL_BROADCAST) | ST_COLL_BIT(ST_COLL_REDUCE), NULL,
+     st_chain_create},
+    {"hier", ST_ALGO_HIER,
+     ST_COLL_BIT(ST_COLL_ALLREDUCE) | ST_COLL_BIT(ST_COLL_BROADCAST) |
+         ST_COLL_BIT(ST_COLL_REDUCE) | ST_COLL_BIT(ST_COLL_ALLGATHER) |
+         ST_COLL_BIT(ST_COLL_REDUCESCATTER),
+     st_coll_has_windows, st_hier_create},
+    {"small", ST_ALGO_SMALL, ST_COLL_BIT(ST_COLL_ALLREDUCE), st_small_fits, st_small_create},
+    {"p2p", ST_ALGO_LAST, ST_COLL_BIT(ST_COLL_SEND) | ST_COLL_BIT(ST_COLL_RECV), NULL,
+     st_p2p_create},
+};
+
+/* The row of algo that runs collective `type`, or NULL when algo runs no such collective. */
+static const st_coll_algo_t *st_coll_algo_of(st_algo_t algo, st_coll_type_t type)
 {
-    return (algo < ST_ALGO_LAST) ? st_algo_names[algo] : "unknown";
+    for (size_t i = 0; i < sizeof(st_coll_algos) / sizeof(st_coll_algos[0]); i++) {
+        if (st_coll_algos[i].algo == algo && (st_coll_algos[i].colls & ST_COLL_BIT(type))) {
+            return &st_coll_algos[i];
+        }
+    }
+    return NULL;
+}
+
+/* Whether algo can run this call: it runs the collective and the call fits it. */
+static int st_coll_algo_fits(st_algo_t algo, const st_coll_args_t *args)
+{
+    const st_coll_algo_t *a = st_coll_algo_of(algo, args->type);
+
+    return a != NULL && (a->fits == NULL || a->fits(args));
 }
 
 st_status_t st_coll_config_check(void)
@@ -95,7 +137,7 @@ static size_t st_coll_bytes(const st_coll_args_t *args)
 {
     size_t bytes = args->count * st_dtype_size(args->dtype);
 
-    if (args->type == ST_COLL_ALLGATHER || args->type == ST_COLL_REDUCESCATTER) {
+    if (st_coll_info(args->type)->per_rank) {
         bytes *= (size_t)args->comm->nranks;
     }
     return bytes;
@@ -107,15 +149,15 @@ static size_t st_coll_bytes(const st_coll_args_t *args)
 static void st_coll_forced_unfit(st_algo_t forced, const st_coll_args_t *args, st_algo_t ran)
 {
     static int said[ST_ALGO_LAST][3];
-    const char *ran_name = (ran == ST_ALGO_RING && (args->type == ST_COLL_BROADCAST ||
-                                                    args->type == ST_COLL_REDUCE))
-                               ? "chain" : st_algo_name(ran);
+    const char *ran_name = st_coll_algo_of(ran, args->type)->name; /* "chain" for a rooted ring */
     int         why;
 
-    if (forced == ST_ALGO_SMALL) {
-        why = args->type != ST_COLL_ALLREDUCE ? 0 : args->comm->intra == NULL ? 2 : 1;
+    if (forced == ST_ALGO_SMALL && st_coll_algo_of(ST_ALGO_SMALL, args->type) == NULL) {
+        why = 0; /* a collective small does not run */
+    } else if (forced == ST_ALGO_SMALL && args->comm->intra != NULL) {
+        why = 1; /* larger than the windows' small area */
     } else {
-        why = 2; /* hier without node-local windows */
+        why = 2; /* small or hier without node-local windows */
     }
     if (__atomic_exchange_n(&said[forced][why], 1, __ATOMIC_RELAXED) != 0) {
         return;
@@ -156,7 +198,7 @@ static st_algo_t st_coll_choose_any(st_coll_args_t *args)
     st_comm_t *comm = args->comm;
     st_algo_t  algo = args->algo;
 
-    if (args->type == ST_COLL_SEND || args->type == ST_COLL_RECV) {
+    if (st_coll_info(args->type)->p2p) {
         return ST_ALGO_LAST; /* p2p */
     }
     if (algo == ST_ALGO_AUTO) {
@@ -167,24 +209,23 @@ static st_algo_t st_coll_choose_any(st_coll_args_t *args)
      * reduce-scatter and all-gather keep one ring until their channels' links are checked too
      * (with the first, rotated orders some sizes of them ran all on one link) */
     args->channels = args->type == ST_COLL_ALLREDUCE ? (int)st_core_config.ring_channels : 0;
-    if (comm->nranks == 1 || comm->intra == NULL) {
-        return ST_ALGO_RING;
+    if (!st_coll_has_windows(args)) {
+        return ST_ALGO_RING; /* what hier and small run through is missing */
     }
-    if (algo == ST_ALGO_SMALL && !st_small_fits(args)) {
-        algo = ST_ALGO_AUTO;
+    if (algo != ST_ALGO_AUTO && !st_coll_algo_fits(algo, args)) {
+        algo = ST_ALGO_AUTO; /* a forced small the call does not fit */
     }
     if (algo == ST_ALGO_AUTO && args->type == ST_COLL_ALLREDUCE &&
         st_tune_policy_allreduce(comm->tune, comm->name, st_coll_bytes(args),
-                                 st_small_fits(args), comm->nranks <= 1 || comm->intra != NULL,
-                                 &choice)) {
+                                 st_coll_algo_fits(ST_ALGO_SMALL, args),
+                                 comm->nranks <= 1 || comm->intra != NULL, &choice)) {
         args->hier_chunk = choice.hier_chunk; /* a tuning table's, or the model's */
         args->channels   = st_core_config.ring_channels > 0 ? (int)st_core_config.ring_channels
                                                             : choice.channels;
-        return choice.algo == ST_MODEL_SMALL ? ST_ALGO_SMALL
-               : choice.algo == ST_MODEL_HIER ? ST_ALGO_HIER : ST_ALGO_RING;
+        return choice.algo;
     }
     if (algo == ST_ALGO_AUTO) {
-        if (args->type == ST_COLL_ALLREDUCE && st_small_fits(args) &&
+        if (st_coll_algo_fits(ST_ALGO_SMALL, args) &&
             st_coll_bytes(args) <= st_core_config.small_threshold) {
             algo = ST_ALGO_SMALL;
         } else if (st_topo_nrails(comm->topo) > 1) {
@@ -198,38 +239,22 @@ static st_algo_t st_coll_choose_any(st_coll_args_t *args)
 
 st_status_t st_coll_op_create(const st_coll_args_t *call, st_op_t **op_p)
 {
-    st_coll_args_t  copy = *call;
-    st_coll_args_t *args = &copy;
-    st_status_t     status;
-    const char     *name;
+    st_coll_args_t        copy = *call;
+    st_coll_args_t       *args = &copy;
+    const st_coll_algo_t *algo;
+    st_status_t           status;
 
-    switch (st_coll_choose(args)) {
-    case ST_ALGO_LAST:
-        status = st_p2p_create(args, op_p);
-        name   = "p2p";
-        break;
-    case ST_ALGO_SMALL:
-        status = st_small_create(args, op_p);
-        name   = "small";
-        break;
-    case ST_ALGO_HIER:
-        status = st_hier_create(args, op_p);
-        name   = "hier";
-        break;
-    default:
-        if (args->type == ST_COLL_BROADCAST || args->type == ST_COLL_REDUCE) {
-            status = st_chain_create(args, op_p);
-            name   = "chain";
-        } else {
-            status = st_ring_create(args, op_p);
-            name   = "ring";
-        }
-        break;
+    algo = st_coll_algo_of(st_coll_choose(args), args->type);
+    if (algo == NULL) { /* a collective no row runs: not one of st_coll_type_t */
+        *op_p = NULL;
+        st_error(ST_SUB_COLL, "collective %d on %s rank %d: no algorithm runs it", (int)args->type,
+                 args->comm->name, args->comm->rank);
+        return ST_ERR_INTERNAL;
     }
+    status = algo->create(args, op_p);
     if (status == ST_OK && *op_p != NULL) {
-        (*op_p)->algo  = name;
-        (*op_p)->bytes = (args->type == ST_COLL_SEND || args->type == ST_COLL_RECV)
-                             ? args->count * st_dtype_size(args->dtype) : st_coll_bytes(args);
+        (*op_p)->algo  = algo->name;
+        (*op_p)->bytes = st_coll_bytes(args); /* count x size for send and recv */
     }
     if (status == ST_OK) {
         status = st_check_attach(args, op_p); /* STRATA_CHECK_MISMATCH */

@@ -697,13 +697,15 @@ STRATA_API strataResult_t strataRedOpDestroy(strataRedOp_t op, strataComm_t comm
 /* Collectives                                                                                    */
 /* ---------------------------------------------------------------------------------------------- */
 
-/* Checks a call and fills args (without its sequence number). */
-static strataResult_t st_api_coll_check(st_coll_args_t *args, const char *fn, int need_op,
-                                        int need_root, strataRedOp_t op, strataStream_t stream)
+/* Checks a call and fills args (without its sequence number): the root of a rooted collective
+ * and the reduction op of a reducing one (engine/op.h's table; op is ignored otherwise). */
+static strataResult_t st_api_coll_check(st_coll_args_t *args, const char *fn, strataRedOp_t op,
+                                        strataStream_t stream)
 {
-    st_comm_t     *comm = args->comm;
-    strataResult_t result = st_api_check_comm(comm, fn);
-    size_t         esize, total;
+    st_comm_t            *comm   = args->comm;
+    const st_coll_info_t *info   = st_coll_info(args->type);
+    strataResult_t        result = st_api_check_comm(comm, fn);
+    size_t                esize, total;
 
     if (result != strataSuccess) {
         return result;
@@ -719,8 +721,7 @@ static strataResult_t st_api_coll_check(st_coll_args_t *args, const char *fn, in
         return strataInvalidArgument;
     }
     esize = st_dtype_size(args->dtype);
-    total = (args->type == ST_COLL_ALLGATHER || args->type == ST_COLL_REDUCESCATTER)
-                ? (size_t)comm->nranks : 1;
+    total = info->per_rank ? (size_t)comm->nranks : 1;
     /* No machine maps 2^48 bytes (x86-64 and aarch64 user space is 2^47): a larger buffer is a
      * bad count, not a transfer to attempt. */
     if (args->count > (UINT64_C(1) << 48) / esize / total) {
@@ -728,12 +729,12 @@ static strataResult_t st_api_coll_check(st_coll_args_t *args, const char *fn, in
                  comm->rank, args->count, st_dtype_name(args->dtype));
         return strataInvalidArgument;
     }
-    if (need_root && (args->root < 0 || args->root >= comm->nranks)) {
+    if (info->rooted && (args->root < 0 || args->root >= comm->nranks)) {
         st_error(ST_SUB_COLL, "%s (rank %d): root %d is outside [0, %d)", fn, comm->rank,
                  args->root, comm->nranks);
         return strataInvalidArgument;
     }
-    if (need_op) {
+    if (info->reduces) {
         if ((int)op >= 0 && (int)op < strataNumOps) {
             if (st_redop_init(&args->redop, op, args->dtype, comm->nranks) != ST_OK) {
                 st_error(ST_SUB_COLL, "%s (rank %d): op %d unsupported for %s", fn, comm->rank,
@@ -789,7 +790,7 @@ static strataResult_t st_api_launch(st_coll_args_t *args, strataStream_t stream)
     }
     pthread_mutex_unlock(&comm->lock);
     status = st_enqueue(args, stream);
-    if (status != ST_OK && args->type != ST_COLL_SEND && args->type != ST_COLL_RECV) {
+    if (status != ST_OK && !st_coll_info(args->type)->p2p) {
         /* not queued (out of memory): later collectives must not wait for it; harmless when
          * it ran and failed (st_comm_order_done is idempotent) */
         st_comm_order_done(comm, args->seq);
@@ -830,7 +831,7 @@ STRATA_API strataResult_t strataAllReduce(const void *sendbuff, void *recvbuff, 
                                           strataComm_t comm, strataStream_t stream)
 {
     ST_API_ARGS(ST_COLL_ALLREDUCE, comm, sendbuff, recvbuff, count, datatype);
-    result = st_api_coll_check(&args, "strataAllReduce", 1, 0, op, stream);
+    result = st_api_coll_check(&args, "strataAllReduce", op, stream);
     if (result != strataSuccess) {
         return st_group_note(result);
     }
@@ -849,7 +850,7 @@ STRATA_API strataResult_t strataBroadcast(const void *sendbuff, void *recvbuff, 
 {
     ST_API_ARGS(ST_COLL_BROADCAST, comm, sendbuff, recvbuff, count, datatype);
     args.root = root;
-    result = st_api_coll_check(&args, "strataBroadcast", 0, 1, strataSum, stream);
+    result = st_api_coll_check(&args, "strataBroadcast", strataSum, stream);
     if (result != strataSuccess) {
         return st_group_note(result);
     }
@@ -868,7 +869,7 @@ STRATA_API strataResult_t strataReduce(const void *sendbuff, void *recvbuff, siz
 {
     ST_API_ARGS(ST_COLL_REDUCE, comm, sendbuff, recvbuff, count, datatype);
     args.root = root;
-    result = st_api_coll_check(&args, "strataReduce", 1, 1, op, stream);
+    result = st_api_coll_check(&args, "strataReduce", op, stream);
     if (result != strataSuccess) {
         return st_group_note(result);
     }
@@ -886,7 +887,7 @@ STRATA_API strataResult_t strataAllGather(const void *sendbuff, void *recvbuff, 
                                           strataStream_t stream)
 {
     ST_API_ARGS(ST_COLL_ALLGATHER, comm, sendbuff, recvbuff, sendcount, datatype);
-    result = st_api_coll_check(&args, "strataAllGather", 0, 0, strataSum, stream);
+    result = st_api_coll_check(&args, "strataAllGather", strataSum, stream);
     if (result != strataSuccess) {
         return st_group_note(result);
     }
@@ -905,7 +906,7 @@ STRATA_API strataResult_t strataReduceScatter(const void *sendbuff, void *recvbu
                                               strataStream_t stream)
 {
     ST_API_ARGS(ST_COLL_REDUCESCATTER, comm, sendbuff, recvbuff, recvcount, datatype);
-    result = st_api_coll_check(&args, "strataReduceScatter", 1, 0, op, stream);
+    result = st_api_coll_check(&args, "strataReduceScatter", op, stream);
     if (result != strataSuccess) {
         return st_group_note(result);
     }
@@ -921,7 +922,7 @@ STRATA_API strataResult_t strataReduceScatter(const void *sendbuff, void *recvbu
 static strataResult_t st_api_p2p(st_coll_args_t *args, const char *fn, int peer,
                                  strataStream_t stream)
 {
-    strataResult_t result = st_api_coll_check(args, fn, 0, 0, strataSum, stream);
+    strataResult_t result = st_api_coll_check(args, fn, strataSum, stream);
 
     if (result != strataSuccess) {
         return st_group_note(result);

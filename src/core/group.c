@@ -70,7 +70,7 @@ strataResult_t strataGroupStart(void)
  * that the communicator's later collectives do not wait for it (issue order, st_comm_order_*). */
 static void st_group_skip(const st_coll_args_t *args)
 {
-    if (args->type != ST_COLL_SEND && args->type != ST_COLL_RECV && st_comm_is_live(args->comm)) {
+    if (!st_coll_info(args->type)->p2p && st_comm_is_live(args->comm)) {
         st_comm_order_done(args->comm, args->seq);
     }
 }

@@ -199,7 +199,7 @@ static st_status_t st_comm_ring_coll(st_comm_t *comm, st_coll_type_t type, const
     args.count    = count;
     args.dtype    = dtype;
     args.algo     = ST_ALGO_RING;
-    if (type == ST_COLL_ALLREDUCE) {
+    if (st_coll_info(type)->reduces) {
         ST_CHECK(st_redop_init(&args.redop, op, dtype, comm->nranks));
     }
     pthread_mutex_lock(&comm->lock);

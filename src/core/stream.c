@@ -92,7 +92,7 @@ static st_status_t st_stream_run(st_stream_item_t *item)
                 st_debug(ST_SUB_COLL, "%s", msg);
             }
             for (int j = 0; j < item->nargs; j++) { /* none of them runs: later calls go on */
-                if (item->args[j].type != ST_COLL_SEND && item->args[j].type != ST_COLL_RECV) {
+                if (!st_coll_info(item->args[j].type)->p2p) {
                     st_comm_order_done(item->args[j].comm, item->args[j].seq);
                 }
             }

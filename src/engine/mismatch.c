@@ -89,8 +89,7 @@ static int st_check_op_code(const st_coll_args_t *args, int *name_p)
     st_redop_t        avg;
 
     *name_p = -1;
-    if (args->type != ST_COLL_ALLREDUCE && args->type != ST_COLL_REDUCE &&
-        args->type != ST_COLL_REDUCESCATTER) {
+    if (!st_coll_info(args->type)->reduces) {
         return -1;
     }
     if (r->postdiv > 1) {
@@ -458,8 +457,7 @@ st_status_t st_check_attach(const st_coll_args_t *args, st_op_t **op_p)
     st_check_t *check;
     int         nrounds = 0, name;
 
-    if (!st_core_config.check_mismatch || comm->nranks < 2 || args->type == ST_COLL_SEND ||
-        args->type == ST_COLL_RECV) {
+    if (!st_core_config.check_mismatch || comm->nranks < 2 || st_coll_info(args->type)->p2p) {
         return ST_OK;
     }
     while ((1L << nrounds) < comm->nranks) {
@@ -497,8 +495,7 @@ st_status_t st_check_attach(const st_coll_args_t *args, st_op_t **op_p)
     check->cur.min.dtype = (int32_t)args->dtype;
     check->cur.min.op    = st_check_op_code(args, &name);
     check->cur.min.name  = name;
-    check->cur.min.root  = (args->type == ST_COLL_BROADCAST || args->type == ST_COLL_REDUCE)
-                               ? args->root : -1;
+    check->cur.min.root  = st_coll_info(args->type)->rooted ? args->root : -1;
     check->cur.min.rank  = comm->rank;
     check->cur.max       = check->cur.min;
     (*op_p)->check       = check;

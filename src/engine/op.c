@@ -1,13 +1,71 @@
 /*
- * op.c - the names of the collectives (engine/op.h).
+ * op.c - the table of the collectives (engine/op.h): names, properties, nccl-tests' bus-bandwidth
+ * factor and the in-place rule, one row per st_coll_type_t. collbench compiles this file in too.
  */
 #include "config.h"
+
+#include <stdint.h>
+
 #include "engine/op.h"
+
+/* The bus-bandwidth factors are nccl-tests' (doc/PERFORMANCE.md, "Bus bandwidth"): all-reduce
+ * 2(n-1)/n, reduce-scatter and all-gather (n-1)/n, broadcast and reduce 1, sendrecv 1. The in-place
+ * rules are strata.h's ("In place"), which are NCCL's. */
+static const st_coll_info_t st_coll_table[ST_COLL_LAST] = {
+    [ST_COLL_ALLREDUCE]     = {.name = "AllReduce", .short_name = "all_reduce", .reduces = 1,
+                               .busbw_mul = 2, .busbw_ring = 1, .in_place = ST_INPLACE_SAME},
+    [ST_COLL_BROADCAST]     = {.name = "Broadcast", .short_name = "broadcast", .rooted = 1,
+                               .busbw_mul = 1, .in_place = ST_INPLACE_SAME},
+    [ST_COLL_REDUCE]        = {.name = "Reduce", .short_name = "reduce", .reduces = 1,
+                               .rooted = 1, .busbw_mul = 1, .in_place = ST_INPLACE_SAME},
+    [ST_COLL_ALLGATHER]     = {.name = "AllGather", .short_name = "all_gather", .per_rank = 1,
+                               .busbw_mul = 1, .busbw_ring = 1,
+                               .in_place = ST_INPLACE_SEND_AT_RANK},
+    [ST_COLL_REDUCESCATTER] = {.name = "ReduceScatter", .short_name = "reduce_scatter",
+                               .reduces = 1, .per_rank = 1, .busbw_mul = 1, .busbw_ring = 1,
+                               .in_place = ST_INPLACE_RECV_AT_RANK},
+    [ST_COLL_SEND]          = {.name = "Send", .short_name = "sendrecv", .p2p = 1,
+                               .busbw_mul = 1, .in_place = ST_INPLACE_NONE},
+    [ST_COLL_RECV]          = {.name = "Recv", .short_name = "sendrecv", .p2p = 1,
+                               .busbw_mul = 1, .in_place = ST_INPLACE_NONE},
+};
+
+static const st_coll_info_t st_coll_unknown = {.name = "unknown", .short_name = "unknown",
+                                               .busbw_mul = 1, .in_place = ST_INPLACE_NONE};
+
+const st_coll_info_t *st_coll_info(st_coll_type_t type)
+{
+    return ((unsigned)type < ST_COLL_LAST) ? &st_coll_table[type] : &st_coll_unknown;
+}
 
 const char *st_coll_name(st_coll_type_t type)
 {
-    static const char *const names[] = {
-        "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "Send", "Recv"
-    };
-    return (type < ST_COLL_LAST) ? names[type] : "unknown";
+    return st_coll_info(type)->name;
+}
+
+double st_coll_busbw(st_coll_type_t type, int nranks)
+{
+    const st_coll_info_t *info = st_coll_info(type);
+    double                n    = nranks;
+
+    /* evaluated as nccl-tests writes it (2 * (n - 1) / n): collbench's columns stay bit-exact */
+    return info->busbw_ring ? info->busbw_mul * (n - 1) / n : info->busbw_mul;
+}
+
+int st_coll_in_place(st_coll_type_t type, const void *sendbuff, const void *recvbuff,
+                     size_t block_bytes, int rank)
+{
+    uintptr_t send = (uintptr_t)sendbuff, recv = (uintptr_t)recvbuff;
+    uintptr_t own  = (uintptr_t)rank * block_bytes; /* the rank's block */
+
+    switch (st_coll_info(type)->in_place) {
+    case ST_INPLACE_SAME:
+        return send == recv;
+    case ST_INPLACE_SEND_AT_RANK:
+        return send == recv + own;
+    case ST_INPLACE_RECV_AT_RANK:
+        return recv == send + own;
+    default:
+        return 0;
+    }
 }

@@ -1,6 +1,8 @@
 /*
  * op.h - the vocabulary of an operation that every floor from the engine up shares: the
- * collectives, the algorithms, the arguments of one call, and the layout of message tags.
+ * collectives and their table (names, properties, nccl-tests' bus-bandwidth factor, the in-place
+ * rule), the arguments of one call (the algorithms are tune/algo.h's), and the layout of message
+ * tags.
  */
 #ifndef ST_OP_H
 #define ST_OP_H
@@ -10,6 +12,7 @@
 
 #include "reduce/reduce.h"
 #include "strata.h"
+#include "tune/algo.h"
 
 struct st_comm;
 
@@ -24,14 +27,32 @@ typedef enum {
     ST_COLL_LAST
 } st_coll_type_t;
 
-/* Algorithms (STRATA_ALGO). */
+/* What sendbuff must be for a call to be in place (strata.h, "In place", as in NCCL). */
 typedef enum {
-    ST_ALGO_AUTO = 0,
-    ST_ALGO_RING,   /* flat ring (AR, RS, AG); chain (broadcast, reduce) */
-    ST_ALGO_HIER,   /* intra-node windows + inter-node ring per rail (hier.c) */
-    ST_ALGO_SMALL,  /* latency: one round through the windows (small.c) */
-    ST_ALGO_LAST
-} st_algo_t;
+    ST_INPLACE_SAME = 0,     /* sendbuff == recvbuff (all-reduce; broadcast on root; reduce) */
+    ST_INPLACE_SEND_AT_RANK, /* sendbuff == recvbuff + rank * count elements (all-gather: the
+                              * rank's own block of the result) */
+    ST_INPLACE_RECV_AT_RANK, /* recvbuff == sendbuff + rank * count elements (reduce-scatter: the
+                              * rank's block of the input) */
+    ST_INPLACE_NONE          /* one buffer (send, recv) */
+} st_inplace_t;
+
+/* One collective: the row of st_coll_info. */
+typedef struct st_coll_info {
+    const char  *name;       /* as the API, logs and errors name it: "AllReduce" */
+    const char  *short_name; /* as nccl-tests and collbench spell it: "all_reduce"; send and recv
+                              * are nccl-tests' "sendrecv" */
+    int          reduces;    /* takes a reduction op (strataRedOp_t) */
+    int          rooted;     /* takes a root rank */
+    int          p2p;        /* point to point (send, recv): one peer, per-pair sequence numbers,
+                              * outside the communicator's issue order and the mismatch check */
+    int          per_rank;   /* count is one rank's block (all-gather's sendcount, reduce-scatter's
+                              * recvcount): the call moves count x nranks elements in all, which is
+                              * its size as nccl-tests counts it */
+    double       busbw_mul;  /* nccl-tests' bus-bandwidth factor among n ranks (st_coll_busbw): */
+    int          busbw_ring; /* busbw_mul x (n - 1) / n when busbw_ring is 1, else busbw_mul */
+    st_inplace_t in_place;   /* the in-place rule */
+} st_coll_info_t;
 
 /* One call, as the user made it (counts in elements; see strata.h for their meaning). */
 typedef struct st_coll_args {
@@ -52,7 +73,18 @@ typedef struct st_coll_args {
                                   * the tuning); 0 or 1: one */
 } st_coll_args_t;
 
+/* The row of collective `type`; for a value out of range, a row named "unknown" with no
+ * property set (busbw factor 1, never in place). Never NULL. */
+const st_coll_info_t *st_coll_info(st_coll_type_t type);
+/* The collective's name as the API spells it ("AllReduce"), or "unknown": st_coll_info's name. */
 const char *st_coll_name(st_coll_type_t type);
+/* nccl-tests' bus-bandwidth factor of `type` among nranks ranks: what the busiest link of a ring
+ * carries relative to the algorithm bandwidth (algbw x factor = busbw; doc/PERFORMANCE.md). */
+double st_coll_busbw(st_coll_type_t type, int nranks);
+/* 1 when a call of `type` with these buffers is in place by the table's rule: block_bytes is count
+ * x the datatype's size, rank the caller's rank. 0 otherwise (also for send and recv). */
+int st_coll_in_place(st_coll_type_t type, const void *sendbuff, const void *recvbuff,
+                     size_t block_bytes, int rank);
 
 /* Tags (ST_NET_TAG_BITS = 44 bits): bit 43 = 0 for collectives: 20 bits of sequence number, 23
  * bits of sub-tag chosen by the algorithm; bit 43 = 1, bit 42 = 0 for send/recv: 42 bits of the

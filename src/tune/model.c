@@ -351,7 +351,7 @@ static double st_model_hier_credit(const st_model_fabric_t *fabric, const st_mod
 }
 
 st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_split_t *split,
-                               st_model_algo_t algo, double bytes, st_model_time_t *time_p)
+                               st_algo_t algo, double bytes, st_model_time_t *time_p)
 {
     st_model_time_t time;
     double          chunk_phase[ST_MODEL_NPHASES], chunks = 1.0;
@@ -367,7 +367,7 @@ st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_s
     }
     memset(&time, 0, sizeof(time));
     switch (algo) {
-    case ST_MODEL_RING:
+    case ST_ALGO_RING:
         time.phase[ST_MODEL_PH_INTER] = st_model_ring_flat(fabric, split, bytes);
         if (fabric->nodes > 1) {
             int    n = fabric->ranks_per_node * fabric->nodes;
@@ -380,7 +380,7 @@ st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_s
         }
         time.total                    = time.phase[ST_MODEL_PH_INTER];
         break;
-    case ST_MODEL_HIER:
+    case ST_ALGO_HIER:
         if (split->chunk > 0 && bytes > (double)split->chunk) {
             chunks = ceil(bytes / (double)split->chunk);
         }
@@ -397,7 +397,7 @@ st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_s
             time.total -= credit;
         }
         break;
-    case ST_MODEL_SMALL:
+    case ST_ALGO_SMALL:
         if (bytes > (double)split->small_max) {
             return ST_ERR_UNSUPPORTED;
         }
@@ -413,23 +413,23 @@ st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_s
 }
 
 st_status_t st_model_choose(const st_model_fabric_t *fabric, const st_model_split_t *split,
-                            double bytes, st_model_algo_t *algo_p, st_model_time_t *time_p)
+                            double bytes, st_algo_t *algo_p, st_model_time_t *time_p)
 {
     st_model_time_t best, t;
-    st_model_algo_t best_algo = ST_MODEL_NALGOS;
+    st_algo_t       best_algo = ST_ALGO_LAST;
     int             a;
 
     memset(&best, 0, sizeof(best));
-    for (a = 0; a < ST_MODEL_NALGOS; a++) {
-        if (st_model_allreduce(fabric, split, (st_model_algo_t)a, bytes, &t) != ST_OK) {
+    for (a = ST_ALGO_FIRST; a < ST_ALGO_LAST; a++) {
+        if (st_model_allreduce(fabric, split, (st_algo_t)a, bytes, &t) != ST_OK) {
             continue;
         }
-        if (best_algo == ST_MODEL_NALGOS || t.total < best.total) {
+        if (best_algo == ST_ALGO_LAST || t.total < best.total) {
             best      = t;
-            best_algo = (st_model_algo_t)a;
+            best_algo = (st_algo_t)a;
         }
     }
-    if (best_algo == ST_MODEL_NALGOS) {
+    if (best_algo == ST_ALGO_LAST) {
         return ST_ERR_INVALID;
     }
     *algo_p = best_algo;
@@ -452,7 +452,7 @@ st_status_t st_model_best_chunk(const st_model_fabric_t *fabric, const st_model_
     }
     for (chunk = min_chunk; chunk <= max_chunk && chunk != 0; chunk *= 2) {
         s.chunk = chunk;
-        status  = st_model_allreduce(fabric, &s, ST_MODEL_HIER, bytes, &t);
+        status  = st_model_allreduce(fabric, &s, ST_ALGO_HIER, bytes, &t);
         if (status != ST_OK) {
             return status;
         }

@@ -22,6 +22,7 @@
 #include <stddef.h>
 
 #include "base/status.h"
+#include "tune/algo.h"
 
 #define ST_MODEL_MAX_RAILS 16
 
@@ -92,13 +93,6 @@ typedef struct st_model_split {
                                             * all 0: an even split (what hier does today) */
 } st_model_split_t;
 
-typedef enum {
-    ST_MODEL_RING = 0, /* flat ring over all ranks (coll/ring.c) */
-    ST_MODEL_HIER,     /* intra reduce-scatter, inter ring per rail, intra all-gather (hier.c) */
-    ST_MODEL_SMALL,    /* one round through the windows, leaders exchange directly (small.c) */
-    ST_MODEL_NALGOS
-} st_model_algo_t;
-
 /* Phases of one algorithm. */
 enum { ST_MODEL_PH_INTRA_RS = 0, ST_MODEL_PH_INTER, ST_MODEL_PH_INTRA_AG, ST_MODEL_NPHASES };
 
@@ -137,13 +131,14 @@ double st_model_pipeline(const double *phase, int nphases, double chunks);
  * min(rail_burst[r], bytes); never more than bytes (0 when the rail is not shaped). */
 double st_model_rail_credit(const st_model_fabric_t *fabric, int rail, double bytes);
 
-/* Time of an all-reduce of `bytes` with `algo` on this fabric and split. ST_ERR_INVALID for a bad
- * fabric or algorithm, ST_ERR_UNSUPPORTED for small above split->small_max. */
+/* Time of an all-reduce of `bytes` with `algo` (ring, hier or small) on this fabric and split.
+ * ST_ERR_INVALID for a bad fabric or algorithm (auto among them), ST_ERR_UNSUPPORTED for small
+ * above split->small_max. */
 st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_split_t *split,
-                               st_model_algo_t algo, double bytes, st_model_time_t *time_p);
-/* The fastest algorithm for `bytes` (ties to the lower enum value) and its time. */
+                               st_algo_t algo, double bytes, st_model_time_t *time_p);
+/* The fastest algorithm for `bytes` (ties to the lower value of tune/algo.h) and its time. */
 st_status_t st_model_choose(const st_model_fabric_t *fabric, const st_model_split_t *split,
-                            double bytes, st_model_algo_t *algo_p, st_model_time_t *time_p);
+                            double bytes, st_algo_t *algo_p, st_model_time_t *time_p);
 /* The hier chunk among powers of two from min_chunk to max_chunk that gives the least time (the
  * first one on ties); split->chunk is ignored. */
 st_status_t st_model_best_chunk(const st_model_fabric_t *fabric, const st_model_split_t *split,

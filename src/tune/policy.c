@@ -145,7 +145,7 @@ st_status_t st_tune_policy_init(const st_tune_layout_t *lay, const char *tune_fi
             for (int i = 0; i < p->table.nentries; i++) {
                 const st_tune_entry_t *e = &p->table.entries[i];
 
-                if (e->algo == ST_MODEL_SMALL && e->max_bytes > lay->small_max) {
+                if (e->algo == ST_ALGO_SMALL && e->max_bytes > lay->small_max) {
                     char upto[32] = "any size";
 
                     if (e->max_bytes != ST_TUNE_NO_LIMIT) {
@@ -243,15 +243,15 @@ st_status_t st_tune_policy_init(const st_tune_layout_t *lay, const char *tune_fi
             } else {
                 snprintf(upto, sizeof(upto), "up to %zu B", e->max_bytes);
             }
-            if (e->algo == ST_MODEL_HIER && e->hier_chunk == 0) {
+            if (e->algo == ST_ALGO_HIER && e->hier_chunk == 0) {
                 snprintf(chunk, sizeof(chunk), ", the window's chunk");
-            } else if (e->algo == ST_MODEL_HIER) {
+            } else if (e->algo == ST_ALGO_HIER) {
                 snprintf(chunk, sizeof(chunk), ", chunk %zu B", e->hier_chunk);
-            } else if (e->algo == ST_MODEL_RING && e->channels > 1) {
+            } else if (e->algo == ST_ALGO_RING && e->channels > 1) {
                 snprintf(chunk, sizeof(chunk), ", %d channels", e->channels);
             }
             st_info(ST_SUB_TUNE, "%s: all-reduce %s: %s%s", lay->name, upto,
-                    st_tune_algo_name(e->algo), chunk);
+                    st_algo_name(e->algo), chunk);
         }
     }
     return ST_OK;
@@ -276,8 +276,8 @@ int st_tune_policy_allreduce(st_tune_policy_t *p, const char *name, size_t bytes
     }
     e = st_tune_table_lookup(&p->table, bytes);
     i = (int)(e - p->table.entries);
-    if ((e->algo == ST_MODEL_SMALL && (!small_fits || p->env_small)) ||
-        (e->algo != ST_MODEL_RING && !windows)) {
+    if ((e->algo == ST_ALGO_SMALL && (!small_fits || p->env_small)) ||
+        (e->algo != ST_ALGO_RING && !windows)) {
         return 0;
     }
     choice->algo       = e->algo;
@@ -285,26 +285,26 @@ int st_tune_policy_allreduce(st_tune_policy_t *p, const char *name, size_t bytes
     choice->channels   = e->channels;
     if (!p->used[i]) {
         p->used[i] = 1;
-        if (e->algo == ST_MODEL_HIER && p->env_chunk) {
+        if (e->algo == ST_ALGO_HIER && p->env_chunk) {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: hier, chunk from "
                     "STRATA_HIER_CHUNK_SIZE (entry %d of %s)", name, bytes, i, p->source);
-        } else if (e->algo == ST_MODEL_HIER && choice->hier_chunk == 0) {
+        } else if (e->algo == ST_ALGO_HIER && choice->hier_chunk == 0) {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: hier, the window's chunk (entry %d of "
                     "%s gives none)", name, bytes, i, p->source);
-        } else if (e->algo == ST_MODEL_HIER) {
+        } else if (e->algo == ST_ALGO_HIER) {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: hier, chunk %zu B (entry %d of %s)",
                     name, bytes, choice->hier_chunk, i, p->source);
-        } else if (e->algo == ST_MODEL_RING && st_core_config.ring_channels > 0) {
+        } else if (e->algo == ST_ALGO_RING && st_core_config.ring_channels > 0) {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: ring, %u channels from "
                     "STRATA_RING_CHANNELS (the entry says %d; entry %d of %s)", name, bytes,
                     st_core_config.ring_channels, e->channels > 1 ? e->channels : 1, i,
                     p->source);
-        } else if (e->algo == ST_MODEL_RING && e->channels > 1) {
+        } else if (e->algo == ST_ALGO_RING && e->channels > 1) {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: ring, %d channels (entry %d of %s)",
                     name, bytes, e->channels, i, p->source);
         } else {
             st_info(ST_SUB_TUNE, "%s: all-reduce of %zu B: %s (entry %d of %s)", name,
-                    bytes, st_tune_algo_name(e->algo), i, p->source);
+                    bytes, st_algo_name(e->algo), i, p->source);
         }
     }
     return 1;

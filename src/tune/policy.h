@@ -40,9 +40,9 @@ typedef struct st_tune_policy {
 
 /* The choice for one all-reduce under STRATA_ALGO=auto. */
 typedef struct st_tune_choice {
-    int    algo;       /* st_model_algo_t */
-    size_t hier_chunk; /* bytes; 0: coll/hier.c's rule from the window's chunk */
-    int    channels;   /* flat ring: rings at once; 0: one */
+    st_algo_t algo;       /* ring, hier or small (tune/algo.h) */
+    size_t    hier_chunk; /* bytes; 0: coll/hier.c's rule from the window's chunk */
+    int       channels;   /* flat ring: rings at once; 0: one */
 } st_tune_choice_t;
 
 /* Decides a communicator's tuning into *p_out (set as soon as it is allocated: the caller frees

@@ -19,13 +19,6 @@
 #define ST_TUNE_PROFILE_FORMAT "strata-fabric-profile"
 #define ST_TUNE_FORMAT_VERSION 1
 
-static const char *const st_tune_algo_names[ST_MODEL_NALGOS] = {"ring", "hier", "small"};
-
-const char *st_tune_algo_name(int algo)
-{
-    return (algo >= 0 && algo < ST_MODEL_NALGOS) ? st_tune_algo_names[algo] : "unknown";
-}
-
 int st_tune_count_rails(const char *list)
 {
     int n = 1;
@@ -39,14 +32,13 @@ int st_tune_count_rails(const char *list)
     return (n < ST_MODEL_MAX_RAILS) ? n : ST_MODEL_MAX_RAILS;
 }
 
-int st_tune_algo_parse(const char *name)
+/* The algorithm a table entry names (tune/algo.h): ring, hier or small, never auto; -1 for any
+ * other name. */
+static int st_tune_entry_algo(const char *name)
 {
-    for (int a = 0; a < ST_MODEL_NALGOS; a++) {
-        if (name != NULL && strcmp(name, st_tune_algo_names[a]) == 0) {
-            return a;
-        }
-    }
-    return -1;
+    st_algo_t algo = st_algo_parse(name);
+
+    return (algo >= ST_ALGO_FIRST && algo < ST_ALGO_LAST) ? (int)algo : -1;
 }
 
 /* The variables of st_tune_env_set, each with the value that means "no override" (NULL: any
@@ -167,7 +159,7 @@ st_status_t st_tune_table_check(const st_tune_table_t *t, char *err, size_t errl
     for (int i = 0; i < t->nentries; i++) {
         const st_tune_entry_t *e = &t->entries[i];
 
-        if (e->algo < 0 || e->algo >= ST_MODEL_NALGOS) {
+        if (e->algo < ST_ALGO_FIRST || e->algo >= ST_ALGO_LAST) {
             return st_tune_fail(err, errlen, "allreduce[%d]: algorithm %d is not ring, hier or "
                                 "small", i, e->algo);
         }
@@ -465,7 +457,7 @@ st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *e
             st_tune_fail(err, errlen, "%s: allreduce[%zu] is not an object", path, i);
             goto out;
         }
-        if (!json_is_string(al) || (te->algo = st_tune_algo_parse(json_string_value(al))) < 0) {
+        if (!json_is_string(al) || (te->algo = st_tune_entry_algo(json_string_value(al))) < 0) {
             st_tune_fail(err, errlen, "%s: allreduce[%zu]: \"algo\" must be ring, hier or small",
                          path, i);
             goto out;
@@ -482,7 +474,7 @@ st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *e
                          path, i);
             goto out;
         }
-        if (te->algo != ST_MODEL_HIER && te->hier_chunk != 0) {
+        if (te->algo != ST_ALGO_HIER && te->hier_chunk != 0) {
             st_tune_ignored(&t, i, "hier_chunk", json_string_value(al));
             te->hier_chunk = 0;
         }
@@ -495,8 +487,8 @@ st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *e
                              "1 .. %d", path, i, ST_TUNE_MAX_CHANNELS);
                 goto out;
             }
-            te->channels = te->algo == ST_MODEL_RING ? (int)json_integer_value(ch) : 0;
-            if (te->algo != ST_MODEL_RING) {
+            te->channels = te->algo == ST_ALGO_RING ? (int)json_integer_value(ch) : 0;
+            if (te->algo != ST_ALGO_RING) {
                 st_tune_ignored(&t, i, "channels", json_string_value(al));
             }
         }
@@ -537,11 +529,11 @@ st_status_t st_tune_table_write(const char *path, const st_tune_table_t *t, cons
 
         json_object_set_new(je, "max_bytes", e->max_bytes == ST_TUNE_NO_LIMIT
                                                  ? json_null() : json_integer((json_int_t)e->max_bytes));
-        json_object_set_new(je, "algo", json_string(st_tune_algo_name(e->algo)));
-        if (e->algo == ST_MODEL_HIER && e->hier_chunk != 0) {
+        json_object_set_new(je, "algo", json_string(st_algo_name(e->algo)));
+        if (e->algo == ST_ALGO_HIER && e->hier_chunk != 0) {
             json_object_set_new(je, "hier_chunk", json_integer((json_int_t)e->hier_chunk));
         }
-        if (e->algo == ST_MODEL_RING && e->channels > 1) {
+        if (e->algo == ST_ALGO_RING && e->channels > 1) {
             json_object_set_new(je, "channels", json_integer(e->channels));
         }
         json_array_append_new(entries, je);
@@ -717,9 +709,9 @@ void st_tune_table_from_model(const st_model_fabric_t *fabric, size_t small_max,
     split.small_max = small_max;
     for (int k = 3; k <= 30; k++) {
         size_t           bytes = (size_t)1 << k;
-        st_tune_entry_t  e = {bytes, ST_MODEL_RING, 0, 0};
+        st_tune_entry_t  e = {bytes, ST_ALGO_RING, 0, 0};
         st_model_time_t  best, th;
-        st_model_algo_t  algo;
+        st_algo_t        algo;
         size_t           chunk = 0;
 
         /* the flat ring's channels: one per rail at most helps (channel c crosses on rail
@@ -730,8 +722,8 @@ void st_tune_table_from_model(const st_model_fabric_t *fabric, size_t small_max,
             st_model_time_t  tb, tc;
 
             sc.channels = c;
-            if (st_model_allreduce(fabric, &split, ST_MODEL_RING, (double)bytes, &tb) == ST_OK &&
-                st_model_allreduce(fabric, &sc, ST_MODEL_RING, (double)bytes, &tc) == ST_OK &&
+            if (st_model_allreduce(fabric, &split, ST_ALGO_RING, (double)bytes, &tb) == ST_OK &&
+                st_model_allreduce(fabric, &sc, ST_ALGO_RING, (double)bytes, &tc) == ST_OK &&
                 tc.total < tb.total) {
                 split.channels = c;
             }
@@ -742,10 +734,10 @@ void st_tune_table_from_model(const st_model_fabric_t *fabric, size_t small_max,
         e.algo = algo;
         if (st_model_best_chunk(fabric, &split, (double)bytes, min_chunk, max_chunk, &chunk,
                                 &th) == ST_OK && th.total < best.total) {
-            e.algo = ST_MODEL_HIER;
+            e.algo = ST_ALGO_HIER;
         }
-        e.hier_chunk = e.algo == ST_MODEL_HIER ? chunk : 0;
-        e.channels   = (e.algo == ST_MODEL_RING && split.channels > 1) ? split.channels : 0;
+        e.hier_chunk = e.algo == ST_ALGO_HIER ? chunk : 0;
+        e.channels   = (e.algo == ST_ALGO_RING && split.channels > 1) ? split.channels : 0;
         if (t->nentries > 0 && t->entries[t->nentries - 1].algo == e.algo &&
             t->entries[t->nentries - 1].hier_chunk == e.hier_chunk &&
             t->entries[t->nentries - 1].channels == e.channels) {
@@ -755,7 +747,7 @@ void st_tune_table_from_model(const st_model_fabric_t *fabric, size_t small_max,
         }
     }
     if (t->nentries == 0) {
-        t->entries[t->nentries++] = (st_tune_entry_t){0, ST_MODEL_RING, 0, 0};
+        t->entries[t->nentries++] = (st_tune_entry_t){0, ST_ALGO_RING, 0, 0};
     }
     t->entries[t->nentries - 1].max_bytes = ST_TUNE_NO_LIMIT;
 }

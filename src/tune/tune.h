@@ -41,7 +41,7 @@
 typedef struct st_tune_entry {
     size_t max_bytes;  /* all-reduces of at most this many bytes (nccl-tests' size: count x
                         * dtype size) and more than the previous entry's; ST_TUNE_NO_LIMIT: any */
-    int    algo;       /* st_model_algo_t: ring, hier or small */
+    int    algo;       /* st_algo_t (tune/algo.h): ring, hier or small; the files name it */
     size_t hier_chunk; /* bytes per hierarchical pipeline chunk; 0: the window's chunk */
     int    channels;   /* flat ring (ring entries): rings at once, 1..ST_TUNE_MAX_CHANNELS;
                         * 0: one */
@@ -117,11 +117,6 @@ int st_tune_env_set(int k, const char **value);
 /* The full name of the first variable of the list that st_tune_env_set finds set, with its value
  * in *value (when value is not NULL); NULL, and *value NULL, when none is. */
 const char *st_tune_env_override(const char **value);
-
-/* Names of st_model_algo_t values in the files: "ring", "hier", "small". */
-const char *st_tune_algo_name(int algo);
-/* The value for a name, or -1. */
-int         st_tune_algo_parse(const char *name);
 
 /* The chunks the model chooses among (st_tune_table_from_model in the library and in collbench
  * model --compare). Above 1 MiB a chunk's shards cross the network as messages so large that the

@@ -93,7 +93,7 @@ static void test_hier(void **state)
      * inter: each rail carries half, 4e6 B; ring over N = 2: 2(N-1) alpha + 2(N-1)/N 4e6/beta_r:
      * rail 0: 10 us + 4e6 / 10e9 = 410 us; rail 1: 10 us + 4e6 / 5e9 = 810 us; the slow one sets
      * the phase: 810 us. Total 61 + 810 + 61 = 932 us. */
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 8e6, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_HIER, 8e6, &t), ST_OK);
     assert_close(t.phase[ST_MODEL_PH_INTRA_RS], 61e-6);
     assert_close(t.phase[ST_MODEL_PH_INTER], 810e-6);
     assert_close(t.phase[ST_MODEL_PH_INTRA_AG], 61e-6);
@@ -103,7 +103,7 @@ static void test_hier(void **state)
      * -> 10 + 533.333 us; both 543.333 us; total 61 + 543.333 + 61 = 665.333 us */
     s.rail_share[0] = 2;
     s.rail_share[1] = 1;
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 8e6, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_HIER, 8e6, &t), ST_OK);
     assert_close(t.phase[ST_MODEL_PH_INTER], 10e-6 + 16e6 / 3 / 10e9);
     assert_close(t.total, 122e-6 + 10e-6 + 16e6 / 3 / 10e9);
 
@@ -113,7 +113,7 @@ static void test_hier(void **state)
     s.rail_share[0] = 0;
     s.rail_share[1] = 0;
     s.chunk         = 2000000;
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 8e6, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_HIER, 8e6, &t), ST_OK);
     assert_close(t.chunks, 4);
     assert_close(t.phase[ST_MODEL_PH_INTER], 840e-6);
     assert_close(t.total, 872e-6);
@@ -129,20 +129,20 @@ static void test_ring_channels(void **state)
     /* n = 8, S = 8e6 B, one channel: it leaves each node from local rank g-1 = 3, on rail
      * 3 mod 2 = 1 (5e9, the windows are faster): per step the inter alpha 5 us: 2 x 7 x 5 =
      * 70 us, + 2 x 7/8 x 8e6 / 5e9 = 2800 us: 2870 us */
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_RING, 8e6, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_RING, 8e6, &t), ST_OK);
     assert_close(t.total, 2870e-6);
     /* two channels, 4e6 B each: channel 1 on rail 0: 70 + 700 = 770 us, channel 0 on rail 1:
      * 70 + 1400 = 1470 us: equal channels are paced by the slow rail */
     s.channels = 2;
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_RING, 8e6, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_RING, 8e6, &t), ST_OK);
     assert_close(t.total, 1470e-6);
     /* equal rails of 10e9: 2 channels halve the bandwidth term: 70 + 700 = 770 us */
     f.rail_beta[1] = 0;
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_RING, 8e6, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_RING, 8e6, &t), ST_OK);
     assert_close(t.total, 770e-6);
     /* 4 channels on 2 rails share them: each 2e6 B at 5e9: 70 + 1.75 x 400 = 770 us again */
     s.channels = 4;
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_RING, 8e6, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_RING, 8e6, &t), ST_OK);
     assert_close(t.total, 770e-6);
 }
 
@@ -151,20 +151,20 @@ static void test_small_and_choose(void **state)
     st_model_fabric_t f;
     st_model_split_t  s;
     st_model_time_t   t;
-    st_model_algo_t   a;
+    st_algo_t         a;
 
     fabric_2x4(&f, &s);
     /* 64 KiB = 65536 B: windows alpha 1 us + 3 x 65536 / 100e9 = 1.96608 us; leaders 5 us +
      * 65536 / 10e9 = 6.5536 us; the node reads the result: 1 us + 0.65536 us. Total 16.17504 us */
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 65536, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_SMALL, 65536, &t), ST_OK);
     assert_close(t.total, 16.17504e-6);
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 1 << 20, &t),
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_SMALL, 1 << 20, &t),
                      ST_ERR_UNSUPPORTED);
     assert_int_equal(st_model_choose(&f, &s, 65536, &a, &t), ST_OK);
-    assert_int_equal(a, ST_MODEL_SMALL);
+    assert_int_equal(a, ST_ALGO_SMALL);
     /* 64 MB: hier's rails carry 2 x 7/8 x ... less than the one ring's link: hier */
     assert_int_equal(st_model_choose(&f, &s, 64e6, &a, &t), ST_OK);
-    assert_int_equal(a, ST_MODEL_HIER);
+    assert_int_equal(a, ST_ALGO_HIER);
     f.nrails = 0;
     assert_int_equal(st_model_choose(&f, &s, 64e6, &a, &t), ST_ERR_INVALID);
     fabric_2x4(&f, &s);
@@ -188,19 +188,19 @@ static void test_burst_credit(void **state)
     assert_close(st_model_rail_credit(&f, 0, 65536), 0.0);
     f.rail_burst[0] = 32768;
     assert_close(st_model_rail_credit(&f, 0, 65536), 3.2768e-6);
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 65536, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_SMALL, 65536, &t), ST_OK);
     assert_close(t.total, 12.89824e-6);
     f.rail_burst[0] = 1e6;
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 65536, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_SMALL, 65536, &t), ST_OK);
     assert_close(t.total, 9.62144e-6);
     fabric_2x4(&f, &s);
     s.chunk = 1 << 20;
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t0), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_HIER, 64e6, &t0), ST_OK);
     f.rail_burst[0] = 1e6;
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_HIER, 64e6, &t), ST_OK);
     assert_close(t.total, t0.total);
     f.rail_burst[1] = 1e6;
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_HIER, 64e6, &t), ST_OK);
     assert_close(t.total, t0.total - 200e-6);
     assert_close(t.phase[ST_MODEL_PH_INTER], t0.phase[ST_MODEL_PH_INTER] - 200e-6);
     /* shares 2/3 and 1/3 balance the rails: each moves its bytes in 32e6 x 2/3 / 10e9 =
@@ -210,9 +210,9 @@ static void test_burst_credit(void **state)
     s.rail_share[0] = 2.0 / 3.0;
     s.rail_share[1] = 1.0 / 3.0;
     f.rail_burst[0] = f.rail_burst[1] = 0;
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t0), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_HIER, 64e6, &t0), ST_OK);
     f.rail_burst[0] = f.rail_burst[1] = 1e6;
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_HIER, 64e6, &t), ST_OK);
     assert_close(t.total, t0.total - 100e-6);
     f.rail_burst[1] = -1;
     assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
@@ -243,10 +243,10 @@ static void test_credit_curve(void **state)
     assert_close(st_model_rail_credit(&f, 0, 40960), 1.5e-6);
     assert_close(st_model_rail_credit(&f, 0, 1e6), 3e-6);
     assert_close(st_model_rail_credit(&f, 0, 20000), 30000.0 * (20000 - 16384) / 49152 / 10e9);
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 65536, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_SMALL, 65536, &t), ST_OK);
     assert_close(t.total, 13.17504e-6);
     f.exchange_alpha = 20e-6;
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 65536, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_SMALL, 65536, &t), ST_OK);
     assert_close(t.total, 28.17504e-6);
     f.rail_credit[0].bytes[1] = 16384;
     assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
@@ -276,19 +276,19 @@ static void test_algorithm_credits(void **state)
 
     fabric_2x4(&f, &s);
     s.chunk = 1 << 20;
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t0), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_HIER, 64e6, &t0), ST_OK);
     f.rail_burst[0] = f.rail_burst[1] = 1e9; /* ignored once hier_rest has points */
     f.hier_rest     = (st_model_rest_t){1, {1e6}, {200e-6}};
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_HIER, 64e6, &t), ST_OK);
     assert_close(t.total, t0.total - 200e-6);
     f.hier_rest = (st_model_rest_t){2, {1e6, 1e8}, {100e-6, 300e-6}};
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 64e6, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_HIER, 64e6, &t), ST_OK);
     assert_close(t.total, t0.total - (100e-6 + 200e-6 * 63.0 / 99.0));
     f.hier_rest.n   = 0;
     f.rail_burst[0] = f.rail_burst[1] = 0;
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 4e8, &t0), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_HIER, 4e8, &t0), ST_OK);
     f.hier_rest.n = 2;
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_HIER, 4e8, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_HIER, 4e8, &t), ST_OK);
     assert_close(t.total, t0.total - 300e-6);
     f.hier_rest.seconds[1] = -1;
     assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
@@ -298,10 +298,10 @@ static void test_algorithm_credits(void **state)
     fabric_2x4(&f, &s);
     f.rail_burst[0]  = 1e9; /* ignored by small once small_credit has points */
     f.small_credit   = (st_model_credit_t){1, {65536}, {65536}};
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 65536, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_SMALL, 65536, &t), ST_OK);
     assert_close(t.total, 9.62144e-6);
     f.small_credit = (st_model_credit_t){1, {65536}, {0}};
-    assert_int_equal(st_model_allreduce(&f, &s, ST_MODEL_SMALL, 65536, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_SMALL, 65536, &t), ST_OK);
     assert_close(t.total, 16.17504e-6);
     f.small_credit.credit[0] = 70000;
     assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);

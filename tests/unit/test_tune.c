@@ -53,9 +53,9 @@ static void sample_table(st_tune_table_t *t)
     t->rail_share[0]  = 2.0 / 3.0;
     t->rail_share[1]  = 1.0 / 3.0;
     t->nentries       = 3;
-    t->entries[0]     = (st_tune_entry_t){65536, ST_MODEL_SMALL, 0, 0};
-    t->entries[1]     = (st_tune_entry_t){1048576, ST_MODEL_RING, 0, 2};
-    t->entries[2]     = (st_tune_entry_t){ST_TUNE_NO_LIMIT, ST_MODEL_HIER, 524288, 0};
+    t->entries[0]     = (st_tune_entry_t){65536, ST_ALGO_SMALL, 0, 0};
+    t->entries[1]     = (st_tune_entry_t){1048576, ST_ALGO_RING, 0, 2};
+    t->entries[2]     = (st_tune_entry_t){ST_TUNE_NO_LIMIT, ST_ALGO_HIER, 524288, 0};
 }
 
 static void test_table_round_trip(void **state)
@@ -73,11 +73,11 @@ static void test_table_round_trip(void **state)
     assert_true(fabs(back.rail_share[0] - 2.0 / 3.0) < 1e-8);
     assert_true(fabs(back.rail_share[1] - 1.0 / 3.0) < 1e-8);
     assert_int_equal(back.nentries, 3);
-    assert_int_equal(back.entries[0].algo, ST_MODEL_SMALL);
+    assert_int_equal(back.entries[0].algo, ST_ALGO_SMALL);
     assert_int_equal(back.entries[0].max_bytes, 65536);
-    assert_int_equal(back.entries[1].algo, ST_MODEL_RING);
+    assert_int_equal(back.entries[1].algo, ST_ALGO_RING);
     assert_int_equal(back.entries[1].channels, 2);
-    assert_int_equal(back.entries[2].algo, ST_MODEL_HIER);
+    assert_int_equal(back.entries[2].algo, ST_ALGO_HIER);
     assert_int_equal(back.entries[2].channels, 0);
     assert_int_equal(back.entries[2].hier_chunk, 524288);
     assert_true(back.entries[2].max_bytes == ST_TUNE_NO_LIMIT);
@@ -207,6 +207,8 @@ static void test_table_rejects(void **state)
          "\"nodes\":2,\"rails\":1},\"allreduce\":[]}", "1..64 entries"},
         {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
          "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"algo\":\"tree\"}]}", "ring, hier or small"},
+        {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
+         "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"algo\":\"auto\"}]}", "ring, hier or small"},
         {"{\"format\":\"strata-tune-table\",\"version\":1,\"layout\":{\"ranks_per_node\":2,"
          "\"nodes\":2,\"rails\":1},\"allreduce\":[{\"max_bytes\":100,\"algo\":\"ring\"}]}",
          "must be null"},
@@ -362,18 +364,24 @@ static void test_table_from_model(void **state)
     f.rail_beta[1]   = 125e6;
     st_tune_table_from_model(&f, 128 << 10, ST_TUNE_MODEL_MIN_CHUNK, ST_TUNE_MODEL_MAX_CHUNK, &t);
     assert_int_equal(st_tune_table_check(&t, err, sizeof(err)), ST_OK);
-    assert_int_equal(st_tune_table_lookup(&t, 8)->algo, ST_MODEL_SMALL);
-    assert_int_equal(st_tune_table_lookup(&t, (size_t)64 << 20)->algo, ST_MODEL_HIER);
+    assert_int_equal(st_tune_table_lookup(&t, 8)->algo, ST_ALGO_SMALL);
+    assert_int_equal(st_tune_table_lookup(&t, (size_t)64 << 20)->algo, ST_ALGO_HIER);
     assert_true(st_tune_table_lookup(&t, (size_t)64 << 20)->hier_chunk >= ST_TUNE_MODEL_MIN_CHUNK);
     assert_true(st_tune_table_lookup(&t, (size_t)64 << 20)->hier_chunk <= ST_TUNE_MODEL_MAX_CHUNK);
     assert_true(fabs(t.rail_share[0] - 2.0 / 3.0) < 1e-12);
     assert_true(fabs(t.rail_share[1] - 1.0 / 3.0) < 1e-12);
     assert_int_equal(t.ranks_per_node, 2);
     assert_int_equal(t.nrails, 2);
-    /* the names of the files' algorithms */
-    assert_int_equal(st_tune_algo_parse("hier"), ST_MODEL_HIER);
-    assert_int_equal(st_tune_algo_parse("tree"), -1);
-    assert_string_equal(st_tune_algo_name(ST_MODEL_SMALL), "small");
+    /* the names of the algorithms (tune/algo.h); a table entry names one that runs, not auto */
+    assert_int_equal(st_algo_parse("hier"), ST_ALGO_HIER);
+    assert_int_equal(st_algo_parse("auto"), ST_ALGO_AUTO);
+    assert_int_equal(st_algo_parse("tree"), ST_ALGO_LAST);
+    assert_int_equal(st_algo_parse(NULL), ST_ALGO_LAST);
+    assert_string_equal(st_algo_name(ST_ALGO_SMALL), "small");
+    assert_string_equal(st_algo_name(ST_ALGO_LAST), "unknown");
+    t.entries[0].algo = ST_ALGO_AUTO;
+    assert_int_equal(st_tune_table_check(&t, err, sizeof(err)), ST_ERR_INVALID);
+    assert_non_null(strstr(err, "is not ring, hier or small"));
 }
 
 int main(void)

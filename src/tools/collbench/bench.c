@@ -73,7 +73,7 @@ typedef struct cb_bench {
 
 /* One test (collective x datatype x op x root) at one size. */
 typedef struct cb_test {
-    cb_coll_t        coll;
+    st_coll_type_t   coll;        /* one of cb_colls */
     strataDataType_t dtype;
     int              op;          /* cb_op_t */
     strataRedOp_t    redop;       /* what strata is passed */
@@ -86,13 +86,9 @@ typedef struct cb_test {
     size_t           recv_ip_off; /* in place: recvbuff = recvbuff + rank * recv_ip_off elements */
 } cb_test_t;
 
-static const char *const cb_coll_names[CB_NUM_COLLS] = {
-    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "sendrecv"
-};
-
-static const char *const cb_coll_calls[CB_NUM_COLLS] = {
-    "strataAllReduce", "strataReduceScatter", "strataAllGather", "strataBroadcast",
-    "strataReduce", "strataSend/strataRecv group"
+const st_coll_type_t cb_colls[CB_NUM_COLLS] = {
+    ST_COLL_ALLREDUCE, ST_COLL_REDUCESCATTER, ST_COLL_ALLGATHER, ST_COLL_BROADCAST, ST_COLL_REDUCE,
+    ST_COLL_SEND
 };
 
 /* Ends the rank after a failed call: the result, strata's explanation, and what we were doing. */
@@ -102,9 +98,9 @@ static void cb_fatal(const cb_bench_t *b, const cb_test_t *t, const char *call,
     char what[160] = "";
 
     if (t != NULL) {
-        snprintf(what, sizeof(what), " (%s, count %zu, %s%s%s, root %d)", cb_coll_names[t->coll],
-                 t->count, cb_dtype_name(t->dtype), t->op >= 0 ? " " : "", cb_op_name(t->op),
-                 t->root);
+        snprintf(what, sizeof(what), " (%s, count %zu, %s%s%s, root %d)",
+                 st_coll_info(t->coll)->short_name, t->count, cb_dtype_name(t->dtype),
+                 t->op >= 0 ? " " : "", cb_op_name(t->op), t->root);
     }
     fprintf(stderr, "collbench: rank %d: %s failed%s: %s: %s\n", b->rank, call, what,
             strataGetErrorString(res), strataGetLastError(b->comm));
@@ -112,72 +108,40 @@ static void cb_fatal(const cb_bench_t *b, const cb_test_t *t, const char *call,
     exit(2);
 }
 
-static int cb_is_reducing(cb_coll_t coll)
-{
-    return coll == CB_ALL_REDUCE || coll == CB_REDUCE_SCATTER || coll == CB_REDUCE;
-}
-
-static int cb_is_rooted(cb_coll_t coll)
-{
-    return coll == CB_BROADCAST || coll == CB_REDUCE;
-}
-
 /* nccl-tests' getCollByteCount: count = bytes / element size, divided among the ranks where the
- * collective splits it. */
+ * count is one rank's block (all_gather, reduce_scatter); in place, the block sits at the rank's
+ * offset of the larger buffer (engine/op.h's in-place rule). */
 static void cb_test_shape(cb_test_t *t, size_t bytes, int nranks)
 {
-    size_t count = bytes / t->tsize, n = (size_t)nranks;
+    const st_coll_info_t *info  = st_coll_info(t->coll);
+    size_t                count = bytes / t->tsize, n = (size_t)nranks;
 
     t->send_ip_off = 0;
     t->recv_ip_off = 0;
-    switch (t->coll) {
-    case CB_ALL_GATHER:
-        t->count       = count / n;
-        t->sendcount   = t->count;
+    t->count       = info->per_rank ? count / n : count;
+    t->sendcount   = t->count;
+    t->recvcount   = t->count;
+    if (info->in_place == ST_INPLACE_SEND_AT_RANK) { /* all_gather */
         t->recvcount   = t->count * n;
         t->send_ip_off = t->count;
-        break;
-    case CB_REDUCE_SCATTER:
-        t->count       = count / n;
+    } else if (info->in_place == ST_INPLACE_RECV_AT_RANK) { /* reduce_scatter */
         t->sendcount   = t->count * n;
-        t->recvcount   = t->count;
         t->recv_ip_off = t->count;
-        break;
-    default:
-        t->count     = count;
-        t->sendcount = count;
-        t->recvcount = count;
-        break;
-    }
-}
-
-/* nccl-tests' bus-bandwidth factor of coll among n participants: what the busiest link of a ring
- * carries, relative to the algorithm bandwidth. */
-static double cb_bus_factor(cb_coll_t coll, double n)
-{
-    switch (coll) {
-    case CB_ALL_REDUCE:
-        return 2 * (n - 1) / n;
-    case CB_ALL_GATHER:
-    case CB_REDUCE_SCATTER:
-        return (n - 1) / n;
-    default:
-        return 1;
     }
 }
 
 /* nccl-tests' getBw: algbw over the bytes one rank sees (all of them for all_gather and
- * reduce_scatter), busbw scaled to what the busiest link carries in a ring. */
+ * reduce_scatter), busbw scaled to what the busiest link carries in a ring (st_coll_busbw). */
 static void cb_test_bw(const cb_test_t *t, int nranks, double sec, double *algbw_p,
                        double *busbw_p)
 {
     double bytes = (double)(t->count * t->tsize);
 
-    if (t->coll == CB_ALL_GATHER || t->coll == CB_REDUCE_SCATTER) {
+    if (st_coll_info(t->coll)->per_rank) {
         bytes *= nranks;
     }
     *algbw_p = (sec > 0) ? bytes / 1.0e9 / sec : 0;
-    *busbw_p = *algbw_p * cb_bus_factor(t->coll, nranks);
+    *busbw_p = *algbw_p * st_coll_busbw(t->coll, nranks);
 }
 
 /* Starts one call of the test (returns when it completed with a NULL stream). */
@@ -193,15 +157,15 @@ static strataResult_t cb_issue(const cb_bench_t *b, const cb_test_t *t, int in_p
         recv += r * t->recv_ip_off * ts;
     }
     switch (t->coll) {
-    case CB_ALL_REDUCE:
+    case ST_COLL_ALLREDUCE:
         return strataAllReduce(send, recv, t->count, t->dtype, t->redop, b->comm, b->stream);
-    case CB_REDUCE_SCATTER:
+    case ST_COLL_REDUCESCATTER:
         return strataReduceScatter(send, recv, t->count, t->dtype, t->redop, b->comm, b->stream);
-    case CB_ALL_GATHER:
+    case ST_COLL_ALLGATHER:
         return strataAllGather(send, recv, t->count, t->dtype, b->comm, b->stream);
-    case CB_BROADCAST:
+    case ST_COLL_BROADCAST:
         return strataBroadcast(send, recv, t->count, t->dtype, t->root, b->comm, b->stream);
-    case CB_REDUCE:
+    case ST_COLL_REDUCE:
         return strataReduce(send, recv, t->count, t->dtype, t->redop, t->root, b->comm,
                             b->stream);
     default:
@@ -265,13 +229,13 @@ static void cb_prepare(const cb_bench_t *b, const cb_test_t *t, const cb_data_t 
     char  *in = in_place ? b->recvbuf : b->sendbuf;
 
     switch (t->coll) {
-    case CB_BROADCAST:
+    case ST_COLL_BROADCAST:
         cb_data_poison(b->recvbuf, t->recvcount * ts);
         if (b->rank == t->root) {
             cb_data_fill(data, t->root, in, 0, t->count);
         }
         break;
-    case CB_ALL_GATHER:
+    case ST_COLL_ALLGATHER:
         cb_data_poison(b->recvbuf, t->recvcount * ts);
         in += in_place ? r * t->send_ip_off * ts : 0;
         cb_data_fill(data, b->rank, in, r * t->count, t->count);
@@ -293,20 +257,20 @@ static size_t cb_check(const cb_bench_t *b, const cb_test_t *t, const cb_data_t 
     int    n  = b->nranks;
 
     switch (t->coll) {
-    case CB_ALL_REDUCE:
+    case ST_COLL_ALLREDUCE:
         return cb_data_check_reduce(data, b->recvbuf, 0, t->count);
-    case CB_REDUCE_SCATTER:
+    case ST_COLL_REDUCESCATTER:
         return cb_data_check_reduce(data, b->recvbuf + (in_place ? r * t->recv_ip_off * ts : 0),
                                     r * t->count, t->count);
-    case CB_ALL_GATHER:
+    case ST_COLL_ALLGATHER:
         for (blk = 0; blk < (size_t)n; blk++) {
             wrong += cb_data_check_copy(data, (int)blk, b->recvbuf + blk * t->count * ts,
                                         blk * t->count, t->count);
         }
         return wrong;
-    case CB_BROADCAST:
+    case ST_COLL_BROADCAST:
         return cb_data_check_copy(data, t->root, b->recvbuf, 0, t->count);
-    case CB_REDUCE:
+    case ST_COLL_REDUCE:
         if (b->rank == t->root) {
             return cb_data_check_reduce(data, b->recvbuf, 0, t->count);
         }
@@ -321,12 +285,19 @@ static size_t cb_check(const cb_bench_t *b, const cb_test_t *t, const cb_data_t 
 static void cb_run_iters(const cb_bench_t *b, const cb_test_t *t, int in_place, int iters)
 {
     strataResult_t res;
+    char           call[64];
     int            i;
 
     for (i = 0; i < iters; i++) {
         res = cb_issue(b, t, in_place);
-        if (res != strataSuccess) {
-            cb_fatal(b, t, cb_coll_calls[t->coll], res);
+        if (res != strataSuccess) { /* the call that failed, as strata.h names it */
+            if (st_coll_info(t->coll)->p2p) {
+                snprintf(call, sizeof(call), "strata%s/strata%s group", st_coll_name(ST_COLL_SEND),
+                         st_coll_name(ST_COLL_RECV));
+            } else {
+                snprintf(call, sizeof(call), "strata%s", st_coll_name(t->coll));
+            }
+            cb_fatal(b, t, call, res);
         }
     }
     cb_complete(b, t);
@@ -404,7 +375,7 @@ static void cb_phases_print(const cb_bench_t *b, const cb_phases_t *ph, int in_p
         for (i = 0; i < 3; i++) {
             gbs = (ph->seconds[i] > 0) ? ph->bytes[i] / 1.0e9 / ph->seconds[i] : 0;
             if (i == 1) {
-                gbs *= cb_bus_factor(CB_ALL_REDUCE, b->nnodes);
+                gbs *= st_coll_busbw(ST_COLL_ALLREDUCE, b->nnodes);
             }
             snprintf(tag, sizeof(tag), "%s%s", label[i], (i == slow) ? "*" : "");
             cb_format_time(timestr, sizeof(timestr), ph->seconds[i] * 1.0e6);
@@ -484,7 +455,7 @@ static void cb_print_ran(cb_bench_t *b, const cb_test_t *t)
     const char *forced = cb_algo_forced();
     const char *ran    = b->ran[0];
 
-    if (forced == NULL || t->coll == CB_SENDRECV || ran[0] == '\0') {
+    if (forced == NULL || st_coll_info(t->coll)->p2p || ran[0] == '\0') {
         return;
     }
     if (strcmp(ran, forced) != 0 || strcmp(b->ran[1], forced) != 0) {
@@ -579,14 +550,15 @@ static void cb_print_table_header(void)
 }
 
 /* Every selected datatype x op x root of one collective, between nccl-tests' header and footer. */
-static void cb_bench_coll(cb_bench_t *b, cb_coll_t coll)
+static void cb_bench_coll(cb_bench_t *b, st_coll_type_t coll)
 {
-    const cb_opts_t *opts = b->opts;
-    cb_test_t        t;
-    int              dt, op, root, root_lo, root_hi;
+    const cb_opts_t      *opts = b->opts;
+    const st_coll_info_t *info = st_coll_info(coll);
+    cb_test_t             t;
+    int                   dt, op, root, root_lo, root_hi;
 
     if (b->rank == 0) {
-        printf("#\n# Collective test starting: %s_perf\n", cb_coll_names[coll]);
+        printf("#\n# Collective test starting: %s_perf\n", info->short_name);
         if (opts->phases) {
             cb_print_phases_legend(b);
         }
@@ -596,26 +568,26 @@ static void cb_bench_coll(cb_bench_t *b, cb_coll_t coll)
     b->wrong_total = 0;
     b->bw_sum      = 0;
     b->bw_count    = 0;
-    root_lo        = cb_is_rooted(coll) ? ((opts->root < 0) ? 0 : opts->root) : -1;
-    root_hi        = cb_is_rooted(coll) ? ((opts->root < 0) ? b->nranks - 1 : opts->root) : -1;
+    root_lo        = info->rooted ? ((opts->root < 0) ? 0 : opts->root) : -1;
+    root_hi        = info->rooted ? ((opts->root < 0) ? b->nranks - 1 : opts->root) : -1;
 
     for (dt = 0; dt < strataNumTypes; dt++) {
         if (!(opts->dtypes & (1u << dt))) {
             continue;
         }
         for (op = 0; op < CB_NUM_OPS; op++) {
-            if (cb_is_reducing(coll) && !(opts->ops & (1u << op))) {
+            if (info->reduces && !(opts->ops & (1u << op))) {
                 continue;
             }
             for (root = root_lo; root <= root_hi; root++) {
                 memset(&t, 0, sizeof(t));
                 t.coll  = coll;
                 t.dtype = (strataDataType_t)dt;
-                t.op    = cb_is_reducing(coll) ? op : CB_OP_NONE;
+                t.op    = info->reduces ? op : CB_OP_NONE;
                 t.root  = root;
                 cb_time_test(b, &t);
             }
-            if (!cb_is_reducing(coll)) {
+            if (!info->reduces) {
                 break; /* one pass: the op does not apply */
             }
         }
@@ -625,7 +597,7 @@ static void cb_bench_coll(cb_bench_t *b, cb_coll_t coll)
         printf("# Out of bounds values : %llu %s\n", (unsigned long long)b->wrong_total,
                b->wrong_total ? "FAILED" : "OK");
         printf("# Avg bus bandwidth    : %g\n", b->bw_count ? b->bw_sum / b->bw_count : 0.0);
-        printf("#\n# Collective test concluded: %s_perf\n", cb_coll_names[coll]);
+        printf("#\n# Collective test concluded: %s_perf\n", info->short_name);
         fflush(stdout);
     }
 }
@@ -857,8 +829,8 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
 
     cb_print_header(&b);
     for (coll = 0; coll < CB_NUM_COLLS; coll++) {
-        if (opts->colls & (1u << coll)) {
-            cb_bench_coll(&b, (cb_coll_t)coll);
+        if (opts->colls & (1u << cb_colls[coll])) {
+            cb_bench_coll(&b, cb_colls[coll]);
         }
     }
     if (rank == 0) {

@@ -99,7 +99,7 @@ static size_t cb_fab_calibrate_hier(cb_fab_t *f, char *buf, size_t len)
     double             th, share[ST_MODEL_MAX_RAILS] = {0};
 
     cb_fab_shares(f, 1, share);
-    cb_fab_force(f, f->g, N, ST_MODEL_HIER, CB_FAB_INTRA_BYTES, 1, 0, share, &t);
+    cb_fab_force(f, f->g, N, ST_ALGO_HIER, CB_FAB_INTRA_BYTES, 1, 0, share, &t);
     comm = cb_fab_split(f, 0, &t);
     th   = cb_fab_time(f, comm, 8, NULL);
     fab->inter.alpha = CB_MAX(th - 2 * fab->intra.alpha, 0.25 * th) / (2.0 * (N - 1));
@@ -111,7 +111,7 @@ static size_t cb_fab_calibrate_hier(cb_fab_t *f, char *buf, size_t len)
     for (size_t s = CB_FAB_REST_MIN; s <= CB_FAB_REST_MAX; s *= 4) {
         double ts = cb_fab_time(f, comm, s, NULL);
 
-        st_model_allreduce(&nocredit, &split, ST_MODEL_HIER, (double)s, &p);
+        st_model_allreduce(&nocredit, &split, ST_ALGO_HIER, (double)s, &p);
         fab->hier_rest.bytes[fab->hier_rest.n]     = (double)s;
         fab->hier_rest.seconds[fab->hier_rest.n++] = CB_MAX(p.total - ts, 0.0);
         pos += (size_t)snprintf(buf + pos, len - pos, "\"hier%zu_s\": %.9g, ", s, ts);
@@ -139,7 +139,7 @@ void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
     /* intra: every node's ranks at once */
     fab->intra = (st_model_level_t){1e-6, 1e10, 0.0};
     if (g > 1) {
-        cb_fab_force(f, g, 1, ST_MODEL_HIER, CB_FAB_INTRA_BYTES, 1, 0, NULL, &t);
+        cb_fab_force(f, g, 1, ST_ALGO_HIER, CB_FAB_INTRA_BYTES, 1, 0, NULL, &t);
         comm = cb_fab_split(f, f->node, &t);
         t8   = cb_fab_time(f, comm, 8, NULL);
         tS   = cb_fab_time(f, comm, CB_FAB_INTRA_BYTES, ph);
@@ -231,7 +231,7 @@ void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
             st_model_time_t   p8, pS;
             double            tsm, ts;
 
-            cb_fab_force(f, g, N, ST_MODEL_SMALL, 0, 1, 0, NULL, &t);
+            cb_fab_force(f, g, N, ST_ALGO_SMALL, 0, 1, 0, NULL, &t);
             comm = cb_fab_split(f, 0, &t);
             tsm  = cb_fab_time(f, comm, 8, NULL);
             fab->exchange_alpha = CB_MAX(tsm - 2 * fab->intra.alpha, 0.25 * tsm);
@@ -239,13 +239,13 @@ void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
             memset(&split, 0, sizeof(split));
             split.small_max = CB_FAB_SMALL_CREDIT_MAX;
             nocredit        = cb_fab_nocredit(fab);
-            st_model_allreduce(&nocredit, &split, ST_MODEL_SMALL, 8.0, &p8);
+            st_model_allreduce(&nocredit, &split, ST_ALGO_SMALL, 8.0, &p8);
             for (size_t s = CB_FAB_SMALL_CREDIT_MAX >> 4; s <= CB_FAB_SMALL_CREDIT_MAX; s *= 4) {
                 st_model_credit_t *c = &fab->small_credit;
                 double             d = (double)(N - 1) * (double)s;
 
                 ts = cb_fab_time(f, comm, s, NULL);
-                st_model_allreduce(&nocredit, &split, ST_MODEL_SMALL, (double)s, &pS);
+                st_model_allreduce(&nocredit, &split, ST_ALGO_SMALL, (double)s, &pS);
                 c->bytes[c->n]  = d;
                 c->credit[c->n] = CB_MIN(CB_MAX(((pS.total - p8.total) - (ts - tsm)) *
                                                     st_model_rail_beta(fab, 0), 0.0), d);

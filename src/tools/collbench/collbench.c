@@ -86,16 +86,6 @@ static const struct option cb_long_opts[] = {
     {NULL,             0,                 NULL, 0}
 };
 
-/* Collective names after normalisation (lower case, no '-' or '_', no "perf" suffix). */
-static const struct {
-    const char *name;
-    int         coll; /* cb_coll_t, or CB_NUM_COLLS for all */
-} cb_coll_names[] = {
-    {"allreduce", CB_ALL_REDUCE}, {"reducescatter", CB_REDUCE_SCATTER},
-    {"allgather", CB_ALL_GATHER}, {"broadcast", CB_BROADCAST}, {"bcast", CB_BROADCAST},
-    {"reduce", CB_REDUCE},        {"sendrecv", CB_SENDRECV},   {"all", CB_NUM_COLLS},
-};
-
 /* A name and the bit it selects, for the comma lists of -d and -o. */
 typedef struct {
     const char *name;
@@ -111,9 +101,6 @@ static const cb_alias_t cb_dtype_aliases[] = {
     {"float64", strataFloat64}, {"fp64", strataFloat64},     {"bfloat16", strataBfloat16},
     {"bf16", strataBfloat16},
 };
-
-/* The values of STRATA_ALGO that -A accepts (the library checks the variable again at init). */
-static const char *const cb_algos[] = {"ring", "hier", "small", "auto"};
 
 static const cb_alias_t cb_op_aliases[] = {
     {"sum", CB_OP_SUM}, {"prod", CB_OP_PROD}, {"max", CB_OP_MAX}, {"min", CB_OP_MIN},
@@ -222,13 +209,12 @@ static void cb_lower(char *dst, size_t len, const char *src)
     dst[i] = '\0';
 }
 
-/* The collective `name` names, CB_NUM_COLLS for "all", -1 for none. */
-static int cb_coll_lookup(const char *name)
+/* A collective's name as compared: lower case, no '-' or '_', no "perf" suffix. */
+static void cb_coll_norm(char *norm, size_t size, const char *name)
 {
-    char   norm[64];
-    size_t len = 0, i;
+    size_t len = 0;
 
-    for (i = 0; name[i] != '\0' && len + 1 < sizeof(norm); i++) {
+    for (size_t i = 0; name[i] != '\0' && len + 1 < size; i++) {
         if (name[i] != '_' && name[i] != '-') {
             norm[len++] = (char)tolower((unsigned char)name[i]);
         }
@@ -237,28 +223,43 @@ static int cb_coll_lookup(const char *name)
     if (len > 4 && strcmp(norm + len - 4, "perf") == 0) {
         norm[len - 4] = '\0';
     }
-    for (i = 0; i < CB_ARRAY_LEN(cb_coll_names); i++) {
-        if (strcmp(norm, cb_coll_names[i].name) == 0) {
-            return cb_coll_names[i].coll;
+}
+
+/* The bits (opts->colls) of what `name` names: a collective of cb_colls by its nccl-tests name
+ * (engine/op.h's short name: all_reduce, all-reduce, allreduce_perf ...), "bcast" for broadcast,
+ * or "all"; 0 for none. */
+static unsigned cb_coll_lookup(const char *name)
+{
+    char     norm[64], known[64];
+    unsigned all = 0;
+
+    cb_coll_norm(norm, sizeof(norm), name);
+    for (size_t i = 0; i < CB_NUM_COLLS; i++) {
+        cb_coll_norm(known, sizeof(known), st_coll_info(cb_colls[i])->short_name);
+        if (strcmp(norm, known) == 0) {
+            return 1u << cb_colls[i];
         }
+        all |= 1u << cb_colls[i];
     }
-    return -1;
+    if (strcmp(norm, "bcast") == 0) {
+        return 1u << ST_COLL_BROADCAST;
+    }
+    return strcmp(norm, "all") == 0 ? all : 0;
 }
 
 /* Bits of the collectives of a comma-separated list; 0 when one is unknown. */
 static unsigned cb_parse_colls(const char *arg)
 {
     char     buf[256], *tok, *save = NULL;
-    unsigned bits = 0;
-    int      coll;
+    unsigned bits = 0, coll;
 
     snprintf(buf, sizeof(buf), "%s", arg);
     for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
         coll = cb_coll_lookup(tok);
-        if (coll < 0) {
+        if (coll == 0) {
             return 0;
         }
-        bits |= (coll == CB_NUM_COLLS) ? (1u << CB_NUM_COLLS) - 1 : 1u << coll;
+        bits |= coll;
     }
     return bits;
 }
@@ -409,7 +410,7 @@ static int cb_check_forced(const cb_opts_t *opts)
     if (forced == NULL || strcmp(forced, "small") != 0) {
         return 0;
     }
-    if (!(opts->colls & (1u << CB_ALL_REDUCE))) {
+    if (!(opts->colls & (1u << ST_COLL_ALLREDUCE))) {
         fprintf(stderr, "%s: %s applies to all_reduce only, which is not among the collectives "
                 "asked for (add all_reduce, or leave %s out)\n", opts->prog, opt, opt);
         return -1;
@@ -425,13 +426,12 @@ static int cb_check_forced(const cb_opts_t *opts)
 
 static void cb_opts_default(cb_opts_t *opts, const char *argv0)
 {
-    const char *base = strrchr(argv0, '/');
-    int         coll = cb_coll_lookup(base != NULL ? base + 1 : argv0);
+    const char *base  = strrchr(argv0, '/');
+    unsigned    colls = cb_coll_lookup(base != NULL ? base + 1 : argv0);
 
     memset(opts, 0, sizeof(*opts));
     /* a symlink named like an nccl-tests binary picks its collective */
-    opts->colls      = (coll < 0) ? 1u << CB_ALL_REDUCE
-                     : (coll == CB_NUM_COLLS) ? (1u << CB_NUM_COLLS) - 1 : 1u << coll;
+    opts->colls      = (colls == 0) ? 1u << ST_COLL_ALLREDUCE : colls;
     opts->minbytes   = 8;
     opts->maxbytes   = 64ULL << 20;
     opts->stepbytes  = 1ULL << 20;
@@ -553,15 +553,12 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
             }
             break;
         case 'A': {
-            char low[16];
+            char      low[16];
+            st_algo_t algo;
 
             cb_lower(low, sizeof(low), optarg);
-            opts->algo = NULL;
-            for (size_t i = 0; i < CB_ARRAY_LEN(cb_algos); i++) {
-                if (strcmp(low, cb_algos[i]) == 0) {
-                    opts->algo = cb_algos[i];
-                }
-            }
+            algo       = st_algo_parse(low); /* the library checks STRATA_ALGO again at init */
+            opts->algo = algo < ST_ALGO_LAST ? st_algo_name(algo) : NULL;
             if (opts->algo == NULL) {
                 return cb_bad(opts, "algorithm (ring, hier, small or auto)", optarg);
             }

@@ -9,8 +9,11 @@
  * prints the topology of a communicator or of an hwloc XML file; model.c is the `model`
  * subcommand, the step-time tables of the cost model. The tool uses only the public API
  * (strata.h) plus the header-only fp16/bf16 conversions of reduce/half.h, so it is also an
- * example of a port from nccl-tests; the exception is the cost model (src/tune/model.c, pure
- * functions, no state), which collbench compiles in because libstrata.so hides it.
+ * example of a port from nccl-tests; the exceptions are the cost model (src/tune/model.c, pure
+ * functions, no state), the tuning files (src/tune/table.c), the algorithms' names
+ * (src/tune/algo.c) and the table of the collectives (src/engine/op.c: names, properties,
+ * bus-bandwidth factors, in-place rules), which collbench compiles in because libstrata.so hides
+ * them.
  */
 #ifndef CB_COLLBENCH_H
 #define CB_COLLBENCH_H
@@ -19,18 +22,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "engine/op.h"
 #include "strata.h"
 
-/* Collectives, in the order `all` runs them. */
-typedef enum {
-    CB_ALL_REDUCE = 0,
-    CB_REDUCE_SCATTER,
-    CB_ALL_GATHER,
-    CB_BROADCAST,
-    CB_REDUCE,
-    CB_SENDRECV,
-    CB_NUM_COLLS
-} cb_coll_t;
+/* The collectives collbench runs, in the order `all` runs them (nccl-tests'), as rows of
+ * engine/op.h's table; ST_COLL_SEND stands for nccl-tests' sendrecv (a ring shift of sends and
+ * receives in one group), which the table names "sendrecv". */
+#define CB_NUM_COLLS 6
+extern const st_coll_type_t cb_colls[CB_NUM_COLLS];
 
 /* Reduction ops as nccl-tests numbers them (mulsum is the premul-sum made per test). CB_OP_NONE is
  * for the collectives that only move data. */
@@ -51,7 +50,7 @@ typedef enum { CB_FAB_NONE = 0, CB_FAB_CALIBRATE, CB_FAB_TUNE, CB_FAB_COMPARE } 
 
 /* Everything the command line says. Launch fields are read by launch.c only. */
 typedef struct cb_opts {
-    unsigned    colls;       /* bit (1 << cb_coll_t) per collective to run */
+    unsigned    colls;       /* bit (1 << st_coll_type_t) per collective of cb_colls to run */
     size_t      minbytes;
     size_t      maxbytes;
     size_t      stepbytes;   /* used when stepfactor <= 1 */

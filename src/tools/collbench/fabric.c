@@ -88,14 +88,14 @@ void cb_fab_force(const cb_fab_t *f, int g, int nodes, int algo, size_t chunk, i
     t->pipeline_depth = (unsigned)depth;
     t->nentries       = 1;
     t->entries[0]     = (st_tune_entry_t){ST_TUNE_NO_LIMIT, algo,
-                                          algo == ST_MODEL_HIER ? chunk : 0,
-                                          algo == ST_MODEL_RING ? channels : 0};
-    if (algo == ST_MODEL_SMALL) {
+                                          algo == ST_ALGO_HIER ? chunk : 0,
+                                          algo == ST_ALGO_RING ? channels : 0};
+    if (algo == ST_ALGO_SMALL) {
         /* small only where it fits (the windows' small area; calibrate and tune time it at no
          * larger size): a table giving it every size is one the library rightly warns about */
         t->nentries   = 2;
-        t->entries[0] = (st_tune_entry_t){CB_SMALL_MAX, ST_MODEL_SMALL, 0, 0};
-        t->entries[1] = (st_tune_entry_t){ST_TUNE_NO_LIMIT, ST_MODEL_RING, 0, 1};
+        t->entries[0] = (st_tune_entry_t){CB_SMALL_MAX, ST_ALGO_SMALL, 0, 0};
+        t->entries[1] = (st_tune_entry_t){ST_TUNE_NO_LIMIT, ST_ALGO_RING, 0, 1};
     }
     if (share != NULL && f->nics > 1) {
         memcpy(t->rail_share, share, sizeof(double) * (size_t)f->nics);
@@ -283,16 +283,16 @@ void cb_fab_cand_str(const cb_cand_t *c, char *buf, size_t len)
 {
     char chunk[32];
 
-    if (c->algo == ST_MODEL_HIER && c->depth > 0) {
+    if (c->algo == ST_ALGO_HIER && c->depth > 0) {
         cb_fab_size_str(c->chunk, chunk, sizeof(chunk));
         snprintf(buf, len, "hier/%s/d%d%s", chunk, c->depth, c->prop ? "/prop" : "");
-    } else if (c->algo == ST_MODEL_HIER) { /* a table's entry: depth and shares are the table's */
+    } else if (c->algo == ST_ALGO_HIER) { /* a table's entry: depth and shares are the table's */
         cb_fab_size_str(c->chunk, chunk, sizeof(chunk));
         snprintf(buf, len, "hier/%s", chunk);
-    } else if (c->algo == ST_MODEL_RING && c->channels > 1) {
+    } else if (c->algo == ST_ALGO_RING && c->channels > 1) {
         snprintf(buf, len, "ring/ch%d", c->channels);
     } else {
-        snprintf(buf, len, "%s", st_tune_algo_name(c->algo));
+        snprintf(buf, len, "%s", st_algo_name(c->algo));
     }
 }
 
@@ -339,7 +339,7 @@ static int cb_fab_compare(cb_fab_t *f, const size_t *sizes, int nsizes)
         f->reps = sizes[i] < CB_FAB_BURST_BYTES ? CB_FAB_CAL_REPS : 1; /* small sizes: noisy */
         t       = cb_fab_time(f, comm, sizes[i], ph);
         f->reps = 1;
-        if (st_model_allreduce(&fab, &split, (st_model_algo_t)e->algo, (double)sizes[i], &pt) !=
+        if (st_model_allreduce(&fab, &split, (st_algo_t)e->algo, (double)sizes[i], &pt) !=
             ST_OK) {
             memset(&pt, 0, sizeof(pt));
         }
@@ -348,7 +348,7 @@ static int cb_fab_compare(cb_fab_t *f, const size_t *sizes, int nsizes)
             cb_fab_cand_str(&as_cand, name, sizeof(name));
             printf("  %10s  %-14s %12.1f %12.1f %+7.1f%%", sz, name, t * 1e6, pt.total * 1e6,
                    pt.total > 0 ? 100.0 * (pt.total - t) / t : 0.0);
-            if (e->algo == ST_MODEL_HIER) {
+            if (e->algo == ST_ALGO_HIER) {
                 printf("   %.0f/%.0f, %.0f/%.0f, %.0f/%.0f", ph[0] * 1e6,
                        pt.phase[ST_MODEL_PH_INTRA_RS] * 1e6, ph[1] * 1e6,
                        pt.phase[ST_MODEL_PH_INTER] * 1e6, ph[2] * 1e6,

@@ -34,7 +34,7 @@ typedef struct cb_fab {
 
 /* One measured configuration. */
 typedef struct cb_cand {
-    int    algo;          /* st_model_algo_t */
+    int    algo;          /* st_algo_t */
     size_t chunk;         /* hier */
     int    depth;         /* hier */
     int    prop;          /* hier: 1 = shares proportional to the rails, 0 = even */

@@ -431,29 +431,29 @@ static void cb_model_fabric(const cb_model_opts_t *o, st_model_fabric_t *f, st_m
 
 /* Best time of a dense all-reduce of `bytes`: hier at its best chunk (or --chunk), ring over as
  * many channels as rails, small where it applies. */
-static st_model_algo_t cb_model_best(const cb_model_opts_t *o, const st_model_fabric_t *f,
-                                     const st_model_split_t *s0, double bytes,
-                                     st_model_time_t *t_p, size_t *chunk_p)
+static st_algo_t cb_model_best(const cb_model_opts_t *o, const st_model_fabric_t *f,
+                               const st_model_split_t *s0, double bytes, st_model_time_t *t_p,
+                               size_t *chunk_p)
 {
     st_model_split_t s = *s0;
     st_model_time_t  t;
-    st_model_algo_t  algo = ST_MODEL_HIER;
+    st_algo_t        algo = ST_ALGO_HIER;
 
     *chunk_p = o->chunk;
     if (o->chunk == 0) {
         st_model_best_chunk(f, &s, bytes, CB_MODEL_MIN_CHUNK, CB_MODEL_MAX_CHUNK, chunk_p, t_p);
     } else {
         s.chunk = o->chunk;
-        st_model_allreduce(f, &s, ST_MODEL_HIER, bytes, t_p);
+        st_model_allreduce(f, &s, ST_ALGO_HIER, bytes, t_p);
     }
     s.channels = f->nrails;
-    if (st_model_allreduce(f, &s, ST_MODEL_RING, bytes, &t) == ST_OK && t.total < t_p->total) {
+    if (st_model_allreduce(f, &s, ST_ALGO_RING, bytes, &t) == ST_OK && t.total < t_p->total) {
         *t_p = t;
-        algo = ST_MODEL_RING;
+        algo = ST_ALGO_RING;
     }
-    if (st_model_allreduce(f, &s, ST_MODEL_SMALL, bytes, &t) == ST_OK && t.total < t_p->total) {
+    if (st_model_allreduce(f, &s, ST_ALGO_SMALL, bytes, &t) == ST_OK && t.total < t_p->total) {
         *t_p = t;
-        algo = ST_MODEL_SMALL;
+        algo = ST_ALGO_SMALL;
     }
     return algo;
 }
@@ -461,7 +461,7 @@ static st_model_algo_t cb_model_best(const cb_model_opts_t *o, const st_model_fa
 /* Time of the gradient all-reduced in `buckets` buckets one after another (no overlap). */
 static double cb_model_bucketed(const cb_model_opts_t *o, const st_model_fabric_t *f,
                                 const st_model_split_t *s, double bytes, int buckets,
-                                st_model_algo_t *algo_p)
+                                st_algo_t *algo_p)
 {
     st_model_time_t t;
     size_t          chunk;
@@ -482,11 +482,6 @@ static const char *cb_model_size_str(size_t bytes, char *buf, size_t len)
     }
     snprintf(buf, len, "%zu %s", bytes, units[u]);
     return buf;
-}
-
-static const char *cb_model_algo_name(st_model_algo_t a)
-{
-    return a == ST_MODEL_RING ? "ring" : a == ST_MODEL_HIER ? "hier" : "small";
 }
 
 /* What a faithful row corrects, under it. */
@@ -510,7 +505,7 @@ static void cb_model_print_faithful(FILE *out, const cb_model_opts_t *o)
     st_model_fabric_t         f, f0;
     st_model_split_t          s;
     st_model_time_t           t1, tc, th, thp, t;
-    st_model_algo_t           algo;
+    st_algo_t                 algo;
     size_t                    chunk;
     double S = in->params * in->dtype_bytes, compute = in->forward + in->backward;
     double base_comm, base_step, comm, bytes, k, p, q, dense, ratio, exp_comm, flat_step;
@@ -548,11 +543,11 @@ static void cb_model_print_faithful(FILE *out, const cb_model_opts_t *o)
 
     /* dense all-reduce of the whole gradient */
     fprintf(out, "\n%-44s %10s\n", "all-reduce of the gradient", "ms");
-    st_model_allreduce(&f, &s, ST_MODEL_RING, S, &t1);
+    st_model_allreduce(&f, &s, ST_ALGO_RING, S, &t1);
     fprintf(out, "%-44s %10.1f\n", "flat ring, 1 channel", t1.total * 1e3);
     cb_model_note(out, "the texts' flat ring, plus 2(n-1) = %d alpha steps", 2 * (n - 1));
     s.channels = R;
-    st_model_allreduce(&f, &s, ST_MODEL_RING, S, &tc);
+    st_model_allreduce(&f, &s, ST_ALGO_RING, S, &tc);
     s.channels = 1;
     fprintf(out, "%-44s %10.1f\n", "flat ring, one channel per NIC", tc.total * 1e3);
     if (N > 1) {
@@ -560,7 +555,7 @@ static void cb_model_print_faithful(FILE *out, const cb_model_opts_t *o)
                       "    hierarchical path: the texts' %.1fx holds only against one ring", R,
                       texts.hier_speedup);
     }
-    st_model_allreduce(&f, &s, ST_MODEL_HIER, S, &th);
+    st_model_allreduce(&f, &s, ST_ALGO_HIER, S, &th);
     fprintf(out, "%-44s %10.1f\n", "hierarchical, phases one after another", th.total * 1e3);
     fprintf(out, "    intra reduce-scatter %.1f ms + inter all-reduce %.1f ms + intra all-gather "
             "%.1f ms\n", th.phase[0] * 1e3, th.phase[1] * 1e3, th.phase[2] * 1e3);
@@ -572,7 +567,7 @@ static void cb_model_print_faithful(FILE *out, const cb_model_opts_t *o)
     }
     cb_model_best(o, &f, &s, S, &thp, &chunk);
     s.chunk = chunk;
-    st_model_allreduce(&f, &s, ST_MODEL_HIER, S, &thp);
+    st_model_allreduce(&f, &s, ST_ALGO_HIER, S, &thp);
     s.chunk = 0;
     fprintf(out, "%-44s %10.1f\n", "hierarchical, pipelined", thp.total * 1e3);
     cb_model_note(out, "phases overlap: the slowest in steady state, plus fill, drain and\n"
@@ -647,7 +642,7 @@ static void cb_model_print_faithful(FILE *out, const cb_model_opts_t *o)
     fprintf(out, "%-28s %10.1f %8.2f %7.2fx\n", label, exp_comm * 1e3, compute + exp_comm,
             base_step / (compute + exp_comm));
     cb_model_note(out, "exposed = max(comm/b, comm - backward (b-1)/b), not a fixed share;\n"
-                  "    each bucket pays its own alpha (%s)", cb_model_algo_name(algo));
+                  "    each bucket pays its own alpha (%s)", st_algo_name(algo));
 
     /* latency: the same gradient in smaller buckets */
     f0             = f;
@@ -657,12 +652,12 @@ static void cb_model_print_faithful(FILE *out, const cb_model_opts_t *o)
             "back\n%-10s %12s %6s %10s %8s\n", "buckets", "bucket", "algo", "comm ms", "alpha %");
     for (i = 0; i < (int)(sizeof(bucket_bytes) / sizeof(bucket_bytes[0])); i++) {
         double          nb = (i == 0) ? b : ceil(S / bucket_bytes[i]), c0;
-        st_model_algo_t algo0;
+        st_algo_t       algo0;
 
         comm = cb_model_bucketed(o, &f, &s, S, (int)nb, &algo);
         c0   = cb_model_bucketed(o, &f0, &s, S, (int)nb, &algo0); /* bandwidth terms only */
         fprintf(out, "%-10.0f %9.4g MB %6s %10.1f %7.1f%%\n", nb, S / nb / 1e6,
-                cb_model_algo_name(algo), comm * 1e3, 100 * (1 - c0 / comm));
+                st_algo_name(algo), comm * 1e3, 100 * (1 - c0 / comm));
     }
 
     /* combined */

@@ -141,15 +141,15 @@ int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
     double           share[ST_MODEL_MAX_RAILS];
 
     memset(cands, 0, sizeof(cands));
-    cands[ncand++] = (cb_cand_t){.algo = ST_MODEL_SMALL};
-    cands[ncand++] = (cb_cand_t){.algo = ST_MODEL_RING};
+    cands[ncand++] = (cb_cand_t){.algo = ST_ALGO_SMALL};
+    cands[ncand++] = (cb_cand_t){.algo = ST_ALGO_RING};
     for (int ch = 2; ch <= CB_MIN(f->nics, ST_TUNE_MAX_CHANNELS) && f->nnodes > 1; ch++) {
-        cands[ncand++] = (cb_cand_t){.algo = ST_MODEL_RING, .channels = ch}; /* one per rail */
+        cands[ncand++] = (cb_cand_t){.algo = ST_ALGO_RING, .channels = ch}; /* one per rail */
     }
     for (int prop = 0; prop <= (f->nics > 1 && f->nnodes > 1); prop++) {
         for (size_t chunk = (size_t)256 << 10; chunk <= ((size_t)4 << 20); chunk *= 2) {
             for (int depth = 2; depth <= 4; depth += 2) {
-                cands[ncand++] = (cb_cand_t){.algo = ST_MODEL_HIER, .chunk = chunk,
+                cands[ncand++] = (cb_cand_t){.algo = ST_ALGO_HIER, .chunk = chunk,
                                              .depth = depth, .prop = prop};
             }
         }
@@ -160,15 +160,15 @@ int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
         fflush(stdout);
     }
     for (int c = 0; c < ncand; c++) {
-        if (cands[c].algo == ST_MODEL_HIER && f->g == 1 && f->nnodes > 1) {
+        if (cands[c].algo == ST_ALGO_HIER && f->g == 1 && f->nnodes > 1) {
             continue; /* one rank per node: hier has no windows to run in */
         }
         comm = cb_fab_cand_comm(f, &cands[c]);
         for (int i = 0; i < nsizes; i++) {
-            if (cands[c].algo == ST_MODEL_SMALL && sizes[i] > CB_SMALL_MAX) {
+            if (cands[c].algo == ST_ALGO_SMALL && sizes[i] > CB_SMALL_MAX) {
                 continue; /* beyond the windows' small area */
             }
-            if (cands[c].algo == ST_MODEL_HIER && cands[c].chunk > sizes[i] &&
+            if (cands[c].algo == ST_ALGO_HIER && cands[c].chunk > sizes[i] &&
                 cands[c].chunk > ((size_t)256 << 10)) {
                 continue; /* one chunk either way: the 256 KiB row stands for it */
             }
@@ -200,7 +200,7 @@ int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
 
             for (int c = 0; c < ncand; c++) {
                 if (cands[c].t[i] > 0 && !cb_fab_in(set, nset, c) &&
-                    (i == nsizes - 1 || cands[c].algo != ST_MODEL_HIER ||
+                    (i == nsizes - 1 || cands[c].algo != ST_ALGO_HIER ||
                      (cands[c].prop == prop_win && cands[c].depth == depth_win)) &&
                     (pick < 0 || cands[c].t[i] < cands[pick].t[i])) {
                     pick = c;
@@ -214,7 +214,7 @@ int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
             for (int c = 0; c < ncand; c++) {
                 int *w = cands[c].prop ? &cp : &ce;
 
-                if (cands[c].algo == ST_MODEL_HIER && cands[c].t[i] > 0 &&
+                if (cands[c].algo == ST_ALGO_HIER && cands[c].t[i] > 0 &&
                     (*w < 0 || cands[c].t[i] < cands[*w].t[i])) {
                     *w = c;
                 }
@@ -238,7 +238,7 @@ int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
             int hb = -1; /* the fastest hier decides shares and depth */
 
             for (int j = 0; j < nset; j++) {
-                if (cands[set[j]].algo == ST_MODEL_HIER &&
+                if (cands[set[j]].algo == ST_ALGO_HIER &&
                     (hb < 0 || cands[set[j]].t[i] < cands[hb].t[i])) {
                     hb = set[j];
                 }
@@ -259,8 +259,8 @@ int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
     table.pipeline_depth = (unsigned)depth_win;
     for (int i = 0; i < nsizes; i++) {
         const cb_cand_t *c = &cands[best[i]];
-        st_tune_entry_t  e = {sizes[i], c->algo, c->algo == ST_MODEL_HIER ? c->chunk : 0,
-                              c->algo == ST_MODEL_RING ? c->channels : 0};
+        st_tune_entry_t  e = {sizes[i], c->algo, c->algo == ST_ALGO_HIER ? c->chunk : 0,
+                              c->algo == ST_ALGO_RING ? c->channels : 0};
 
         if (table.nentries > 0 && table.entries[table.nentries - 1].algo == e.algo &&
             table.entries[table.nentries - 1].hier_chunk == e.hier_chunk &&
@@ -271,7 +271,7 @@ int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
         }
     }
     table.entries[table.nentries - 1].max_bytes = ST_TUNE_NO_LIMIT;
-    if (table.entries[table.nentries - 1].algo == ST_MODEL_SMALL &&
+    if (table.entries[table.nentries - 1].algo == ST_ALGO_SMALL &&
         table.nentries < ST_TUNE_MAX_ENTRIES) {
         /* small won the largest size: it holds up to its limit, and the sizes above (not timed)
          * take the fastest other configuration at the largest size, rather than a table that
@@ -279,8 +279,8 @@ int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
         int other = -1;
 
         for (int c = 0; c < ncand; c++) {
-            if (cands[c].algo != ST_MODEL_SMALL && cands[c].t[nsizes - 1] > 0 &&
-                (cands[c].algo != ST_MODEL_HIER ||
+            if (cands[c].algo != ST_ALGO_SMALL && cands[c].t[nsizes - 1] > 0 &&
+                (cands[c].algo != ST_ALGO_HIER ||
                  (cands[c].prop == prop_win && cands[c].depth == depth_win)) &&
                 (other < 0 || cands[c].t[nsizes - 1] < cands[other].t[nsizes - 1])) {
                 other = c;
@@ -288,10 +288,10 @@ int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
         }
         table.entries[table.nentries - 1].max_bytes = CB_SMALL_MAX;
         table.entries[table.nentries++] = other < 0
-            ? (st_tune_entry_t){ST_TUNE_NO_LIMIT, ST_MODEL_RING, 0, 1}
+            ? (st_tune_entry_t){ST_TUNE_NO_LIMIT, ST_ALGO_RING, 0, 1}
             : (st_tune_entry_t){ST_TUNE_NO_LIMIT, cands[other].algo,
-                                cands[other].algo == ST_MODEL_HIER ? cands[other].chunk : 0,
-                                cands[other].algo == ST_MODEL_RING ? cands[other].channels : 0};
+                                cands[other].algo == ST_ALGO_HIER ? cands[other].chunk : 0,
+                                cands[other].algo == ST_ALGO_RING ? cands[other].channels : 0};
     }
     if (f->nics > 1 && f->nnodes > 1) {
         cb_fab_shares(f, prop_win, table.rail_share);
