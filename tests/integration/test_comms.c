@@ -313,7 +313,7 @@ static int b24(it_ctx_t *c)
     t2 = (b24_thread_t){.comm = commB, .n = n, .r = n - 1 - r};
     if (pthread_create(&th1, NULL, b24_allreduce, &t1) != 0 ||
         pthread_create(&th2, NULL, b24_allgather, &t2) != 0) {
-        IT_EXPECT(0, "pthread_create failed");
+        IT_FAIL("pthread_create failed");
         return 1;
     }
     pthread_join(th1, NULL);
