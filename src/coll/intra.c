@@ -218,7 +218,8 @@ typedef struct st_intra_zc_desc {
 } st_intra_zc_desc_t;
 
 #define ST_INTRA_ZC_DESC_OFF 2048 /* in the control area, after the counters and doorbell */
-_Static_assert(ST_INTRA_ZC_DESC_OFF >= 64 * (ST_INTRA_NCNT + 1) &&
+/* after the counters (64 B each), the doorbell's line and the sleepers' line */
+_Static_assert(ST_INTRA_ZC_DESC_OFF >= 64 * (ST_INTRA_NCNT + 2) &&
                ST_INTRA_ZC_DESC_OFF + sizeof(st_intra_zc_desc_t) <= ST_INTRA_CTRL_BYTES,
                "the zero-copy descriptor fits in the control area");
 

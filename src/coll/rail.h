@@ -8,7 +8,8 @@
  * handle (a registered buffer for zero-copy RDMA) rides with the transfer. A failure is classified
  * once (a peer's failure, a size that is not the one expected) and said once, in one format:
  *   "<coll> #<seq> (<comm>) rank <r>: <where>: receive from rank <p> failed: <why>"
- *   "<coll> #<seq> (<comm>) rank <r>: <where>: expected <n> B from rank <p>, it sent <m> B: <hint>"
+ *   "<coll> #<seq> (<comm>) rank <r>: <where>: expected <n> B from rank <p>, rank <p> sent <m> B:
+ *    <hint>"
  */
 #ifndef ST_COLL_RAIL_H
 #define ST_COLL_RAIL_H

@@ -96,12 +96,12 @@ static int st_small_exchange_done(st_small_t *s, st_status_t *status_p)
             return 0;
         }
     }
-    for (int i = 0; i < 2 * (n - 1); i++) {
-        st_status_t status = st_rail_test(&s->xfers[i]);
+    for (int j = 0; j < 2 * (n - 1); j++) {
+        st_rail_xfer_t *x = &s->xfers[(j + n - 1) % (2 * (n - 1))]; /* receives first */
+        st_status_t     status = st_rail_test(x);
 
         if (status != ST_OK) {
-            *status_p = st_rail_fail(&s->op, &s->xfers[i], status,
-                                     "small all-reduce, leaders' exchange");
+            *status_p = st_rail_fail(&s->op, x, status, "small all-reduce, leaders' exchange");
             return 1;
         }
     }
@@ -237,11 +237,15 @@ static void st_small_destroy(st_op_t *op)
     int            n = 0;
 
     s->intra->turn = s->ticket + 1;
-    if (s->xfers != NULL) {
-        reqs = malloc(2 * (size_t)(s->comm->nnodes - 1) * sizeof(*reqs));
+    for (int i = 0; s->xfers != NULL && i < 2 * (s->comm->nnodes - 1); i++) {
+        n += (st_rail_req(&s->xfers[i]) != NULL);
+    }
+    if (n > 0) {
+        reqs = malloc((size_t)n * sizeof(*reqs));
         if (reqs == NULL) {
             return; /* cannot even cancel: leak rather than free buffers in use */
         }
+        n = 0;
         for (int i = 0; i < 2 * (s->comm->nnodes - 1); i++) {
             if (st_rail_req(&s->xfers[i]) != NULL) {
                 reqs[n++] = st_rail_req(&s->xfers[i]);

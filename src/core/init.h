@@ -19,7 +19,7 @@ st_comm_t *st_comm_alloc(int rank, int nranks, double op_timeout, const char *na
 st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeout,
                          const st_transports_t *tl);
 /* strataCommInitRank over the transports tl (core/api.c): how a test runs the whole library over
- * fake transports (tests/unit/test_fake_tl.c). Same results and errors as strataCommInitRank. */
+ * fake transports (tests/unit/test_transports.c). Same results and errors as strataCommInitRank. */
 strataResult_t st_comm_init_rank_tl(strataComm_t *comm, int nranks, strataUniqueId id, int rank,
                                     const st_transports_t *tl);
 /* Creates the communicator of a split (called by every rank of parent). *comm_p is NULL for

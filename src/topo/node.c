@@ -1,5 +1,6 @@
 /*
- * node.c - node identity from STRATA_HOSTID, or hostname plus boot id.
+ * node.c - node identity from STRATA_HOSTID, or hostname plus boot id (or a thread's own, set by a
+ * test whose threads stand for ranks of several nodes).
  *
  * Emulated nodes (network namespaces with their own UTS hostname) share one kernel and so one boot
  * id; their hostnames differ, which is what makes them distinct nodes here.
@@ -13,12 +14,23 @@
 
 #include "base/param.h"
 
+static __thread char st_node_thread_id[ST_NODE_ID_LEN];
+
+void st_node_id_set_thread(const char *id)
+{
+    snprintf(st_node_thread_id, sizeof(st_node_thread_id), "%s", id != NULL ? id : "");
+}
+
 void st_node_id(char *buf, size_t len)
 {
     char  host[256] = "unknown";
     char  boot[64]  = "";
     FILE *f;
 
+    if (st_node_thread_id[0] != '\0') {
+        snprintf(buf, len, "%s", st_node_thread_id);
+        return;
+    }
     if (st_core_config.hostid != NULL && st_core_config.hostid[0] != '\0') {
         snprintf(buf, len, "%s", st_core_config.hostid);
         return;

@@ -2,8 +2,9 @@
  * fake_tl.c - the fake net and window transports of fake_tl.h: one process, ranks are threads.
  *
  * One global lock guards everything (contexts, inboxes, windows, buffers): the fakes are for
- * correctness, not speed. A request is completed only by its owner's progress (a receive) or at
- * once when posted (a send: the message is already in the peer's inbox).
+ * correctness, not speed. A request is completed only by its owner's progress (a receive; a send
+ * in rendezvous mode, once a receiver matched its message) or at once when posted (a send in
+ * eager mode: the message is already in the peer's inbox).
  */
 #include "config.h"
 #include "tests/unit/fake_tl.h"
@@ -29,13 +30,27 @@ static int             fake_live;
 
 #define FAKE_MAX_CTX 1024
 
+int fake_tl_rendezvous;
+
+struct fake_send;
+
 typedef struct fake_msg {
-    struct fake_msg *next;
-    uint64_t         src; /* the sending context's number */
-    uint64_t         tag;
-    size_t           len;
-    char             data[];
+    struct fake_msg  *next;
+    struct fake_send *snd; /* the send waiting for this message's match (rendezvous), or NULL */
+    uint64_t          src; /* the sending context's number */
+    uint64_t          tag;
+    size_t            len;
+    char              data[];
 } fake_msg_t;
+
+/* A send that completes when its message is matched (rendezvous mode), in its context's list. */
+typedef struct fake_send {
+    struct fake_send *next;
+    st_request_t     *req;
+    fake_msg_t       *msg;  /* in the peer's inbox until matched; then NULL */
+    uint64_t          peer;
+    int               matched;
+} fake_send_t;
 
 typedef struct fake_recv {
     struct fake_recv *next;
@@ -50,8 +65,9 @@ struct st_net_ctx {
     uint64_t     id;
     int          rank;
     int          efd;
-    fake_msg_t  *inbox, **inbox_tail;
-    fake_recv_t *posted, **posted_tail;
+    fake_msg_t  *inbox;
+    fake_recv_t *posted;
+    fake_send_t *sends;
 };
 
 struct st_net_ep {
@@ -61,6 +77,30 @@ struct st_net_ep {
 
 static st_net_ctx_t *fake_ctxs[FAKE_MAX_CTX]; /* by number; numbers are never reused */
 static uint64_t      fake_next_id = 1;
+
+/* Appends item (a struct whose first member is its next pointer) to the list at head. */
+#define FAKE_APPEND(_head, _item)                                                                  \
+    do {                                                                                           \
+        __typeof__(_item) *_pp = &(_head);                                                         \
+        while (*_pp != NULL) {                                                                     \
+            _pp = &(*_pp)->next;                                                                   \
+        }                                                                                          \
+        (_item)->next = NULL;                                                                      \
+        *_pp          = (_item);                                                               \
+    } while (0)
+
+/* Unlinks item from the list at head; 1 when it was there. */
+#define FAKE_UNLINK(_head, _item, _found)                                                          \
+    do {                                                                                           \
+        (_found) = 0;                                                                              \
+        for (__typeof__(_item) *_pp = &(_head); *_pp != NULL; _pp = &(*_pp)->next) {               \
+            if (*_pp == (_item)) {                                                                 \
+                *_pp     = (_item)->next;                                                          \
+                (_found) = 1;                                                                      \
+                break;                                                                             \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
 
 static st_status_t fake_net_open(const st_net_config_t *cfg, st_net_ctx_t **ctx_p)
 {
@@ -74,9 +114,7 @@ static st_status_t fake_net_open(const st_net_config_t *cfg, st_net_ctx_t **ctx_
         free(ctx);
         return ST_ERR_IO;
     }
-    ctx->rank        = cfg->rank;
-    ctx->inbox_tail  = &ctx->inbox;
-    ctx->posted_tail = &ctx->posted;
+    ctx->rank = cfg->rank;
     pthread_mutex_lock(&fake_lock);
     if (fake_next_id >= FAKE_MAX_CTX) {
         pthread_mutex_unlock(&fake_lock);
@@ -103,6 +141,8 @@ static void fake_net_set_rank(st_net_ctx_t *ctx, int rank)
     ctx->rank = rank;
 }
 
+/* Requests still posted are dropped without completing (as a closed worker leaves them): their
+ * owner cancelled them before, or let the engine defer their memory past the close. */
 static void fake_net_close(st_net_ctx_t *ctx)
 {
     pthread_mutex_lock(&fake_lock);
@@ -112,6 +152,9 @@ static void fake_net_close(st_net_ctx_t *ctx)
         fake_msg_t *m = ctx->inbox;
 
         ctx->inbox = m->next;
+        if (m->snd != NULL) {
+            m->snd->msg = NULL; /* its sender will never see it matched: left pending */
+        }
         free(m);
     }
     while (ctx->posted != NULL) {
@@ -119,6 +162,15 @@ static void fake_net_close(st_net_ctx_t *ctx)
 
         ctx->posted = r->next;
         free(r);
+    }
+    while (ctx->sends != NULL) {
+        fake_send_t *snd = ctx->sends;
+
+        ctx->sends = snd->next;
+        if (snd->msg != NULL) {
+            snd->msg->snd = NULL; /* the message stays deliverable; nobody waits for its match */
+        }
+        free(snd);
     }
     pthread_mutex_unlock(&fake_lock);
     close(ctx->efd);
@@ -162,7 +214,7 @@ static void fake_net_disconnect(st_net_ep_t *ep, int force, double timeout)
 {
     (void)force;
     (void)timeout;
-    free(ep); /* sends completed when posted; receives live in the context */
+    free(ep); /* requests live in the contexts */
 }
 
 static st_status_t fake_net_mem_reg(st_net_ctx_t *ctx, void *buf, size_t len, st_memh_t **memh_p)
@@ -193,32 +245,43 @@ static st_status_t fake_net_isend(st_net_ep_t *ep, const void *buf, size_t len, 
                                   st_memh_t *memh, st_request_t *req)
 {
     fake_msg_t   *m = malloc(sizeof(*m) + len);
+    fake_send_t  *snd = NULL;
     st_net_ctx_t *peer;
 
     (void)memh;
-    if (m == NULL) {
+    if (m == NULL || (fake_tl_rendezvous && (snd = calloc(1, sizeof(*snd))) == NULL)) {
+        free(m);
         return ST_ERR_NO_MEMORY;
     }
-    m->next = NULL;
-    m->src  = ep->ctx->id;
-    m->tag  = tag;
-    m->len  = len;
+    m->snd = snd;
+    m->src = ep->ctx->id;
+    m->tag = tag;
+    m->len = len;
     memcpy(m->data, buf, len);
     memset(req, 0, sizeof(*req));
     pthread_mutex_lock(&fake_lock);
     peer = (ep->peer < FAKE_MAX_CTX) ? fake_ctxs[ep->peer] : NULL;
     if (peer != NULL) {
-        *peer->inbox_tail = m;
-        peer->inbox_tail  = &m->next;
+        FAKE_APPEND(peer->inbox, m);
         eventfd_write(peer->efd, 1);
+        if (snd != NULL) {
+            snd->req    = req;
+            snd->msg    = m;
+            snd->peer   = ep->peer;
+            req->tl_req = snd;
+            FAKE_APPEND(ep->ctx->sends, snd);
+        }
     }
     pthread_mutex_unlock(&fake_lock);
-    if (peer == NULL) {
-        free(m); /* the peer closed: a send into the void, as on a wire */
-    }
     atomic_fetch_add(&fake_tl_counts.net_sends, 1);
     atomic_fetch_add(&fake_tl_counts.net_bytes, (long)len);
-    fake_complete(req, ST_OK, len);
+    if (peer == NULL || snd == NULL) {
+        if (peer == NULL) {
+            free(m); /* the peer closed: a send into the void, as on a wire */
+            free(snd);
+        }
+        fake_complete(req, ST_OK, len); /* eager: the message is in the peer's inbox */
+    }
     return ST_OK;
 }
 
@@ -238,8 +301,7 @@ static st_status_t fake_post_recv(st_net_ctx_t *ctx, uint64_t src, void *buf, si
     r->len = len;
     req->tl_req = r;
     pthread_mutex_lock(&fake_lock);
-    *ctx->posted_tail = r;
-    ctx->posted_tail  = &r->next;
+    FAKE_APPEND(ctx->posted, r);
     pthread_mutex_unlock(&fake_lock);
     eventfd_write(ctx->efd, 1); /* the inbox may hold its message already: progress */
     return ST_OK;
@@ -258,41 +320,58 @@ static st_status_t fake_net_irecv_any(st_net_ctx_t *ctx, void *buf, size_t len, 
     return fake_post_recv(ctx, UINT64_MAX, buf, len, tag, req);
 }
 
-/* Removes r from ctx's posted list; called with fake_lock held. */
-static void fake_unpost(st_net_ctx_t *ctx, fake_recv_t *r)
-{
-    for (fake_recv_t **pp = &ctx->posted; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == r) {
-            *pp = r->next;
-            if (*pp == NULL) {
-                ctx->posted_tail = pp;
-            }
-            return;
-        }
-    }
-}
-
+/* A receive still posted, or a send not yet matched, can be taken back; a matched send completes
+ * at its owner's next progress. Only what is found in a list is freed (a request of a closed
+ * context is in none). */
 static void fake_net_cancel(st_net_ctx_t *ctx, st_request_t *req, int force)
 {
-    fake_recv_t *r;
+    void *item;
+    int   found = 0;
 
+    (void)ctx;
     (void)force;
     pthread_mutex_lock(&fake_lock);
-    r = req->done ? NULL : req->tl_req;
-    if (r != NULL) {
-        /* the request knows its context only through the lists: look in every live one */
-        for (uint64_t i = 1; i < fake_next_id; i++) {
-            if (fake_ctxs[i] != NULL) {
-                fake_unpost(fake_ctxs[i], r);
+    item = req->done ? NULL : req->tl_req;
+    for (uint64_t i = 1; item != NULL && !found && i < fake_next_id; i++) {
+        st_net_ctx_t *c = fake_ctxs[i];
+        fake_recv_t  *r = item;
+        fake_send_t  *snd = item;
+
+        if (c == NULL) {
+            continue;
+        }
+        FAKE_UNLINK(c->posted, r, found);
+        if (found) {
+            free(r);
+            break;
+        }
+        for (fake_send_t *t = c->sends; t != NULL; t = t->next) {
+            if (t == snd && !snd->matched) {
+                int in_inbox = 0;
+
+                FAKE_UNLINK(c->sends, snd, found);
+                if (snd->msg != NULL && snd->peer < FAKE_MAX_CTX && fake_ctxs[snd->peer] != NULL) {
+                    FAKE_UNLINK(fake_ctxs[snd->peer]->inbox, snd->msg, in_inbox);
+                }
+                if (in_inbox) {
+                    free(snd->msg);
+                } else if (snd->msg != NULL) {
+                    snd->msg->snd = NULL;
+                }
+                free(snd);
+                break;
             }
         }
     }
     pthread_mutex_unlock(&fake_lock);
-    (void)ctx;
-    if (r != NULL) {
-        free(r);
+    if (found) {
         fake_complete(req, ST_ERR_CANCELED, 0);
     }
+}
+
+static int fake_match(const fake_recv_t *r, const fake_msg_t *m)
+{
+    return m->tag == r->tag && (r->src == UINT64_MAX || m->src == r->src);
 }
 
 static st_status_t fake_net_progress(st_net_ctx_t *ctx)
@@ -300,12 +379,26 @@ static st_status_t fake_net_progress(st_net_ctx_t *ctx)
     int did = 0;
 
     pthread_mutex_lock(&fake_lock);
+    /* sends whose message a receiver matched (rendezvous) */
+    for (fake_send_t **sp = &ctx->sends; *sp != NULL;) {
+        fake_send_t *snd = *sp;
+
+        if (!snd->matched) {
+            sp = &snd->next;
+            continue;
+        }
+        *sp = snd->next;
+        fake_complete(snd->req, ST_OK, 0);
+        free(snd);
+        did = 1;
+    }
+    /* posted receives, in posting order, against the inbox in arrival order */
     for (fake_recv_t **rp = &ctx->posted; *rp != NULL;) {
         fake_recv_t *r = *rp;
         fake_msg_t  *m = NULL, **mp;
 
         for (mp = &ctx->inbox; *mp != NULL; mp = &(*mp)->next) {
-            if ((*mp)->tag == r->tag && (r->src == UINT64_MAX || (*mp)->src == r->src)) {
+            if (fake_match(r, *mp)) {
                 m = *mp;
                 break;
             }
@@ -315,12 +408,13 @@ static st_status_t fake_net_progress(st_net_ctx_t *ctx)
             continue;
         }
         *mp = m->next;
-        if (*mp == NULL) {
-            ctx->inbox_tail = mp;
-        }
         *rp = r->next;
-        if (*rp == NULL) {
-            ctx->posted_tail = rp;
+        if (m->snd != NULL) {
+            m->snd->matched = 1;
+            m->snd->msg     = NULL;
+            if (m->src < FAKE_MAX_CTX && fake_ctxs[m->src] != NULL) {
+                eventfd_write(fake_ctxs[m->src]->efd, 1);
+            }
         }
         if (m->len > r->len) {
             fake_complete(r->req, ST_ERR_TRUNCATED, m->len);
@@ -347,11 +441,14 @@ static st_status_t fake_net_arm(st_net_ctx_t *ctx)
     st_status_t status = ST_OK;
 
     pthread_mutex_lock(&fake_lock);
-    eventfd_read(ctx->efd, &v); /* a send after this rings it again */
-    /* something a posted receive matches may be waiting: progress instead of sleeping */
+    eventfd_read(ctx->efd, &v); /* a send or a match after this rings it again */
+    /* a matched send, or a message a posted receive takes: progress instead of sleeping */
+    for (fake_send_t *snd = ctx->sends; snd != NULL && status == ST_OK; snd = snd->next) {
+        status = snd->matched ? ST_INPROGRESS : ST_OK;
+    }
     for (fake_recv_t *r = ctx->posted; r != NULL && status == ST_OK; r = r->next) {
         for (fake_msg_t *m = ctx->inbox; m != NULL; m = m->next) {
-            if (m->tag == r->tag && (r->src == UINT64_MAX || m->src == r->src)) {
+            if (fake_match(r, m)) {
                 status = ST_INPROGRESS;
                 break;
             }

@@ -3,9 +3,11 @@
  * process (ranks are threads), written against the contracts of transports/transport.h alone.
  *
  * fake net: an address is a context's number; a send copies the message into the receiving
- * context's inbox at once (eager) and rings its eventfd; the receiver matches its posted receives
- * against the inbox in arrival order, on its own progress calls (as a real transport completes a
- * request only when its owner progresses). No peer failure detection.
+ * context's inbox at once and rings its eventfd; the receiver matches its posted receives against
+ * the inbox in arrival order, on its own progress calls (as a real transport completes a request
+ * only when its owner progresses). A send completes at once (eager), or with fake_tl_rendezvous
+ * set only after a receiver matched it (as a large message's rendezvous: a step's receive may then
+ * complete before its send, and destroying an op must cancel sends). No peer failure detection.
  * fake window: windows and shareable buffers are plain heap memory of the process; a packed handle
  * is the allocation's number; wait/wake are futexes on the word.
  *
@@ -32,6 +34,9 @@ typedef struct fake_tl_counts {
 } fake_tl_counts_t;
 
 extern fake_tl_counts_t fake_tl_counts;
+
+/* 0 (default): sends complete when posted; 1: when matched. Set between communicators' runs. */
+extern int fake_tl_rendezvous;
 
 /* Net contexts, windows and shareable buffers still alive (0 once every communicator is freed
  * and every buffer released). */
