@@ -558,6 +558,16 @@ static st_status_t st_hier_progress(st_op_t *op)
         st_intra_publish(intra, ST_INTRA_AG, h->base + ++h->ag_k);
         op->progressed = 1;
     }
+    if (h->ag_k == h->ncols && h->zc.on &&
+        !st_intra_all_reached(intra, ST_INTRA_AG, h->base + h->ncols, &lag)) {
+        /* zero-copy: the local peers still copy their results out of this rank's receive buffer
+         * (its owned shards); returning would hand it back to the caller, who may overwrite it at
+         * once. A peer's last all-gather also follows every owner's reduce-scatter, so the send
+         * buffer is free then too. */
+        st_hier_blocked(h, 3, lag);
+        op->phase = "zero-copy: waiting for the local ranks to finish reading this rank's buffers";
+        goto idle;
+    }
     if (h->ag_k == h->ncols) {
         st_comm_t          *comm = h->comm;
         strataPhaseTimes_t *t = &comm->times;

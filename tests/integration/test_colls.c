@@ -726,11 +726,58 @@ static int zero_copy_battery(it_ctx_t *c)
     return 0;
 }
 
+/* Zero-copy returns only once the node peers finished reading this rank's buffers: every rank
+ * overwrites its receive buffer the moment a call returned (as a training loop reuses it), so a
+ * rank that returned early would hand its peers garbage for the shards they still copy out of it.
+ * Several iterations, so that ranks drift apart. */
+static int zero_copy_reuse(it_ctx_t *c)
+{
+    const size_t count = 65536 + 17, bytes = count * sizeof(float);
+    float       *send = NULL, *recv = NULL, *exp = xmalloc(bytes);
+    int          bad = 0;
+
+    if (!IT_OK(strataMemAlloc((void **)&send, bytes)) ||
+        !IT_OK(strataMemAlloc((void **)&recv, bytes))) {
+        return 1;
+    }
+    for (int it = 0; it < 20 && !bad; it++) {
+        char what[96];
+
+        snprintf(what, sizeof(what), "zero-copy AllReduce #%d, receive buffer reused at once", it);
+        for (size_t i = 0; i < count; i++) {
+            double sum = 0;
+
+            for (int r = 0; r < c->nranks; r++) {
+                sum += xval(r, i) + it;
+            }
+            send[i] = (float)(xval(c->rank, i) + it);
+            exp[i]  = (float)sum;
+        }
+        if (!IT_OK(strataAllReduce(send, recv, count, strataFloat32, strataSum, c->comm, NULL))) {
+            break;
+        }
+        bad = !it_expect_equal(strataFloat32, recv, exp, count, what);
+        memset(recv, 0xff, bytes); /* NaN everywhere, at once */
+    }
+    IT_OK(strataMemFree(recv));
+    IT_OK(strataMemFree(send));
+    free(exp);
+    return 0;
+}
+
 #define ZC(_n, _layout) \
     assert_int_equal(it_run_simple((_n), (_layout), HIER4K, zero_copy_battery, NULL), 0)
 static void test_zero_copy_1x4(void **state) { ZC(4, "4"); }
 static void test_zero_copy_2x2(void **state) { ZC(4, "2+2"); }
 static void test_zero_copy_2p3(void **state) { ZC(5, "2+3"); }
+static void test_zero_copy_reuse_1x4(void **state)
+{
+    assert_int_equal(it_run_simple(4, "4", "STRATA_ALGO=hier", zero_copy_reuse, NULL), 0);
+}
+static void test_zero_copy_reuse_2x2(void **state)
+{
+    assert_int_equal(it_run_simple(4, "2+2", "STRATA_ALGO=hier", zero_copy_reuse, NULL), 0);
+}
 
 #define DTYPES(_n, _layout) \
     assert_int_equal(it_run_simple((_n), (_layout), NULL, dtype_op_battery, NULL), 0)
@@ -791,6 +838,8 @@ int main(void)
         cmocka_unit_test(test_zero_copy_1x4),
         cmocka_unit_test(test_zero_copy_2x2),
         cmocka_unit_test(test_zero_copy_2p3),
+        cmocka_unit_test(test_zero_copy_reuse_1x4),
+        cmocka_unit_test(test_zero_copy_reuse_2x2),
     };
 
     it_cmocka_filter();
