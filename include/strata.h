@@ -360,9 +360,12 @@ STRATA_API strataResult_t strataReduceScatter(const void *sendbuff, void *recvbu
 
 /* Point to point. strataSend sends count elements of sendbuff to rank peer; strataRecv receives
  * count elements from rank peer into recvbuff. Sends and receives between one pair of ranks match
- * in call order, and counts (in bytes) must agree. Outside a group each call blocks until matched
- * and complete (a send may complete once buffered); inside strataGroupStart/End any number of sends
- * and receives to any peers, including the caller itself, run together and never deadlock.
+ * in call order, and counts (in bytes) must agree, 0 included: a count-0 send or receive still
+ * matches one call of the peer, and a size that differs (0 on one side included) fails the
+ * receiver with strataInvalidUsage naming both sizes (the peers learn of it as of any failure).
+ * Outside a group each call blocks until matched and complete (a send may complete once
+ * buffered); inside strataGroupStart/End any number of sends and receives to any peers, including
+ * the caller itself, run together and never deadlock.
  * Returns strataInvalidArgument for peer out of range or NULL buffer with count > 0;
  * strataInvalidUsage for peer == the caller's rank outside a group with a NULL stream (the call
  * would block until a matching call that this thread can never make); and the common results

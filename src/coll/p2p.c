@@ -145,9 +145,8 @@ st_status_t st_p2p_create(const st_coll_args_t *args, st_op_t **op_p)
     st_p2p_t *p;
 
     *op_p = NULL;
-    if (args->count == 0) {
-        return ST_OK; /* both sides skip: the pair's sequence number still advanced */
-    }
+    /* count 0 still moves an empty message: a peer that sends or expects bytes then fails at once
+     * naming both sizes, instead of waiting out its deadline or dropping the message */
     p = calloc(1, sizeof(*p));
     if (p == NULL) {
         return ST_ERR_NO_MEMORY;

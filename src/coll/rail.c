@@ -72,11 +72,12 @@ st_status_t st_rail_fail(const st_op_t *op, const st_rail_xfer_t *x, st_status_t
     if (status == ST_ERR_USAGE) {
         char sent[48];
 
-        /* a truncated receive knows the bytes sent when the transport does (else 0) */
-        if (x->req.len > 0 && x->req.len != x->len) {
-            snprintf(sent, sizeof(sent), "%zu B", x->req.len);
-        } else {
+        /* a truncated receive knows the bytes sent when the transport does (else 0); a short
+         * one got them all, 0 included */
+        if (x->req.status == ST_ERR_TRUNCATED && x->req.len <= x->len) {
             snprintf(sent, sizeof(sent), "more than %zu B", x->len);
+        } else {
+            snprintf(sent, sizeof(sent), "%zu B", x->req.len);
         }
         st_error(st_tag_is_p2p(x->tag) ? ST_SUB_P2P : ST_SUB_COLL,
                  "%s #%llu (%s) rank %d: %s: expected %zu B from rank %d, rank %d sent %s: %s",

@@ -31,12 +31,12 @@ typedef struct st_rail_xfer {
     int          posted;  /* from a post until st_rail_test says it is over */
 } st_rail_xfer_t;
 
-/* Posts a send of len bytes (len > 0) at buf to rank peer of comm with tag (engine/op.h's
+/* Posts a send of len bytes (0 allowed: an empty message) at buf to rank peer of comm with tag (engine/op.h's
  * st_tag_*); buf stays untouched until the transfer is over. ST_OK once posted, else the
  * transport's error (x not posted). */
 st_status_t st_rail_send(st_comm_t *comm, st_rail_xfer_t *x, int peer, const void *buf,
                          size_t len, uint64_t tag);
-/* Posts a receive of exactly len bytes (len > 0) into buf from rank peer with tag. */
+/* Posts a receive of exactly len bytes (0 allowed) into buf from rank peer with tag. */
 st_status_t st_rail_recv(st_comm_t *comm, st_rail_xfer_t *x, int peer, void *buf, size_t len,
                          uint64_t tag);
 /* ST_INPROGRESS while x is in flight; ST_OK when it completed as posted, or was never posted;

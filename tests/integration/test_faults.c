@@ -679,6 +679,9 @@ static void mismatch_run(const char *layout, size_t sent, size_t expected)
 static void test_sendrecv_longer_2x2(void **state)  { mismatch_run("2x2", 100, 50); }
 static void test_sendrecv_shorter_2x2(void **state) { mismatch_run("2x2", 50, 100); }
 static void test_sendrecv_longer_1node(void **state) { mismatch_run("1", 100, 50); }
+/* a count of 0 on one side is a mismatch too (nothing sent, or bytes nobody receives) */
+static void test_sendrecv_none_sent_2x2(void **state)     { mismatch_run("2x2", 0, 50); }
+static void test_sendrecv_none_expected_1node(void **state) { mismatch_run("1", 100, 0); }
 static void test_sendrecv_longer_big_1node(void **state)
 {
     mismatch_run("1", 4u << 20, 2u << 20); /* 16 MiB into 8 MiB: a rendezvous */
@@ -1073,6 +1076,8 @@ int main(void)
         cmocka_unit_test(test_sendrecv_longer_2x2),
         cmocka_unit_test(test_sendrecv_shorter_2x2),
         cmocka_unit_test(test_sendrecv_longer_1node),
+        cmocka_unit_test(test_sendrecv_none_sent_2x2),
+        cmocka_unit_test(test_sendrecv_none_expected_1node),
         cmocka_unit_test(test_sendrecv_longer_big_1node),
         cmocka_unit_test(test_sendrecv_longer_big_2x2),
         cmocka_unit_test(test_b19a_peer_exit),
