@@ -11,7 +11,10 @@
 #   1 src/base             status, log, param, socket: nothing of strata
 #   0 include              the public header
 #
-# An include that points up fails, naming file, line and both floors. Usage: check_layers.sh
+# An include that points up fails, naming file, line and both floors; so does an include of a
+# transport's own header from outside its folder (everything else reaches a transport through
+# transports/transport.h). Includes are resolved as the compiler would (the includer's folder,
+# then src/, the root, include/; "" and <> alike, ".." normalised). Usage: check_layers.sh
 # [source root] (default: this script's tree); tests/tools/test_check_layers.sh checks the check
 # on copies of the tree.
 set -u
@@ -35,13 +38,28 @@ floor_of()
     esac
 }
 
-# the file an include names, as a path of the tree ("" for system and generated headers)
+# The file of the tree that an include of file $1 names ($2, as written between "" or <>), as a
+# path from the root, normalised ("coll/../core/init.h" is src/core/init.h); "" for system and
+# generated headers. Searched as the compiler does: the includer's folder, then the include
+# paths of the build (src/, the root, include/).
 target_of()
 {
+    local from=$1 inc=$2 dir cand
+    dir=$(dirname "$from")
+    for cand in "$dir/$inc" "src/$inc" "$inc" "include/$inc"; do
+        if [ -f "$cand" ]; then
+            realpath -m --relative-to=. "$cand"
+            return
+        fi
+    done
+    echo ""
+}
+
+# the transport folder of a path (transports/shm/x.c: shm), or "" outside one
+tl_of()
+{
     case $1 in
-        strata.h) echo include/strata.h ;;
-        transports/*) echo "$1" ;;
-        base/* | core/* | coll/* | engine/* | tune/* | topo/* | reduce/* | tools/*) echo "src/$1" ;;
+        transports/*/*) local rest=${1#transports/}; echo "${rest%%/*}" ;;
         *) echo "" ;;
     esac
 }
@@ -54,30 +72,32 @@ for f in $files; do
     ff=$(floor_of "$f")
     [ "$ff" -ge 0 ] || continue
     while IFS=: read -r line inc; do
-        t=$(target_of "$inc")
+        t=$(target_of "$f" "$inc")
         [ -n "$t" ] || continue
         tf=$(floor_of "$t")
-        [ "$tf" -gt "$ff" ] || continue
-        if [ "$ff" -eq 2 ] && [ "$tf" -eq 2 ]; then
+        [ "$tf" -ge 0 ] || continue
+        # a transport's own headers are its own: others reach it through transports/transport.h
+        ttl=$(tl_of "$t")
+        if [ -n "$ttl" ] && [ "$ttl" != "$(tl_of "$f")" ]; then
+            echo "check_layers: $f:$line includes \"$inc\": $t is private to transports/$ttl (use transports/transport.h)"
+            bad=$((bad + 1))
             continue
         fi
+        if [ "$ff" -eq 2 ] && [ "$tf" -eq 2 ]; then
+            # the floor-2 folders are side by side: none includes another
+            me=${f%%/*}; [ "$me" = src ] && me=$(cut -d/ -f2 <<< "$f")
+            other=${t%%/*}; [ "$other" = src ] && other=$(cut -d/ -f2 <<< "$t")
+            if [ "$other" != "$me" ]; then
+                echo "check_layers: $f:$line includes \"$inc\": $me and $other are side by side (floor 2)"
+                bad=$((bad + 1))
+            fi
+            continue
+        fi
+        [ "$tf" -gt "$ff" ] || continue
         echo "check_layers: $f:$line includes \"$inc\": floor $ff includes floor $tf, which is above it"
         bad=$((bad + 1))
-    done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
-             sed 's/^\([0-9]*\):[^"]*"\([^"]*\)".*/\1:\2/')
-done
-# the floor-2 folders are side by side: none includes another
-for f in $files; do
-    case $f in src/topo/*) me=topo ;; transports/*) me=transports ;; src/reduce/*) me=reduce ;; *) continue ;; esac
-    while IFS= read -r inc; do
-        case $inc in
-            topo/*) other=topo ;; transports/*) other=transports ;; reduce/*) other=reduce ;; *) continue ;;
-        esac
-        if [ "$other" != "$me" ]; then
-            echo "check_layers: $f includes \"$inc\": $me and $other are side by side (floor 2)"
-            bad=$((bad + 1))
-        fi
-    done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+    done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]' "$f" |
+             sed 's/^\([0-9]*\):[^"<]*["<]\([^">]*\)[">].*/\1:\2/')
 done
 if [ "$bad" -ne 0 ]; then
     echo "check_layers: FAIL: $bad include(s) against the floors of docs/architecture.md"

@@ -1,8 +1,9 @@
 #!/bin/bash
 # test_check_layers.sh - the layering check (check_layers.sh) on the tree, and that it fails where
 # it must: on copies of the tree given an include that points up (topo to core, base to tune,
-# the engine to the algorithms, an algorithm to core) or one between the side-by-side folders of
-# floor 2.
+# the engine to the algorithms, an algorithm to core; also written with <>, "..", a "src/"
+# prefix), one between the side-by-side folders of floor 2, or one of a transport's own headers
+# from outside its folder.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=$(cd "$here/../.." && pwd)
@@ -45,7 +46,7 @@ expect "base including tune" 1 'src/base/zz_up.h:2 includes "tune/tune.h": floor
 
 copy
 printf '#include "topo/topo.h"\n' > "$tmp/tree/transports/zz_side.c"
-expect "transports including topo" 1 'transports/zz_side.c includes "topo/topo.h": transports and topo are side by side' "$tmp/tree"
+expect "transports including topo" 1 'transports/zz_side.c:1 includes "topo/topo.h": transports and topo are side by side' "$tmp/tree"
 
 copy
 printf '#include "coll/coll.h"\n' >> "$tmp/tree/src/engine/exec.c"
@@ -54,6 +55,33 @@ expect "the engine including an algorithm's header" 1 'includes "coll/coll.h": f
 copy
 printf '#include "core/init.h"\n' >> "$tmp/tree/src/coll/ring.c"
 expect "an algorithm including core" 1 'includes "core/init.h": floor 5 includes floor 6' "$tmp/tree"
+
+# written otherwise than the tree's own includes: the check resolves them as the compiler does
+copy
+printf '#include <engine/comm.h>\n' > "$tmp/tree/src/base/zz_angle.c"
+expect "base including the engine with <>" 1 'src/base/zz_angle.c:1 includes "engine/comm.h": floor 1 includes floor 4' "$tmp/tree"
+
+copy
+printf '#include "../engine/comm.h"\n' > "$tmp/tree/src/base/zz_rel.c"
+expect "base including the engine by a relative path" 1 'includes "../engine/comm.h": floor 1 includes floor 4' "$tmp/tree"
+
+copy
+printf '#include "coll/../core/init.h"\n' > "$tmp/tree/src/engine/zz_dots.c"
+expect "the engine including core through .." 1 'includes "coll/../core/init.h": floor 4 includes floor 6' "$tmp/tree"
+
+copy
+printf '#include "src/core/init.h"\n' > "$tmp/tree/src/coll/zz_src.c"
+expect "an algorithm including core as src/" 1 'includes "src/core/init.h": floor 5 includes floor 6' "$tmp/tree"
+
+# a transport's own headers are private to its folder
+copy
+printf '#include "transports/shm/shm.h"\n' > "$tmp/tree/src/coll/zz_private.c"
+expect "an algorithm including a transport's own header" 1 'transports/shm/shm.h is private to transports/shm' "$tmp/tree"
+
+copy
+mkdir -p "$tmp/tree/transports/zz"
+printf '#include "transports/shm/shm.h"\n' > "$tmp/tree/transports/zz/zz_other.c"
+expect "a transport including another's header" 1 'transports/zz/zz_other.c:1 includes "transports/shm/shm.h": transports/shm/shm.h is private' "$tmp/tree"
 
 if [ "$fails" -ne 0 ]; then
     echo "test_check_layers: $fails failed"

@@ -28,6 +28,7 @@ typedef struct fake_tl_counts {
     atomic_long net_opens;   /* contexts opened */
     atomic_long net_sends;   /* messages sent */
     atomic_long net_bytes;   /* bytes sent */
+    atomic_long net_matched; /* sends completed only once matched (rendezvous mode) */
     atomic_long win_creates; /* windows created */
     atomic_long mem_allocs;  /* shareable buffers allocated */
     atomic_long mem_maps;    /* mem_map calls that found a buffer */

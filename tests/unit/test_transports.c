@@ -4,12 +4,21 @@
  * (ranks are threads; UCX's gtest runs its tests over every transport the same way). A transport
  * that joins the tables (verbs, a device window) is covered by adding nothing here.
  *
- * Each battery runs NRANKS ranks on one node through the public API, initialised over the pair
- * (st_comm_init_rank_tl), with each algorithm forced in turn: ring (the net), hier and small (the
- * windows), and a split over the parent's transports. Every result is checked element by element
- * against values computed here; integer
- * values in float keep every sum exact. The fakes' counters must show that they carried the
- * traffic, and that hier's zero-copy negotiation mapped the fake window's shareable buffers.
+ * Each battery runs NRANKS ranks through the public API, initialised over the pair
+ * (st_comm_init_rank_tl), on one node and on two (each rank thread takes its node's identity:
+ * st_node_id_set_thread), with each algorithm forced in turn: ring, hier (intra-node phases over
+ * the windows, inter-node rings over the net) and small (leaders' exchange over the net), with
+ * chunks small enough that the pipelines reuse their columns and window slots: all-reduce in and
+ * out of place (zero-copy on the window's shareable buffers), reduce-scatter and all-gather in
+ * and out of place, broadcast, reduce, send/recv in a group, and a split over the parent's
+ * transports. The fake net runs eager and rendezvous (a send completes only once matched).
+ * Every result is checked element by element against values computed here; integer values in
+ * float keep every sum exact. The fakes' counters must show that they carried the traffic (and
+ * in rendezvous mode that sends waited for their match), and that hier's zero-copy negotiation
+ * mapped the fake window's shareable buffers.
+ *
+ * test_rail_outcomes checks the one inter-node step (coll/rail.c) on hand-made requests: how each
+ * transport outcome is classified and said.
  */
 #include "config.h"
 
@@ -125,27 +134,44 @@ static void run_battery(battery_t *b, int r, strataComm_t comm, float *send, flo
             break;
         }
     }
-    /* reduce-scatter: rank r gets block r of the sum */
-    for (size_t i = 0; i < (size_t)p * 64; i++) {
-        send[i] = val(r, i);
-    }
-    CALL(b, r, "reduce-scatter", strataReduceScatter(send, recv, 64, strataFloat32, strataSum,
-                                                     comm, NULL));
-    for (size_t i = 0; i < 64; i++) {
-        if (recv[i] != (float)(p * (p + 1) / 2 * (int)(((size_t)r * 64 + i) % 7 + 1))) {
-            bt_fail(b, "rank %d: reduce-scatter [%zu] = %g", r, i, recv[i]);
-            break;
+    /* reduce-scatter, out of place then in place (recvbuff = sendbuff + r * count): rank r gets
+     * block r of the sum; blocks of 3000 floats span several 4 KiB pipeline chunks */
+    for (int inplace = 0; inplace < 2; inplace++) {
+        const size_t c = 3000;
+        float       *out = inplace ? send + (size_t)r * c : recv;
+
+        for (size_t i = 0; i < (size_t)p * c; i++) {
+            send[i] = val(r, i);
+        }
+        CALL(b, r, "reduce-scatter", strataReduceScatter(send, out, c, strataFloat32, strataSum,
+                                                         comm, NULL));
+        for (size_t i = 0; i < c; i++) {
+            if (out[i] != (float)(p * (p + 1) / 2 * (int)(((size_t)r * c + i) % 7 + 1))) {
+                bt_fail(b, "rank %d: reduce-scatter%s [%zu] = %g", r, inplace ? " in place" : "",
+                        i, out[i]);
+                break;
+            }
         }
     }
-    /* all-gather of 64 int32 per rank */
-    for (int i = 0; i < 64; i++) {
-        isend[i] = r * 1000 + i;
-    }
-    CALL(b, r, "all-gather", strataAllGather(isend, irecv, 64, strataInt32, comm, NULL));
-    for (int i = 0; i < 64 * p; i++) {
-        if (irecv[i] != (i / 64) * 1000 + i % 64) {
-            bt_fail(b, "rank %d: all-gather [%d] = %d", r, i, irecv[i]);
-            break;
+    /* all-gather of 3000 floats per rank, out of place then in place (sendbuff = recvbuff +
+     * r * count) */
+    for (int inplace = 0; inplace < 2; inplace++) {
+        const size_t c = 3000;
+        float       *in = inplace ? recv + (size_t)r * c : send;
+
+        for (size_t i = 0; i < (size_t)p * c; i++) {
+            recv[i] = -1;
+        }
+        for (size_t i = 0; i < c; i++) {
+            in[i] = (float)(r * 10000 + (int)i);
+        }
+        CALL(b, r, "all-gather", strataAllGather(in, recv, c, strataFloat32, comm, NULL));
+        for (size_t i = 0; i < (size_t)p * c; i++) {
+            if (recv[i] != (float)((int)(i / c) * 10000 + (int)(i % c))) {
+                bt_fail(b, "rank %d: all-gather%s [%zu] = %g", r, inplace ? " in place" : "", i,
+                        recv[i]);
+                break;
+            }
         }
     }
     /* broadcast from rank 1, reduce to rank 2 */
@@ -265,6 +291,7 @@ static void battery(const st_net_ops_t *net, const st_win_ops_t *win, const char
     long                sends = atomic_load(&fake_tl_counts.net_sends);
     long                wcreates = atomic_load(&fake_tl_counts.win_creates);
     long                maps = atomic_load(&fake_tl_counts.mem_maps);
+    long                matched = atomic_load(&fake_tl_counts.net_matched);
 
     memset(&b, 0, sizeof(b));
     pthread_mutex_init(&b.lock, NULL);
@@ -305,6 +332,9 @@ static void battery(const st_net_ops_t *net, const st_win_ops_t *win, const char
                      win == &fake_win ? 2 * NRANKS : 0);
     if (net == &fake_net) {
         assert_true(atomic_load(&fake_tl_counts.net_sends) > sends);
+        /* rendezvous: sends did wait for their match; eager: none did */
+        assert_true(rendezvous ? atomic_load(&fake_tl_counts.net_matched) > matched
+                               : atomic_load(&fake_tl_counts.net_matched) == matched);
     }
     if (win == &fake_win && strcmp(algo, "hier") == 0) {
         /* zero-copy: every rank mapped its local peers' send and receive buffers */
@@ -432,6 +462,9 @@ static void test_rail_outcomes(void **state)
     assert_int_equal(st_rail_test(&x), ST_ERR_USAGE);
     assert_true(said(&op, &x, ST_ERR_USAGE, "AllReduce #7 (battery) rank 1: step 2/6",
                      "expected 400 B from rank 2, rank 2 sent 200 B", "same collective", NULL));
+    x = done_xfer(0, 400, ST_OK, 0, p2p); /* the peer sent an empty message */
+    assert_int_equal(st_rail_test(&x), ST_ERR_USAGE);
+    assert_true(said(&op, &x, ST_ERR_USAGE, "rank 2 sent 0 B", NULL));
     x = done_xfer(0, 400, ST_ERR_TRUNCATED, 800, coll);
     assert_int_equal(st_rail_test(&x), ST_ERR_USAGE);
     assert_true(said(&op, &x, ST_ERR_USAGE, "rank 2 sent 800 B", NULL));

@@ -153,8 +153,8 @@ static void cb_usage(FILE *out, const char *prog)
 "  -A,--algo <algo>            ring hier small auto: STRATA_ALGO for every rank, overriding\n"
 "                              the environment (default: STRATA_ALGO, else auto); small runs\n"
 "                              all_reduce of at most 128 KiB only (an error when no collective\n"
-"                              or size asked for fits), hier needs several ranks on a node: a\n"
-"                              row that ran another algorithm is named on a '#  ^ ran' line\n"
+"                              or size asked for fits), hier runs from 2 ranks on: a row\n"
+"                              that ran another algorithm is named on a '#  ^ ran' line\n"
 "      --phases                under each row, where the time of the last timed call went\n"
 "                              (strataCommGetPhaseTimes, slowest rank per phase): for hier the\n"
 "                              intra-node reduce-scatter (GB/s = size/time), the inter-node\n"
@@ -396,8 +396,8 @@ const char *cb_algo_scope(const char *forced)
         return "small applies to all_reduce of at most 131072 B (the windows' small area); "
                "other rows run as under auto";
     }
-    return "hier needs node-local windows (several ranks on a node); without them the flat "
-           "ring runs";
+    return "hier runs on any layout of 2 ranks or more (a node of one rank reduces in a private "
+           "window); with 1 rank nothing moves";
 }
 
 /* A forced small that no row can use (no all_reduce, or every size above its limit): the run
