@@ -41,11 +41,11 @@ static st_status_t st_pipe_post(st_pipe_t *pipe, st_pipe_col_t *col)
     memset(x, 0, sizeof(*x));
     ST_CHECK(pipe->ops->prepare(pipe, col, col->step, x));
     if (x->recv_len > 0) {
-        ST_CHECK(st_rail_recv(comm, &col->recv, x->recv_peer, x->recv_buf, x->recv_len,
+        ST_CHECK(st_rail_recv(comm, &col->net[ST_RAIL_RECV], x->recv_peer, x->recv_buf, x->recv_len,
                               st_tag_coll(pipe->args.seq, x->recv_sub)));
     }
     if (x->send_len > 0) {
-        ST_CHECK(st_rail_send(comm, &col->send, x->send_peer, x->send_buf, x->send_len,
+        ST_CHECK(st_rail_send(comm, &col->net[ST_RAIL_SEND], x->send_peer, x->send_buf, x->send_len,
                               st_tag_coll(pipe->args.seq, x->send_sub)));
     }
     return ST_OK;
@@ -55,19 +55,15 @@ static st_status_t st_pipe_post(st_pipe_t *pipe, st_pipe_col_t *col)
 static st_status_t st_pipe_col_progress(st_pipe_t *pipe, st_pipe_col_t *col)
 {
     for (;;) {
-        st_rail_xfer_t *xs[2] = {&col->recv, &col->send};
+        int         at;
+        st_status_t status = st_rail_test_all(col->net, 2, &at);
 
-        if (st_rail_busy(&col->recv) || st_rail_busy(&col->send)) {
+        if (status == ST_INPROGRESS) {
             return ST_INPROGRESS;
         }
-        for (int i = 0; i < 2; i++) {
-            st_status_t status = st_rail_test(xs[i]);
-
-            if (status != ST_OK) {
-                return st_rail_fail(&pipe->op, xs[i], status, "%s step %d/%d",
-                                    pipe->ops->phase(pipe, col->step), col->step + 1,
-                                    pipe->nsteps);
-            }
+        if (status != ST_OK) {
+            return st_rail_fail(&pipe->op, &col->net[at], status, "%s step %d/%d",
+                                pipe->ops->phase(pipe, col->step), col->step + 1, pipe->nsteps);
         }
         if (pipe->ops->complete != NULL) {
             ST_CHECK(pipe->ops->complete(pipe, col, col->step));
@@ -118,7 +114,8 @@ static st_status_t st_pipe_progress(st_op_t *op)
     if (oldest != NULL) {
         op->phase     = pipe->ops->phase(pipe, oldest->step);
         op->step      = oldest->step + 1;
-        op->wait_peer = st_rail_busy(&oldest->recv) ? oldest->recv.peer : oldest->send.peer;
+        op->wait_peer = st_rail_busy(&oldest->net[ST_RAIL_RECV]) ? oldest->net[ST_RAIL_RECV].peer
+                                                                 : oldest->net[ST_RAIL_SEND].peer;
     }
     return ST_INPROGRESS;
 }
@@ -138,14 +135,7 @@ static void st_pipe_destroy(st_op_t *op)
     int           n = 0;
 
     for (int i = 0; i < pipe->depth; i++) {
-        st_pipe_col_t *col = &pipe->cols[i];
-
-        if (st_rail_req(&col->recv) != NULL) {
-            reqs[n++] = st_rail_req(&col->recv);
-        }
-        if (st_rail_req(&col->send) != NULL) {
-            reqs[n++] = st_rail_req(&col->send);
-        }
+        n += st_rail_reqs(pipe->cols[i].net, 2, reqs + n);
     }
     if (!st_exec_cancel(op, reqs, n, 2.0)) {
         st_comm_defer(op->comm, st_pipe_free, pipe); /* the transport still owns the buffers */

@@ -41,8 +41,7 @@ typedef struct st_pipe_col {
     size_t       k;        /* column index */
     int          step;
     st_xfer_t      xfer;
-    st_rail_xfer_t send;     /* the step's transfers (coll/rail.h) */
-    st_rail_xfer_t recv;
+    st_rail_xfer_t net[2];   /* the step's transfers: [ST_RAIL_RECV], [ST_RAIL_SEND] */
     void          *tmp[2];   /* two staging chunks of chunk_bytes each (allocated when asked) */
 } st_pipe_col_t;
 

@@ -58,7 +58,7 @@ typedef struct st_hier_ring {
     size_t       off, cnt;   /* the shard in the chunk, elements */
     int          step;       /* 0 .. 2(N-1) (done) */
     int          left, right;
-    st_rail_xfer_t send, recv; /* the step's transfers (coll/rail.h) */
+    st_rail_xfer_t net[2];   /* the step's transfers: [ST_RAIL_RECV], [ST_RAIL_SEND] */
     char        *tmp;        /* staging for a received block before it is reduced */
 } st_hier_ring_t;
 
@@ -297,13 +297,13 @@ static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ri
         tag = st_tag_coll(h->args.seq, ((uint64_t)(s->k * (size_t)h->nshards + (size_t)r->j) *
                                         (uint64_t)steps + (uint64_t)r->step) & ST_TAG_SUB_MASK);
         if (rcnt > 0) {
-            ST_CHECK(st_rail_recv(h->comm, &r->recv, r->left, rbuf, rcnt * h->es, tag));
+            ST_CHECK(st_rail_recv(h->comm, &r->net[ST_RAIL_RECV], r->left, rbuf, rcnt * h->es, tag));
         }
         if (scnt > 0) {
-            ST_CHECK(st_rail_send(h->comm, &r->send, r->right, res + soff * h->es, scnt * h->es,
+            ST_CHECK(st_rail_send(h->comm, &r->net[ST_RAIL_SEND], r->right, res + soff * h->es, scnt * h->es,
                                   tag));
         }
-        if (r->recv.posted || r->send.posted) {
+        if (r->net[ST_RAIL_RECV].posted || r->net[ST_RAIL_SEND].posted) {
             return ST_OK;
         }
         r->step++; /* both blocks empty: nothing to wait for */
@@ -316,21 +316,17 @@ static st_status_t st_hier_ring_progress(st_hier_t *h, st_hier_slot_t *s, st_hie
     int n = h->nnodes;
 
     while (r->step < 2 * (n - 1)) {
-        st_rail_xfer_t *xs[2] = {&r->recv, &r->send};
-        int             received = r->recv.posted;
+        int         received = r->net[ST_RAIL_RECV].posted, at;
+        st_status_t status = st_rail_test_all(r->net, 2, &at);
 
-        if (st_rail_busy(&r->recv) || st_rail_busy(&r->send)) {
-            h->op.wait_peer = st_rail_busy(&r->recv) ? r->left : r->right;
+        if (status == ST_INPROGRESS) {
+            h->op.wait_peer = r->net[at].peer;
             return ST_INPROGRESS;
         }
-        for (int i = 0; i < 2; i++) {
-            st_status_t status = st_rail_test(xs[i]);
-
-            if (status != ST_OK) {
-                return st_rail_fail(&h->op, xs[i], status,
-                                    "inter-node all-reduce of shard %d, step %d/%d", r->j,
-                                    r->step + 1, 2 * (n - 1));
-            }
+        if (status != ST_OK) {
+            return st_rail_fail(&h->op, &r->net[at], status,
+                                "inter-node all-reduce of shard %d, step %d/%d", r->j,
+                                r->step + 1, 2 * (n - 1));
         }
         if (r->step < n - 1 && received) {
             size_t roff, rcnt;
@@ -371,7 +367,7 @@ static st_status_t st_hier_inter_start(st_hier_t *h, size_t k)
         r->j    = h->owned[o];
         st_hier_shard(h, len, r->j, &r->off, &r->cnt);
         r->step = 0;
-        r->send.posted = r->recv.posted = 0;
+        r->net[ST_RAIL_RECV].posted = r->net[ST_RAIL_SEND].posted = 0;
         h->inter_bytes += r->cnt * h->es;
         r->left  = st_hier_owner(h, st_hier_mod(h->node - 1, h->nnodes), r->j);
         r->right = st_hier_owner(h, st_hier_mod(h->node + 1, h->nnodes), r->j);
@@ -619,12 +615,7 @@ static void st_hier_destroy(st_op_t *op)
             return; /* cannot even cancel: leak rather than free buffers in use */
         }
         for (int i = 0; i < h->depth * h->nowned; i++) {
-            if (st_rail_req(&h->ring_mem[i].recv) != NULL) {
-                reqs[n++] = st_rail_req(&h->ring_mem[i].recv);
-            }
-            if (st_rail_req(&h->ring_mem[i].send) != NULL) {
-                reqs[n++] = st_rail_req(&h->ring_mem[i].send);
-            }
+            n += st_rail_reqs(h->ring_mem[i].net, 2, reqs + n);
         }
     }
     if (!st_exec_cancel(op, reqs, n, 2.0)) {

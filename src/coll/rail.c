@@ -60,6 +60,40 @@ st_status_t st_rail_test(st_rail_xfer_t *x)
     return x->req.status;
 }
 
+st_status_t st_rail_test_all(st_rail_xfer_t *xs, int n, int *at_p)
+{
+    for (int i = 0; i < n; i++) {
+        if (st_rail_busy(&xs[i])) {
+            *at_p = i;
+            return ST_INPROGRESS;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        st_status_t status = st_rail_test(&xs[i]);
+
+        if (status != ST_OK) {
+            *at_p = i;
+            return status;
+        }
+    }
+    return ST_OK;
+}
+
+int st_rail_reqs(st_rail_xfer_t *xs, int n, st_request_t **reqs)
+{
+    int k = 0;
+
+    for (int i = 0; i < n; i++) {
+        if (st_rail_req(&xs[i]) != NULL) {
+            if (reqs != NULL) {
+                reqs[k] = st_rail_req(&xs[i]);
+            }
+            k++;
+        }
+    }
+    return k;
+}
+
 st_status_t st_rail_fail(const st_op_t *op, const st_rail_xfer_t *x, st_status_t status,
                          const char *where, ...)
 {

@@ -31,6 +31,10 @@ typedef struct st_rail_xfer {
     int          posted;  /* from a post until st_rail_test says it is over */
 } st_rail_xfer_t;
 
+/* Where a step that receives and sends keeps each (st_rail_xfer_t [2]): the receive first, so
+ * that a step waiting on both names the peer it waits to hear from. */
+enum { ST_RAIL_RECV = 0, ST_RAIL_SEND = 1 };
+
 /* Posts a send of len bytes (0 allowed: an empty message) at buf to rank peer of comm with tag (engine/op.h's
  * st_tag_*); buf stays untouched until the transfer is over. ST_OK once posted, else the
  * transport's error (x not posted). */
@@ -50,6 +54,14 @@ st_status_t st_rail_test(st_rail_xfer_t *x);
  * status to propagate. */
 st_status_t st_rail_fail(const st_op_t *op, const st_rail_xfer_t *x, st_status_t status,
                          const char *where, ...) __attribute__((format(printf, 4, 5)));
+/* The transfers of one step, tested together: ST_INPROGRESS while any of xs[0..n) is in flight
+ * (*at_p: the first such, whose peer the step waits for); else each is taken by st_rail_test in
+ * order and ST_OK returned, or the first failure (*at_p: its index) for st_rail_fail. Taking none
+ * before all are over keeps a step's received data and its completion together. */
+st_status_t st_rail_test_all(st_rail_xfer_t *xs, int n, int *at_p);
+/* Appends to reqs (may be NULL: only count) the requests of xs[0..n) still posted (what
+ * st_exec_cancel must take back); returns how many. */
+int st_rail_reqs(st_rail_xfer_t *xs, int n, st_request_t **reqs);
 /* 1 while x is posted and not yet complete (st_rail_test would say ST_INPROGRESS): to wait for
  * both transfers of a step before taking either. */
 static inline int st_rail_busy(const st_rail_xfer_t *x)

@@ -39,7 +39,8 @@ typedef struct st_small {
     int              area;
     int              stage;   /* 0 write, 1 reduce (node), 2 exchange (leaders), 3 deliver */
     int              leader;  /* local rank 0 */
-    st_rail_xfer_t  *xfers;   /* [2 (N-1)] leaders: sends then receives (coll/rail.h) */
+    st_rail_xfer_t  *xfers;   /* [2 (N-1)] leaders: receives, then sends, each over the other
+                               * nodes in order (coll/rail.h) */
     char            *partials; /* [N][bytes] leaders: the other nodes' partials */
     const void     **srcs;    /* [max(m, N)] */
 } st_small_t;
@@ -72,9 +73,10 @@ static st_status_t st_small_exchange_post(st_small_t *s)
         if (node == comm->node) {
             continue;
         }
-        ST_CHECK(st_rail_recv(comm, &s->xfers[n - 1 + i], peer,
-                              s->partials + (size_t)node * s->bytes, s->bytes, tag));
-        ST_CHECK(st_rail_send(comm, &s->xfers[i], peer, st_small_res(s, 0), s->bytes, tag));
+        ST_CHECK(st_rail_recv(comm, &s->xfers[i], peer, s->partials + (size_t)node * s->bytes,
+                              s->bytes, tag));
+        ST_CHECK(st_rail_send(comm, &s->xfers[n - 1 + i], peer, st_small_res(s, 0), s->bytes,
+                              tag));
         i++;
     }
     return ST_OK;
@@ -85,25 +87,17 @@ static st_status_t st_small_exchange_post(st_small_t *s)
  * has not completed): the rank a stall or a timeout names. */
 static int st_small_exchange_done(st_small_t *s, st_status_t *status_p)
 {
-    int n = s->comm->nnodes;
+    int         at;
+    st_status_t status = st_rail_test_all(s->xfers, 2 * (s->comm->nnodes - 1), &at);
 
     *status_p = ST_OK;
-    for (int j = 0; j < 2 * (n - 1); j++) {
-        st_rail_xfer_t *x = &s->xfers[(j + n - 1) % (2 * (n - 1))]; /* receives first */
-
-        if (st_rail_busy(x)) {
-            s->op.wait_peer = x->peer;
-            return 0;
-        }
+    if (status == ST_INPROGRESS) {
+        s->op.wait_peer = s->xfers[at].peer;
+        return 0;
     }
-    for (int j = 0; j < 2 * (n - 1); j++) {
-        st_rail_xfer_t *x = &s->xfers[(j + n - 1) % (2 * (n - 1))]; /* receives first */
-        st_status_t     status = st_rail_test(x);
-
-        if (status != ST_OK) {
-            *status_p = st_rail_fail(&s->op, x, status, "small all-reduce, leaders' exchange");
-            return 1;
-        }
+    if (status != ST_OK) {
+        *status_p = st_rail_fail(&s->op, &s->xfers[at], status,
+                                 "small all-reduce, leaders' exchange");
     }
     return 1;
 }
@@ -237,20 +231,14 @@ static void st_small_destroy(st_op_t *op)
     int            n = 0;
 
     s->intra->turn = s->ticket + 1;
-    for (int i = 0; s->xfers != NULL && i < 2 * (s->comm->nnodes - 1); i++) {
-        n += (st_rail_req(&s->xfers[i]) != NULL);
-    }
-    if (n > 0) {
-        reqs = malloc((size_t)n * sizeof(*reqs));
-        if (reqs == NULL) {
+    if (s->xfers != NULL) {
+        int nx = 2 * (s->comm->nnodes - 1);
+
+        reqs = malloc((size_t)nx * sizeof(*reqs));
+        if (reqs == NULL && st_rail_reqs(s->xfers, nx, NULL) > 0) {
             return; /* cannot even cancel: leak rather than free buffers in use */
         }
-        n = 0;
-        for (int i = 0; i < 2 * (s->comm->nnodes - 1); i++) {
-            if (st_rail_req(&s->xfers[i]) != NULL) {
-                reqs[n++] = st_rail_req(&s->xfers[i]);
-            }
-        }
+        n = (reqs != NULL) ? st_rail_reqs(s->xfers, nx, reqs) : 0;
     }
     if (!st_exec_cancel(op, reqs, n, 2.0)) {
         free(reqs);

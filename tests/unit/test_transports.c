@@ -487,6 +487,24 @@ static void test_rail_outcomes(void **state)
     assert_true(said(&op, &x, ST_ERR_REMOTE, "receive from rank 2 failed", NULL));
     x = done_xfer(0, 400, ST_ERR_IO, 0, coll);
     assert_int_equal(st_rail_test(&x), ST_ERR_IO);
+
+    /* a step of two: nothing is taken while one is in flight; then the first failure */
+    {
+        st_rail_xfer_t step[2] = {done_xfer(0, 400, ST_OK, 400, coll),
+                                  done_xfer(1, 400, ST_ERR_REMOTE, 0, coll)};
+        st_request_t  *reqs[2];
+        int            at = -1;
+
+        step[1].req.done = 0;
+        assert_int_equal(st_rail_test_all(step, 2, &at), ST_INPROGRESS);
+        assert_int_equal(at, 1);
+        assert_true(step[0].posted); /* the finished receive is not taken alone */
+        assert_int_equal(st_rail_reqs(step, 2, reqs), 2);
+        step[1].req.done = 1;
+        assert_int_equal(st_rail_test_all(step, 2, &at), ST_ERR_REMOTE);
+        assert_int_equal(at, 1);
+        assert_int_equal(st_rail_reqs(step, 2, NULL), 0);
+    }
     free(comm);
 }
 
