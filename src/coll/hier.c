@@ -297,11 +297,12 @@ static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ri
         tag = st_tag_coll(h->args.seq, ((uint64_t)(s->k * (size_t)h->nshards + (size_t)r->j) *
                                         (uint64_t)steps + (uint64_t)r->step) & ST_TAG_SUB_MASK);
         if (rcnt > 0) {
-            ST_CHECK(st_rail_recv(h->comm, &r->net[ST_RAIL_RECV], r->left, rbuf, rcnt * h->es, tag));
+            ST_CHECK(st_rail_recv(h->comm, &r->net[ST_RAIL_RECV], r->left, rbuf, rcnt * h->es,
+                                  tag));
         }
         if (scnt > 0) {
-            ST_CHECK(st_rail_send(h->comm, &r->net[ST_RAIL_SEND], r->right, res + soff * h->es, scnt * h->es,
-                                  tag));
+            ST_CHECK(st_rail_send(h->comm, &r->net[ST_RAIL_SEND], r->right, res + soff * h->es,
+                                  scnt * h->es, tag));
         }
         if (r->net[ST_RAIL_RECV].posted || r->net[ST_RAIL_SEND].posted) {
             return ST_OK;

@@ -115,7 +115,8 @@ static inline char *st_intra_res(const st_intra_t *intra, int lr, int slot)
  * offset each) in its window's control area; once every local rank's is there, all decide alike:
  * zero-copy only if every one of them is shareable. */
 typedef struct st_intra_zc {
-    int          state; /* 0: own descriptor not yet published; 1: waiting for the peers'; 2: decided */
+    int          state; /* 0: own descriptor not yet published; 1: waiting for the peers';
+                         * 2: decided */
     int          on;    /* decided 1: every local rank's buffers are mapped below */
     const char **send;  /* [local_size] each local rank's send buffer as mapped here */
     char       **recv;  /* [local_size] each local rank's receive buffer as mapped here */
@@ -125,12 +126,13 @@ typedef struct st_intra_zc {
  * same on every local rank), so no negotiation happens (state 2, off). ST_ERR_NO_MEMORY. */
 st_status_t st_intra_zc_init(const st_intra_t *intra, st_intra_zc_t *zc, int may);
 void        st_intra_zc_fini(st_intra_zc_t *zc);
-/* Runs the negotiation of operation op_id for bytes bytes at send and recv; want = 0 when this rank's call cannot run
- * zero-copy (in place, a scaled copy needed). op_id must grow strictly from one
- * negotiation on these windows to the next (hier passes its first chunk's sequence, h->base): the
- * ST_INTRA_ZC counter is compared with >=, so a smaller one would find stale descriptors. ST_INPROGRESS until every local rank published
- * (*lag_p then names the first local rank missing); ST_OK once decided (zc->on); ST_ERR_IO when
- * a peer's buffer cannot be mapped (*lag_p names that local rank; the transport logged why). */
+/* Runs the negotiation of operation op_id for bytes bytes at send and recv; want = 0 when this
+ * rank's call cannot run zero-copy (in place, a scaled copy needed). op_id must grow strictly from
+ * one negotiation on these windows to the next (hier passes its first chunk's sequence, h->base):
+ * the ST_INTRA_ZC counter is compared with >=, so a smaller one would find stale descriptors.
+ * ST_INPROGRESS until every local rank published (*lag_p then names the first local rank
+ * missing); ST_OK once decided (zc->on); ST_ERR_IO when a peer's buffer cannot be mapped (*lag_p
+ * names that local rank; the transport logged why). */
 st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t op_id, int want,
                                   const void *send, void *recv, size_t bytes, int *lag_p);
 

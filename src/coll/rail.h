@@ -35,9 +35,9 @@ typedef struct st_rail_xfer {
  * that a step waiting on both names the peer it waits to hear from. */
 enum { ST_RAIL_RECV = 0, ST_RAIL_SEND = 1 };
 
-/* Posts a send of len bytes (0 allowed: an empty message) at buf to rank peer of comm with tag (engine/op.h's
- * st_tag_*); buf stays untouched until the transfer is over. ST_OK once posted, else the
- * transport's error (x not posted). */
+/* Posts a send of len bytes (0 allowed: an empty message) at buf to rank peer of comm with tag
+ * (engine/op.h's st_tag_*); buf stays untouched until the transfer is over. ST_OK once posted,
+ * else the transport's error (x not posted). */
 st_status_t st_rail_send(st_comm_t *comm, st_rail_xfer_t *x, int peer, const void *buf,
                          size_t len, uint64_t tag);
 /* Posts a receive of exactly len bytes (0 allowed) into buf from rank peer with tag. */

@@ -1,8 +1,8 @@
 /*
  * memalloc.c - strataMemAlloc / strataMemFree: the public face of the shareable memory of the
  * host window transport (transports/shm/shm_mem.c: node peers map it, so collectives on it skip
- * the copy into the communicator's window). Arguments are checked here, one line saying what and where; the
- * allocator logs its own failures.
+ * the copy into the communicator's window). Arguments are checked here, one line saying what and
+ * where; the allocator logs its own failures.
  */
 #include "config.h"
 
