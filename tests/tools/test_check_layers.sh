@@ -2,7 +2,7 @@
 # test_check_layers.sh - the layering check (check_layers.sh) on the tree, and that it fails where
 # it must: on copies of the tree given an include that points up (topo to core, base to tune,
 # the engine to the algorithms, an algorithm to core; also written with <>, "..", a "src/"
-# prefix), one between the side-by-side folders of floor 2, or one of a transport's own headers
+# prefix), one between the side-by-side folders of floor 4, or one of a transport's own headers
 # from outside its folder.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -38,11 +38,11 @@ expect "the tree" 0 "check_layers: PASS" "$src"
 
 copy
 printf '#include "core/init.h"\n' > "$tmp/tree/src/topo/zz_up.c"
-expect "topo including core" 1 'src/topo/zz_up.c:1 includes "core/init.h": floor 2 includes floor 6' "$tmp/tree"
+expect "topo including core" 1 'src/topo/zz_up.c:1 includes "core/init.h": floor 4 includes floor 8' "$tmp/tree"
 
 copy
 printf '#include "base/log.h"\n#include "tune/tune.h"\n' > "$tmp/tree/src/base/zz_up.h"
-expect "base including tune" 1 'src/base/zz_up.h:2 includes "tune/tune.h": floor 1 includes floor 3' "$tmp/tree"
+expect "base including tune" 1 'src/base/zz_up.h:2 includes "tune/tune.h": floor 1 includes floor 5' "$tmp/tree"
 
 copy
 printf '#include "topo/topo.h"\n' > "$tmp/tree/transports/zz_side.c"
@@ -50,28 +50,28 @@ expect "transports including topo" 1 'transports/zz_side.c:1 includes "topo/topo
 
 copy
 printf '#include "coll/coll.h"\n' >> "$tmp/tree/src/engine/exec.c"
-expect "the engine including an algorithm's header" 1 'includes "coll/coll.h": floor 4 includes floor 5' "$tmp/tree"
+expect "the engine including an algorithm's header" 1 'includes "coll/coll.h": floor 6 includes floor 7' "$tmp/tree"
 
 copy
 printf '#include "core/init.h"\n' >> "$tmp/tree/src/coll/ring.c"
-expect "an algorithm including core" 1 'includes "core/init.h": floor 5 includes floor 6' "$tmp/tree"
+expect "an algorithm including core" 1 'includes "core/init.h": floor 7 includes floor 8' "$tmp/tree"
 
 # written otherwise than the tree's own includes: the check resolves them as the compiler does
 copy
 printf '#include <engine/comm.h>\n' > "$tmp/tree/src/base/zz_angle.c"
-expect "base including the engine with <>" 1 'src/base/zz_angle.c:1 includes "engine/comm.h": floor 1 includes floor 4' "$tmp/tree"
+expect "base including the engine with <>" 1 'src/base/zz_angle.c:1 includes "engine/comm.h": floor 1 includes floor 6' "$tmp/tree"
 
 copy
 printf '#include "../engine/comm.h"\n' > "$tmp/tree/src/base/zz_rel.c"
-expect "base including the engine by a relative path" 1 'includes "../engine/comm.h": floor 1 includes floor 4' "$tmp/tree"
+expect "base including the engine by a relative path" 1 'includes "../engine/comm.h": floor 1 includes floor 6' "$tmp/tree"
 
 copy
 printf '#include "coll/../core/init.h"\n' > "$tmp/tree/src/engine/zz_dots.c"
-expect "the engine including core through .." 1 'includes "coll/../core/init.h": floor 4 includes floor 6' "$tmp/tree"
+expect "the engine including core through .." 1 'includes "coll/../core/init.h": floor 6 includes floor 8' "$tmp/tree"
 
 copy
 printf '#include "src/core/init.h"\n' > "$tmp/tree/src/coll/zz_src.c"
-expect "an algorithm including core as src/" 1 'includes "src/core/init.h": floor 5 includes floor 6' "$tmp/tree"
+expect "an algorithm including core as src/" 1 'includes "src/core/init.h": floor 7 includes floor 8' "$tmp/tree"
 
 # a transport's own headers are private to its folder
 copy
