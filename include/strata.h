@@ -113,8 +113,12 @@ typedef struct {
 
 /* A communicator: a group of nranks ranks that call collectives together. */
 typedef struct st_comm *strataComm_t;
-/* A host stream: an in-order queue of collectives run by its own progress thread. */
-typedef struct st_stream *strataStream_t;
+/* A stream argument: either a CUDA stream (cudaStream_t, for device buffers) or a strata host stream
+ * (strataStreamCreate, for host buffers). strataStream_t is cudaStream_t's own type (cudaStream_t
+ * is `struct CUstream_st *` in cuda_runtime_api.h and cuda.h), so code written for NCCL passes
+ * its streams unchanged, in C and C++, and strata.h needs no CUDA header. strata tells its host
+ * streams from CUDA streams by its registry of live host streams (see "Streams" above). */
+typedef struct CUstream_st *strataStream_t;
 
 #define STRATA_COMM_NULL     NULL
 #define STRATA_SPLIT_NOCOLOR (-1)

@@ -43,7 +43,7 @@ int st_stream_is_live(strataStream_t stream)
 
     pthread_mutex_lock(&st_stream_registry_lock);
     for (size_t i = 0; i < ST_ARRAY_SIZE(st_stream_registry) && !live; i++) {
-        live = (st_stream_registry[i] == stream);
+        live = ((void *)st_stream_registry[i] == (void *)stream);
     }
     pthread_mutex_unlock(&st_stream_registry_lock);
     return live;
@@ -144,7 +144,7 @@ static void *st_stream_main(void *arg)
 
 st_status_t st_stream_push(strataStream_t stream, const st_coll_args_t *args, int nargs)
 {
-    struct st_stream *s = stream;
+    struct st_stream *s = (struct st_stream *)stream;
     st_stream_item_t *item;
 
     item = malloc(sizeof(*item) + (size_t)nargs * sizeof(item->args[0]));
@@ -202,7 +202,7 @@ strataResult_t strataStreamCreate(strataStream_t *stream)
         pthread_join(s->thread, NULL);
         goto err;
     }
-    *stream = s;
+    *stream = (strataStream_t)s; /* strata.h: a host stream travels as a strataStream_t */
     return strataSuccess;
 
 err:
@@ -236,7 +236,7 @@ static int st_stream_check(strataStream_t stream, const char *fn)
 
 strataResult_t strataStreamSynchronize(strataStream_t stream)
 {
-    struct st_stream *s = stream;
+    struct st_stream *s = (struct st_stream *)stream;
     strataResult_t    result;
 
     if (!st_stream_check(stream, "strataStreamSynchronize")) {
@@ -253,7 +253,7 @@ strataResult_t strataStreamSynchronize(strataStream_t stream)
 
 strataResult_t strataStreamQuery(strataStream_t stream)
 {
-    struct st_stream *s = stream;
+    struct st_stream *s = (struct st_stream *)stream;
     strataResult_t    result;
 
     if (!st_stream_check(stream, "strataStreamQuery")) {
@@ -267,7 +267,7 @@ strataResult_t strataStreamQuery(strataStream_t stream)
 
 strataResult_t strataStreamDestroy(strataStream_t stream)
 {
-    struct st_stream *s = stream;
+    struct st_stream *s = (struct st_stream *)stream;
 
     if (!st_stream_check(stream, "strataStreamDestroy") || !st_stream_register(s, 0)) {
         return strataInvalidArgument;
