@@ -29,9 +29,12 @@
  *  - Results are bitwise identical on every rank, and from run to run for a fixed number of ranks,
  *    layout, algorithm and count. fp16 and bf16 reduce in fp32 and round to nearest even; integer
  *    sums and products wrap (two's complement); unsigned types compare unsigned; a NaN on any rank
- *    propagates through max and min (and sum, prod); avg on integers divides the wrapped sum by
- *    nranks, truncating toward zero; avg on floating types multiplies each rank's input by 1/nranks
- *    before summing (as NCCL does), so an fp16 average does not overflow where the mean fits.
+ *    propagates through sum, prod, max, min and avg, and every NaN a reduction produces is the
+ *    type's canonical quiet NaN (float 0x7fc00000, double 0x7ff8000000000000, half 0x7e00,
+ *    bfloat16 0x7fc0: a NaN's sign and payload do not travel), so host and GPU reductions give the
+ *    same bits; avg on integers divides the wrapped sum by nranks, truncating toward zero; avg on
+ *    floating types multiplies each rank's input by 1/nranks before summing (as NCCL does), so an
+ *    fp16 average does not overflow where the mean fits.
  */
 #ifndef STRATA_H
 #define STRATA_H

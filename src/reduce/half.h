@@ -10,7 +10,12 @@
  * gets the same bits. Each function is branch-free (every case computed, then selected) so that
  * GCC vectorises the loops of the reduction kernels that call them, at plain -O3 on x86-64 too.
  * A NaN converts to a quiet NaN of the same sign with the top of its payload kept, as F16C and
- * IEEE convertFormat do.
+ * IEEE convertFormat do (on the host: a GPU's fp32 subtraction returns its canonical NaN, so there
+ * st_half_to_float of a NaN is a NaN without its payload; the reduction kernels canonicalise every
+ * NaN they produce, elem.h, so they do not depend on it).
+ *
+ * Every function is also a CUDA device function (ST_HD): the GPU reduction kernels (reduce_cuda.cu)
+ * convert with this same code, so the CPU tests check the GPU's arithmetic.
  */
 #ifndef ST_HALF_H
 #define ST_HALF_H
@@ -18,24 +23,42 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Bit casts through memcpy: defined behaviour, and free once compiled. */
-static inline uint32_t st_f32_bits(float f)
+/* A function of the element code, compiled for the host and, by nvcc, for the GPU too. */
+#ifndef ST_HD
+#if defined(__CUDACC__)
+#define ST_HD __host__ __device__
+#else
+#define ST_HD
+#endif
+#endif
+
+/* Bit casts: through memcpy on the host (defined behaviour, and free once compiled), through
+ * CUDA's reinterpreting intrinsics in device code. */
+ST_HD static inline uint32_t st_f32_bits(float f)
 {
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(f);
+#else
     uint32_t u;
 
     memcpy(&u, &f, sizeof(u));
     return u;
+#endif
 }
 
-static inline float st_f32_from_bits(uint32_t u)
+ST_HD static inline float st_f32_from_bits(uint32_t u)
 {
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
     float f;
 
     memcpy(&f, &u, sizeof(f));
     return f;
+#endif
 }
 
-static inline float st_half_to_float(uint16_t h)
+ST_HD static inline float st_half_to_float(uint16_t h)
 {
     uint32_t x     = h;
     uint32_t sign  = (x & 0x8000u) << 16;
@@ -59,7 +82,9 @@ static inline float st_half_to_float(uint16_t h)
     return st_f32_from_bits((st_f32_bits(r) & 0x7fffffffu) | sign);
 }
 
-static inline uint16_t st_float_to_half(float f)
+/* canon (a constant once inlined): 0 keeps a NaN's sign and payload (st_float_to_half), 1 makes
+ * every NaN the canonical quiet NaN 0x7e00 (st_float_to_half_canon, the reduction ops). */
+ST_HD static inline uint16_t st_float_to_half_nan(float f, int canon)
 {
     uint32_t x    = st_f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
@@ -78,7 +103,7 @@ static inline uint16_t st_float_to_half(float f)
      * or as a ladder of constant shifts costs twice as many instructions. */
     uint32_t sub = st_f32_bits(st_f32_from_bits(ax) + 0.5f) - 0x3f000000u;
     /* NaN: keep the top 9 payload bits, force the quiet bit so the payload cannot become Inf. */
-    uint32_t nan    = 0x7e00u | ((ax >> 13) & 0x1ffu);
+    uint32_t nan    = canon ? 0x7e00u : 0x7e00u | ((ax >> 13) & 0x1ffu);
     uint32_t is_sub = 0u - (uint32_t)(sa < 0x38800000);
     /* 0x477ff000 = 65520, halfway between 65504 (odd) and 65536: ties to even overflow to Inf. */
     uint32_t is_big = 0u - (uint32_t)(sa >= 0x477ff000);
@@ -90,10 +115,20 @@ static inline uint16_t st_float_to_half(float f)
     r = norm ^ (is_sub & (norm ^ sub));
     r ^= is_big & (r ^ 0x7c00u);
     r ^= is_nan & (r ^ nan);
-    return (uint16_t)(sign | r);
+    return (uint16_t)((sign & ~(canon ? is_nan : 0u)) | r);
 }
 
-static inline float st_bf16_to_float(uint16_t b)
+ST_HD static inline uint16_t st_float_to_half(float f)
+{
+    return st_float_to_half_nan(f, 0);
+}
+
+ST_HD static inline uint16_t st_float_to_half_canon(float f)
+{
+    return st_float_to_half_nan(f, 1);
+}
+
+ST_HD static inline float st_bf16_to_float(uint16_t b)
 {
     uint32_t x = (uint32_t)b << 16;
 
@@ -101,7 +136,7 @@ static inline float st_bf16_to_float(uint16_t b)
     return st_f32_from_bits(x | ((x & 0x7fffffffu) > 0x7f800000u ? 0x00400000u : 0));
 }
 
-static inline uint16_t st_float_to_bf16(float f)
+ST_HD static inline uint16_t st_float_to_bf16(float f)
 {
     uint32_t x = st_f32_bits(f);
     /* Round the low 16 bits to nearest even; a carry into the exponent is the right answer,
@@ -111,6 +146,15 @@ static inline uint16_t st_float_to_bf16(float f)
     uint32_t nan = (x >> 16) | 0x0040u;
 
     return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : rne);
+}
+
+/* st_float_to_bf16, but every NaN becomes the canonical quiet NaN 0x7fc0 (the reduction ops). */
+ST_HD static inline uint16_t st_float_to_bf16_canon(float f)
+{
+    uint32_t x   = st_f32_bits(f);
+    uint32_t rne = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : rne);
 }
 
 #endif

@@ -2,38 +2,24 @@
  * host.c - the host reduction kernels: every datatype x op of reduce.h on host memory, and the
  * resolution of a public strataRedOp_t into the st_redop_t that the algorithms carry around.
  *
- * Each kernel is one plain loop over elements, stamped out per datatype by macros from small
- * inline element operations, so that GCC vectorises every one of them at -O3 (check with
- * -fopt-info-vec): no branches in the loop bodies (selections only), no calls that survive
+ * Each kernel is one plain loop over elements, stamped out per datatype by macros from the inline
+ * element operations of elem.h (shared with the GPU kernels of reduce_cuda.cu), so that GCC
+ * vectorises every one of them at -O3 (check with -fopt-info-vec): no branches in the loop bodies (selections only), no calls that survive
  * inlining, no alignment assumptions. Elements are read and written through memcpy of one
  * element, which is defined at any byte address and for any aliasing, and compiles to a plain
  * (unaligned) load or store. Because dst may be the same pointer as an input, the compiler
  * versions each loop with a run-time overlap check; an exact alias passes it (the distance is 0),
  * so aliased calls stay vectorised.
  *
- * Exactness rules (reduce.h; strata.h states them for users) shape the element operations:
- *  - fp16 and bf16 compute in fp32 and round to nearest even after every operation, including
- *    the premul product before its sum;
- *  - integer sum and prod compute in the unsigned type, so they wrap without undefined behaviour;
- *  - max and min compare keys derived from the bit patterns, so -0 < +0 and the result does not
- *    depend on the order of the arguments; a NaN on either side gives the type's canonical quiet
- *    NaN, again independent of order, so every rank ends with the same bits.
+ * The exactness rules (reduce.h; strata.h states them for users) live in the element operations
+ * (elem.h): fp16 and bf16 in fp32 rounded after every operation, wrapping integers, max and min
+ * by bit-pattern keys, the canonical quiet NaN out of every floating operation.
  */
 #include "config.h"
 #include "reduce/reduce.h"
-#include "reduce/half.h"
+#include "reduce/elem.h"
 
 #include <string.h>
-
-/* A premul sum must round the product before adding it (strata.h). GCC contracts a * s + b into
- * one fused multiply-add by default wherever the target has FMA (all of aarch64, x86 with
- * -march=haswell and later), which skips that rounding: results would differ between hosts of one
- * job. The pragma covers the functions below it; nothing above it does floating-point math. */
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
 
 /* ---------------------------------------------------------------------------------------- */
 /* Datatypes                                                                                */
@@ -82,165 +68,13 @@ int st_dtype_is_float(strataDataType_t dtype)
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* Element access and element operations                                                    */
-/* ---------------------------------------------------------------------------------------- */
-
-/* st_ld_<n>(p, i) / st_st_<n>(p, i, v): element i of the array at p, at any byte address. */
-#define ST_ACCESS(_n, _T)                                                                          \
-    static inline _T st_ld_##_n(const void *p, size_t i)                                           \
-    {                                                                                              \
-        _T v;                                                                                      \
-        memcpy(&v, (const char *)p + i * sizeof(_T), sizeof(_T));                                  \
-        return v;                                                                                  \
-    }                                                                                              \
-    static inline void st_st_##_n(void *p, size_t i, _T v)                                         \
-    {                                                                                              \
-        memcpy((char *)p + i * sizeof(_T), &v, sizeof(_T));                                        \
-    }
-
-ST_ACCESS(i8, int8_t)
-ST_ACCESS(u8, uint8_t)
-ST_ACCESS(i32, int32_t)
-ST_ACCESS(u32, uint32_t)
-ST_ACCESS(i64, int64_t)
-ST_ACCESS(u64, uint64_t)
-ST_ACCESS(u16, uint16_t) /* fp16 and bf16 bit patterns */
-ST_ACCESS(f32, float)
-ST_ACCESS(f64, double)
-
-/* Integers: sum and prod in the unsigned type _U (wraps; the conversion back to a signed _T is
- * modulo 2^N in GCC and clang). uint8 operands promote to int, where 255 * 255 still fits. */
-#define ST_INT_OPS(_n, _T, _U)                                                                     \
-    static inline _T st_op_sum_##_n(_T x, _T y)                                                    \
-    {                                                                                              \
-        return (_T)((_U)x + (_U)y);                                                                \
-    }                                                                                              \
-    static inline _T st_op_prod_##_n(_T x, _T y)                                                   \
-    {                                                                                              \
-        return (_T)((_U)x * (_U)y);                                                                \
-    }                                                                                              \
-    static inline _T st_op_max_##_n(_T x, _T y)                                                    \
-    {                                                                                              \
-        return x > y ? x : y;                                                                      \
-    }                                                                                              \
-    static inline _T st_op_min_##_n(_T x, _T y)                                                    \
-    {                                                                                              \
-        return x < y ? x : y;                                                                      \
-    }
-
-ST_INT_OPS(i8, int8_t, uint8_t)
-ST_INT_OPS(u8, uint8_t, uint8_t)
-ST_INT_OPS(i32, int32_t, uint32_t)
-ST_INT_OPS(u32, uint32_t, uint32_t)
-ST_INT_OPS(i64, int64_t, uint64_t)
-ST_INT_OPS(u64, uint64_t, uint64_t)
-
-static inline float st_op_sum_f32(float x, float y)
-{
-    return x + y;
-}
-static inline float st_op_prod_f32(float x, float y)
-{
-    return x * y;
-}
-static inline double st_op_sum_f64(double x, double y)
-{
-    return x + y;
-}
-static inline double st_op_prod_f64(double x, double y)
-{
-    return x * y;
-}
-
-/* fp16 and bf16: widen to fp32 (exact), one fp32 operation, round back to nearest even. */
-#define ST_SHORT_FLOAT_OPS(_n, _to_float, _from_float)                                             \
-    static inline uint16_t st_op_sum_##_n(uint16_t x, uint16_t y)                                  \
-    {                                                                                              \
-        return _from_float(_to_float(x) + _to_float(y));                                           \
-    }                                                                                              \
-    static inline uint16_t st_op_prod_##_n(uint16_t x, uint16_t y)                                 \
-    {                                                                                              \
-        return _from_float(_to_float(x) * _to_float(y));                                           \
-    }
-
-ST_SHORT_FLOAT_OPS(f16, st_half_to_float, st_float_to_half)
-ST_SHORT_FLOAT_OPS(bf16, st_bf16_to_float, st_float_to_bf16)
-
-/* Floating max and min work on bit patterns (_U unsigned, _S signed, both _bits wide): flipping
- * the magnitude bits of negative values turns sign-magnitude into two's complement order, with
- * -0 just below +0 (IEEE 754-2019 maximum/minimum). Distinct patterns get distinct keys, so the
- * result is the same whatever the argument order. Integer compares also vectorise on every
- * target, fp16 and bf16 included, without widening to fp32. */
-#define ST_FLOAT_MAXMIN_OPS(_n, _U, _S, _bits, _inf, _qnan)                                        \
-    static inline _S st_key_##_n(_U b)                                                             \
-    {                                                                                              \
-        _U flip = (_U)((_U)(0u - (_U)(b >> (_bits - 1))) >> 1);                                    \
-        return (_S)(b ^ flip);                                                                     \
-    }                                                                                              \
-    static inline int st_isnan_##_n(_U b)                                                          \
-    {                                                                                              \
-        return (_U)(b & (_U) ~((_U)1 << (_bits - 1))) > (_U)(_inf);                                \
-    }                                                                                              \
-    static inline _U st_op_max_##_n(_U x, _U y)                                                    \
-    {                                                                                              \
-        _U r = st_key_##_n(x) > st_key_##_n(y) ? x : y;                                            \
-        return st_isnan_##_n(x) | st_isnan_##_n(y) ? (_U)(_qnan) : r;                              \
-    }                                                                                              \
-    static inline _U st_op_min_##_n(_U x, _U y)                                                    \
-    {                                                                                              \
-        _U r = st_key_##_n(x) < st_key_##_n(y) ? x : y;                                            \
-        return st_isnan_##_n(x) | st_isnan_##_n(y) ? (_U)(_qnan) : r;                              \
-    }
-
-ST_FLOAT_MAXMIN_OPS(f16, uint16_t, int16_t, 16, 0x7c00u, 0x7e00u)
-ST_FLOAT_MAXMIN_OPS(bf16, uint16_t, int16_t, 16, 0x7f80u, 0x7fc0u)
-ST_FLOAT_MAXMIN_OPS(f32, uint32_t, int32_t, 32, 0x7f800000u, 0x7fc00000u)
-ST_FLOAT_MAXMIN_OPS(f64, uint64_t, int64_t, 64, 0x7ff0000000000000ull, 0x7ff8000000000000ull)
-
-/* The premul product x * s, with s already in the compute type st_scalar_<n>_t: the element type
- * itself, except fp32 for fp16 and bf16. */
-#define ST_SCALE_OPS(_n, _T)                                                                       \
-    typedef _T       st_scalar_##_n##_t;                                                           \
-    static inline _T st_scalar_##_n(_T s)                                                          \
-    {                                                                                              \
-        return s;                                                                                  \
-    }                                                                                              \
-    static inline _T st_op_scale_##_n(_T x, _T s)                                                  \
-    {                                                                                              \
-        return st_op_prod_##_n(x, s);                                                              \
-    }
-
-ST_SCALE_OPS(i8, int8_t)
-ST_SCALE_OPS(u8, uint8_t)
-ST_SCALE_OPS(i32, int32_t)
-ST_SCALE_OPS(u32, uint32_t)
-ST_SCALE_OPS(i64, int64_t)
-ST_SCALE_OPS(u64, uint64_t)
-ST_SCALE_OPS(f32, float)
-ST_SCALE_OPS(f64, double)
-
-#define ST_SHORT_FLOAT_SCALE_OPS(_n, _to_float, _from_float)                                       \
-    typedef float       st_scalar_##_n##_t;                                                        \
-    static inline float st_scalar_##_n(uint16_t s)                                                 \
-    {                                                                                              \
-        return _to_float(s);                                                                       \
-    }                                                                                              \
-    static inline uint16_t st_op_scale_##_n(uint16_t x, float s)                                   \
-    {                                                                                              \
-        return _from_float(_to_float(x) * s);                                                      \
-    }
-
-ST_SHORT_FLOAT_SCALE_OPS(f16, st_half_to_float, st_float_to_half)
-ST_SHORT_FLOAT_SCALE_OPS(bf16, st_bf16_to_float, st_float_to_bf16)
-
-/* ---------------------------------------------------------------------------------------- */
 /* Kernels                                                                                  */
 /* ---------------------------------------------------------------------------------------- */
 
 /* Each kernel is also compiled for x86-64-v3 (AVX2, F16C) and picked at load time by an ifunc
  * (GCC's target_clones), so a generic x86-64 build still runs 4-8 elements per instruction on the
  * machines that can: fp16 sum about 1.0 -> 1.9 GB/s on one core here (bench/reduce_kernels.sh).
- * fp-contract stays off in the clones (the pragma above), so FMA cannot change a result. */
+ * fp-contract stays off in the clones (elem.h's pragma), so FMA cannot change a result. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 &&       \
     defined(__ELF__)
 #define ST_KERNEL_TARGETS __attribute__((target_clones("arch=x86-64-v3", "default")))
@@ -287,9 +121,7 @@ typedef void (*st_reduce_div_fn_t)(void *dst, size_t count, uint64_t div);
         size_t             i;                                                                      \
                                                                                                    \
         for (i = 0; i < count; i++) {                                                              \
-            st_st_##_acc(                                                                          \
-                dst, i,                                                                            \
-                st_op_sum_##_n(st_op_scale_##_n(st_ld_##_acc(local, i), s), st_ld_##_acc(in, i))); \
+            st_st_##_acc(dst, i, st_op_psum_##_n(st_ld_##_acc(local, i), s, st_ld_##_acc(in, i)));  \
         }                                                                                          \
     }
 
@@ -313,18 +145,16 @@ ST_KERNELS(f32, f32, u32)
 ST_KERNELS(f64, f64, u64)
 ST_KERNELS(bf16, u16, u16)
 
-/* Integer avg: C division truncates toward zero, as the semantics ask. div is nranks (an int), so
- * it fits the signed 32-bit division used for the narrow types, which is much cheaper than a
- * 64-bit one on many cores. A division by a run-time value does not vectorise; this runs once per
- * element of the final result only. */
+/* Integer avg: the wrapped sum divided by nranks, truncating toward zero (elem.h). A division by
+ * a run-time value does not vectorise; this runs once per element of the final result only. */
 #define ST_KERNEL_DIV(_n, _T, _W)                                                                  \
     static void st_reduce_div_##_n(void *dst, size_t count, uint64_t div)                          \
     {                                                                                              \
-        _W     d = (_W)div;                                                                        \
-        size_t i;                                                                                  \
+        st_divisor_##_n##_t d = st_divisor_##_n(div);                                              \
+        size_t              i;                                                                     \
                                                                                                    \
         for (i = 0; i < count; i++) {                                                              \
-            st_st_##_n(dst, i, (_T)((_W)st_ld_##_n(dst, i) / d));                                  \
+            st_st_##_n(dst, i, st_op_div_##_n(st_ld_##_n(dst, i), d));                             \
         }                                                                                          \
     }
 

@@ -9,10 +9,14 @@
  * by 1/nranks (as NCCL does), so an fp16 mean never overflows where it is representable; integer
  * avg is a wrapped sum, then a division truncating toward zero.
  *
- * Semantics (as strata.h states them): fp16 and bf16 compute in fp32 and round to nearest even after every
- * operation (product, partial sum); integer sum and prod wrap (two's complement, no UB: computed
- * in the unsigned type); unsigned types compare unsigned; max and min propagate NaN whichever side
- * holds it (the result is a quiet NaN); sum propagates NaN and Inf per IEEE.
+ * Semantics (as strata.h states them): fp16 and bf16 compute in fp32 and round to nearest even
+ * after every operation (product, partial sum); integer sum and prod wrap (two's complement, no UB:
+ * computed in the unsigned type); unsigned types compare unsigned; max and min propagate NaN
+ * whichever side holds it; sum and prod propagate NaN and Inf per IEEE; every floating operation
+ * (sum, prod, max, min, premul scale) whose result is a NaN gives the type's canonical quiet NaN
+ * (fp32 0x7fc00000, fp64 0x7ff8000000000000, fp16 0x7e00, bf16 0x7fc0), whatever the operands'
+ * NaNs, so that the host (x86 keeps a payload) and the GPU (0x7fffffff) agree to the bit. The
+ * element operations are elem.h's, shared with the GPU kernels (kernel.h).
  *
  * All counts are in elements. dst may alias any input exactly (same pointer); partial overlap is
  * not allowed. No alignment is required: every kernel works on any byte address.

@@ -229,17 +229,6 @@ static int is_bf16_nan(uint64_t b)
     return (b & 0x7fff) > 0x7f80;
 }
 
-static int is_nan_of(strataDataType_t dt, uint64_t v)
-{
-    switch (dt) {
-    case strataFloat16: return is_half_nan(v);
-    case strataBfloat16: return is_bf16_nan(v);
-    case strataFloat32: return isnan(f32_of((uint32_t)v));
-    case strataFloat64: return isnan(f64_of(v));
-    default: return 0;
-    }
-}
-
 static uint64_t canonical_qnan(strataDataType_t dt)
 {
     switch (dt) {
@@ -261,16 +250,20 @@ static double float_value(strataDataType_t dt, uint64_t v)
 }
 
 /* One rounded operation in the compute type: fp32 for fp16/bf16/fp32, fp64 for fp64. The
- * volatile store forces the rounding (no contraction into a fused multiply-add). */
+ * volatile store forces the rounding (no contraction into a fused multiply-add). A NaN result is
+ * the type's canonical quiet NaN, whatever the operands' payloads. */
 static uint64_t ref_float_arith(strataDataType_t dt, int is_prod, uint64_t a, uint64_t b)
 {
     if (dt == strataFloat64) {
         volatile double r = is_prod ? f64_of(a) * f64_of(b) : f64_of(a) + f64_of(b);
-        return f64_bits(r);
+        return isnan(r) ? canonical_qnan(dt) : f64_bits(r);
     } else {
         float          x = (float)float_value(dt, a), y = (float)float_value(dt, b);
         volatile float r = is_prod ? x * y : x + y;
 
+        if (isnan(r)) {
+            return canonical_qnan(dt);
+        }
         if (dt == strataFloat16) {
             return st_float_to_half(r);
         }
@@ -327,19 +320,11 @@ static uint64_t ref_op(strataDataType_t dt, st_red_kind_t kind, uint64_t a, uint
     return ref_float_arith(dt, kind == ST_RED_PROD, a, b);
 }
 
-/* Result check: bit-exact, except that a NaN from sum or prod may carry either input's payload
- * (the hardware picks one by operand order); fp16/bf16 NaNs must be quiet. */
+/* Result check: bit-exact (a NaN is the canonical one of its type, from every op). */
 static void check_el(strataDataType_t dt, st_red_kind_t kind, uint64_t want, uint64_t got,
                      const char *ctx, size_t count, size_t i)
 {
-    if (st_dtype_is_float(dt) && is_nan_of(dt, want) && kind != ST_RED_MAX && kind != ST_RED_MIN) {
-        int quiet = dt == strataFloat16    ? (got & 0x200) != 0
-                    : dt == strataBfloat16 ? (got & 0x40) != 0
-                                           : 1;
-        if (is_nan_of(dt, got) && quiet) {
-            return;
-        }
-    } else if (want == got) {
+    if (want == got) {
         return;
     }
     fail_msg("%s %s kind %d count %zu: element %zu is 0x%" PRIx64 ", want 0x%" PRIx64, ctx,
@@ -1086,24 +1071,54 @@ static void test_nan_maxmin(void **state)
         assert_true(one(dt, strataMax, 0, others[3]) == 0);
         assert_true(one(dt, strataMin, others[3], 0) == others[3]);
         assert_true(one(dt, strataMin, 0, others[3]) == others[3]);
-        /* NaN propagates through sum too. */
-        assert_true(is_nan_of(dt, one(dt, strataSum, others[0], nans[0])));
-        assert_true(is_nan_of(dt, one(dt, strataSum, nans[1], others[0])));
+        /* NaN propagates through sum and prod too, as the canonical NaN: the payloads and signs
+         * of the operands, and their order, do not show (x86 would keep the first payload). */
+        for (k = 0; k < 3; k++) {
+            assert_true(one(dt, strataSum, others[0], nans[k]) == q);
+            assert_true(one(dt, strataSum, nans[k], others[0]) == q);
+            assert_true(one(dt, strataProd, nans[k], others[1]) == q);
+            assert_true(one(dt, strataProd, others[2], nans[k]) == q);
+            assert_true(one(dt, strataSum, nans[k], nans[(k + 1) % 3]) == q);
+        }
     }
+}
+
+/* The narrowings the reduction ops end with (half.h's _canon): the plain conversion's result for
+ * every number, the canonical quiet NaN for every NaN, over a sweep of all fp32 patterns. */
+static void test_canon_conversions(void **state)
+{
+    uint64_t u;
+
+    (void)state;
+    for (u = 0; u <= 0xffffffffull; u += 4093) {
+        float f = f32_of((uint32_t)u);
+
+        if (isnan(f)) {
+            assert_int_equal(st_float_to_half_canon(f), 0x7e00);
+            assert_int_equal(st_float_to_bf16_canon(f), 0x7fc0);
+        } else {
+            assert_int_equal(st_float_to_half_canon(f), st_float_to_half(f));
+            assert_int_equal(st_float_to_bf16_canon(f), st_float_to_bf16(f));
+        }
+    }
+    assert_int_equal(st_float_to_half_canon(f32_of(0xffc12345)), 0x7e00);
+    assert_int_equal(st_float_to_bf16_canon(f32_of(0x7f800001)), 0x7fc0);
 }
 
 static void test_inf_sum(void **state)
 {
     (void)state;
-    assert_true(isnan(f32_of((uint32_t)one(strataFloat32, strataSum, 0x7f800000, 0xff800000))));
-    assert_true(
-        isnan(f64_of(one(strataFloat64, strataSum, 0x7ff0000000000000ull, 0xfff0000000000000ull))));
-    assert_true(is_half_nan(one(strataFloat16, strataSum, 0x7c00, 0xfc00)));
-    assert_true(is_bf16_nan(one(strataBfloat16, strataSum, 0x7f80, 0xff80)));
+    /* Inf - Inf is the canonical quiet NaN (x86 makes the negative 0xffc00000 of it). */
+    assert_int_equal(one(strataFloat32, strataSum, 0x7f800000, 0xff800000), 0x7fc00000);
+    assert_true(one(strataFloat64, strataSum, 0x7ff0000000000000ull, 0xfff0000000000000ull) ==
+                0x7ff8000000000000ull);
+    assert_int_equal(one(strataFloat16, strataSum, 0x7c00, 0xfc00), 0x7e00);
+    assert_int_equal(one(strataBfloat16, strataSum, 0x7f80, 0xff80), 0x7fc0);
     assert_int_equal(one(strataFloat16, strataSum, 0x7c00, 0x7bff), 0x7c00); /* Inf + max */
     assert_int_equal(one(strataFloat16, strataSum, 0xfc00, 0x3c00), 0xfc00); /* -Inf + 1 */
     assert_int_equal(one(strataBfloat16, strataSum, 0x7f80, 0x3f80), 0x7f80);
-    assert_true(is_half_nan(one(strataFloat16, strataProd, 0x7c00, 0x0000))); /* Inf * 0 */
+    assert_int_equal(one(strataFloat16, strataProd, 0x7c00, 0x0000), 0x7e00); /* Inf * 0 */
+    assert_int_equal(one(strataFloat32, strataProd, 0xff800000, 0x00000000), 0x7fc00000);
     assert_int_equal(one(strataFloat32, strataSum, 0x7f800000, 0x3f800000), 0x7f800000);
 }
 
@@ -1355,6 +1370,7 @@ int main(void)
         cmocka_unit_test(test_int_wrap),
         cmocka_unit_test(test_unsigned_minmax),
         cmocka_unit_test(test_nan_maxmin),
+        cmocka_unit_test(test_canon_conversions),
         cmocka_unit_test(test_inf_sum),
         cmocka_unit_test(test_half_bf16_rounding),
         cmocka_unit_test(test_half_overflow),
