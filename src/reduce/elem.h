@@ -144,7 +144,7 @@ ST_INT_OPS(u64, uint64_t, uint64_t)
  * st_divisor_<n>_t: the divisor is nranks (an int), so the narrow types divide in 32 bits, much
  * cheaper than 64 on many cores and on a GPU. */
 #define ST_DIV_OPS(_n, _T, _W)                                                                     \
-    typedef _W       st_divisor_##_n##_t;                                                          \
+    typedef _W             st_divisor_##_n##_t;                                                    \
     ST_HD static inline _W st_divisor_##_n(uint64_t d)                                             \
     {                                                                                              \
         return (_W)d;                                                                              \
@@ -204,8 +204,8 @@ ST_HD static inline float st_canon_f32(float r)
  * compare, and GCC vectorises the f64 loops of host.c's default clone only this way. */
 ST_HD static inline double st_canon_f64(double r)
 {
-    uint64_t b   = st_f64_bits(r);
-    uint64_t d   = 0x7ff0000000000000ull - (b & 0x7fffffffffffffffull); /* < 0: a NaN */
+    uint64_t b = st_f64_bits(r);
+    uint64_t d = 0x7ff0000000000000ull - (b & 0x7fffffffffffffffull); /* < 0: a NaN */
 
     return st_f64_from_bits((d >> 63) ? 0x7ff8000000000000ull : b);
 }
@@ -242,8 +242,15 @@ ST_HD static inline double st_op_prod_f64(double x, double y)
         return _from_float(_to_float(x) * _to_float(y));                                           \
     }
 
+/* bf16 to fp32 for an operand: the bits moved into place, without st_bf16_to_float's quieting of a
+ * signalling NaN, which the operation does anyway and whose result is canonicalised. */
+ST_HD static inline float st_bf16_operand(uint16_t b)
+{
+    return st_f32_from_bits((uint32_t)b << 16);
+}
+
 ST_SHORT_FLOAT_OPS(f16, st_half_to_float, st_float_to_half_canon)
-ST_SHORT_FLOAT_OPS(bf16, st_bf16_to_float, st_float_to_bf16_canon)
+ST_SHORT_FLOAT_OPS(bf16, st_bf16_operand, st_float_to_bf16_canon)
 
 /* Floating max and min work on bit patterns (_U unsigned, _S signed, both _bits wide): flipping
  * the magnitude bits of negative values turns sign-magnitude into two's complement order, with
@@ -285,7 +292,7 @@ ST_FLOAT_MAXMIN_OPS(f64, uint64_t, int64_t, 64, 0x7ff0000000000000ull, 0x7ff8000
  * by st_scalar_<n>, outside the loops): the element type itself, except fp32 for fp16 and bf16;
  * and the premul sum st_op_psum_<n>(x, s, y) = st_op_sum_<n>(st_op_scale_<n>(x, s), y). */
 #define ST_SCALE_OPS(_n, _T)                                                                       \
-    typedef _T       st_scalar_##_n##_t;                                                           \
+    typedef _T             st_scalar_##_n##_t;                                                     \
     ST_HD static inline _T st_scalar_##_n(_T s)                                                    \
     {                                                                                              \
         return s;                                                                                  \
@@ -310,7 +317,7 @@ ST_SCALE_OPS(u64, uint64_t)
  * NaN product makes a NaN sum, which becomes the canonical NaN whatever the product's bits were,
  * so the result is st_op_sum(st_op_scale(x, s), y) to the bit at half the cost. */
 #define ST_FLOAT_SCALE_OPS(_n, _T)                                                                 \
-    typedef _T       st_scalar_##_n##_t;                                                           \
+    typedef _T             st_scalar_##_n##_t;                                                     \
     ST_HD static inline _T st_scalar_##_n(_T s)                                                    \
     {                                                                                              \
         return s;                                                                                  \
@@ -328,7 +335,7 @@ ST_FLOAT_SCALE_OPS(f32, float)
 ST_FLOAT_SCALE_OPS(f64, double)
 
 #define ST_SHORT_FLOAT_SCALE_OPS(_n, _to_float, _from_float)                                       \
-    typedef float       st_scalar_##_n##_t;                                                        \
+    typedef float             st_scalar_##_n##_t;                                                  \
     ST_HD static inline float st_scalar_##_n(uint16_t s)                                           \
     {                                                                                              \
         return _to_float(s);                                                                       \
@@ -343,6 +350,6 @@ ST_FLOAT_SCALE_OPS(f64, double)
     }
 
 ST_SHORT_FLOAT_SCALE_OPS(f16, st_half_to_float, st_float_to_half_canon)
-ST_SHORT_FLOAT_SCALE_OPS(bf16, st_bf16_to_float, st_float_to_bf16_canon)
+ST_SHORT_FLOAT_SCALE_OPS(bf16, st_bf16_operand, st_float_to_bf16_canon)
 
 #endif

@@ -4,12 +4,12 @@
  *
  * Each kernel is one plain loop over elements, stamped out per datatype by macros from the inline
  * element operations of elem.h (shared with the GPU kernels of reduce_cuda.cu), so that GCC
- * vectorises every one of them at -O3 (check with -fopt-info-vec): no branches in the loop bodies (selections only), no calls that survive
- * inlining, no alignment assumptions. Elements are read and written through memcpy of one
- * element, which is defined at any byte address and for any aliasing, and compiles to a plain
- * (unaligned) load or store. Because dst may be the same pointer as an input, the compiler
- * versions each loop with a run-time overlap check; an exact alias passes it (the distance is 0),
- * so aliased calls stay vectorised.
+ * vectorises every one of them at -O3 (check with -fopt-info-vec): no branches in the loop bodies
+ * (selections only), no calls that survive inlining, no alignment assumptions. Elements are read
+ * and written through memcpy of one element (elem.h's accessors), which is defined at any byte
+ * address and for any aliasing, and compiles to a plain (unaligned) load or store. Because dst may
+ * be the same pointer as an input, the compiler versions each loop with a run-time overlap check;
+ * an exact alias passes it (the distance is 0), so aliased calls stay vectorised.
  *
  * The exactness rules (reduce.h; strata.h states them for users) live in the element operations
  * (elem.h): fp16 and bf16 in fp32 rounded after every operation, wrapping integers, max and min
@@ -121,7 +121,7 @@ typedef void (*st_reduce_div_fn_t)(void *dst, size_t count, uint64_t div);
         size_t             i;                                                                      \
                                                                                                    \
         for (i = 0; i < count; i++) {                                                              \
-            st_st_##_acc(dst, i, st_op_psum_##_n(st_ld_##_acc(local, i), s, st_ld_##_acc(in, i)));  \
+            st_st_##_acc(dst, i, st_op_psum_##_n(st_ld_##_acc(local, i), s, st_ld_##_acc(in, i))); \
         }                                                                                          \
     }
 
