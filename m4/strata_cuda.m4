@@ -25,3 +25,26 @@ AC_DEFUN([ST_CHECK_CUDA], [
         [AC_DEFINE([HAVE_CUDA], [1], [CUDA support]) CUDA_LIBS=-lcudart],
         [CUDA_CPPFLAGS= CUDA_LDFLAGS=])
   AC_SUBST([CUDA_CPPFLAGS]) AC_SUBST([CUDA_LDFLAGS]) AC_SUBST([CUDA_LIBS])])
+
+# ST_CHECK_NVCC (after ST_CHECK_CUDA): nvcc for the GPU reduction kernels (src/reduce/reduce_cuda.cu),
+# compiled into a fatbin that libstrata embeds; without it the library carries an empty fatbin
+# (src/reduce/fatbin_none.c). The default wherever nvcc is found (NVCC, else CUDA's bin/ directory,
+# else PATH); --with-cuda=no disables; an explicit --with-cuda makes an unusable nvcc fatal.
+# NVCCFLAGS adds flags to every nvcc command.
+AC_DEFUN([ST_CHECK_NVCC], [
+  AC_ARG_VAR([NVCC], [the CUDA compiler, for the GPU reduction kernels])
+  AC_ARG_VAR([NVCCFLAGS], [extra flags for nvcc])
+  st_nvcc_happy=no
+  AS_IF([test "x$with_cuda" != xno && test "x$NVCC" != x && test "x$NVCC" != xno], [
+    AC_MSG_CHECKING([whether $NVCC builds a fatbin for sm_80 and sm_90])
+    cat > conftest.cu <<_ST_EOF
+extern "C" __global__ void st_conftest(float *p) { p[[threadIdx.x]] += 1.0f; }
+_ST_EOF
+    AS_IF([$NVCC -fatbin $NVCCFLAGS -gencode arch=compute_80,code=sm_80 \
+             -gencode 'arch=compute_90,code=[[sm_90,compute_90]]' -o conftest.fatbin conftest.cu \
+             >&AS_MESSAGE_LOG_FD 2>&1 && test -s conftest.fatbin],
+          [st_nvcc_happy=yes])
+    rm -f conftest.cu conftest.fatbin
+    AC_MSG_RESULT([$st_nvcc_happy])])
+  AS_IF([test $st_nvcc_happy = no && test "x$with_cuda" != xcheck && test "x$with_cuda" != xno],
+        [AC_MSG_ERROR([--with-cuda given but nvcc ($NVCC) cannot build the GPU kernels])])])

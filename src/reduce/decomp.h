@@ -37,7 +37,7 @@
 /* Packs a thread loads together (more bytes in flight): 4, or 2 for 1-byte types, whose 16
  * elements a pack take registers enough (within the 64 a thread has at 2 blocks per SM). */
 #define ST_KDEC_UNROLL(_esize) ((_esize) == 1 ? 2 : 4)
-#define ST_KDEC_BLOCK 512 /* threads per block (the kernels' __launch_bounds__) */
+#define ST_KDEC_BLOCK 512 /* threads per block (reduce_cuda.cu's __launch_bounds__) */
 /* Most blocks of a grid: 4 blocks of 512 threads fill an SM's 2048 threads, times an H200's 132
  * SMs. Larger jobs loop (grid-stride); a GPU with fewer SMs runs the blocks in more waves. */
 #define ST_KDEC_GRID_MAX (4 * 132)
