@@ -38,12 +38,15 @@
  * elements a pack take registers enough (within the 64 a thread has at 2 blocks per SM). */
 #define ST_KDEC_UNROLL(_esize) ((_esize) == 1 ? 2 : 4)
 #define ST_KDEC_BLOCK 512 /* threads per block (reduce_cuda.cu's __launch_bounds__) */
-/* Most blocks of a grid: 4 blocks of 512 threads fill an SM's 2048 threads, times an H200's 132
- * SMs. Larger jobs loop (grid-stride); a GPU with fewer SMs runs the blocks in more waves. */
-#define ST_KDEC_GRID_MAX (4 * 132)
+/* Most blocks of a grid: the 2 blocks of 512 threads an SM holds at the kernels' 64 registers a
+ * thread, times an H200's 132 SMs, so one wave. Larger jobs loop (grid-stride); a GPU with fewer
+ * SMs runs the blocks in more waves. */
+#define ST_KDEC_GRID_MAX (2 * 132)
 
-/* Unrolling of the loops over the elements of a pack and the packs of a hunk (nvcc only: GCC
- * decides for itself, and warns of a pragma it does not know). */
+/* Unrolling (nvcc only: GCC decides for itself, and warns of a pragma it does not know): the loops
+ * over the elements of a pack and the packs of a hunk fully, so that packs stay in registers; the
+ * loop over the sources not at all, as nvcc's default unrolling by 4 would hold four sources' packs
+ * at once and spill. */
 #if defined(__CUDA_ARCH__)
 #define ST_KDEC_UNROLL_LOOP _Pragma("unroll")
 #define ST_KDEC_SRCS_LOOP _Pragma("unroll 1")

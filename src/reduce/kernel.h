@@ -1,8 +1,8 @@
 /*
  * kernel.h - a reduction job as the device runs it: the one kernel strata launches on a GPU
  * (reduce_cuda.cu) and that the simulated device runs on the CPU (device/dev_sim.c), with the same
- * element code as the host kernels (elem.h) and the same block decomposition (below), so that the
- * CPU tests check the GPU's arithmetic and its split of the work.
+ * element code as the host kernels (elem.h) and the same block decomposition (decomp.h), so that
+ * the CPU tests check the GPU's arithmetic and its split of the work.
  *
  * A job computes, for i < count (elements of redop->dtype):
  *   acc    = pre_first ? prescale(srcs[0][i]) : srcs[0][i]
@@ -13,7 +13,9 @@
  * st_reduce_apply is {local, in}, pre_first; st_reduce_combine is {a, b}; st_intra_reduce is the
  * m sources in local-rank order. dst may alias any source exactly; no other overlap. Pointers may
  * be device memory, the pinned host memory the device maps, or (simulated device) host memory;
- * no alignment is required (16-byte packs are used where every pointer allows them).
+ * no alignment is required (16-byte packs are used where every pointer lies at dst's offset modulo
+ * 16, typed element accesses where every pointer is aligned to the element, byte accesses
+ * otherwise). A NaN the job computes is its type's canonical quiet NaN (reduce.h), as on the host.
  */
 #ifndef ST_REDUCE_KERNEL_H
 #define ST_REDUCE_KERNEL_H
@@ -36,10 +38,13 @@ typedef struct st_reduce_job {
 } st_reduce_job_t;
 
 /* ST_OK when job can run: nsrcs in range, a known dtype and op, non-NULL pointers unless count is
- * 0; ST_ERR_INVALID otherwise (not logged: the caller says where). */
+ * 0, dst overlapping no source other than exactly; ST_ERR_INVALID otherwise (not logged: the caller
+ * says where). */
 st_status_t st_reduce_job_check(const st_reduce_job_t *job);
 
-/* The launch geometry of job on a GPU: *grid blocks of *block threads (grid >= 1). */
+/* The launch geometry of job on a GPU: *grid blocks of *block threads (grid >= 1). The kernels are
+ * compiled for blocks of *block threads at most (__launch_bounds__): launch with these values;
+ * each thread loops over its share, so any grid is correct, this one fills an H200 once. */
 void st_reduce_job_geometry(const st_reduce_job_t *job, unsigned *grid, unsigned *block);
 
 /* Runs job on the calling CPU thread through the kernel's own decomposition: every (block,
