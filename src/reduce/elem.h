@@ -16,9 +16,9 @@
  *    operands' payloads and signs. Hardware disagrees here: x86 keeps an operand's payload (the
  *    first one's, so the order of operands shows) and makes 0xffc00000 of Inf - Inf, a GPU returns
  *    0x7fffffff; canonicalising gives every rank, host or GPU, the same bits.
- * The functions are branch-free selections over integers, so that GCC vectorises the host loops
- * around them (host.c); there is no FMA to contract (each product is rounded before the sum: the
- * includers compile with contraction off, nvcc with -fmad=false).
+ * The functions are branch-free (selections), so that GCC vectorises the host loops around them
+ * (host.c); no product is contracted with a sum into an FMA (the pragma below, nvcc's -fmad=false):
+ * each is rounded first.
  *
  * Names: st_op_<op>_<n> where <n> is the datatype's short name (i8 u8 i32 u32 i64 u64 f16 f32 f64
  * bf16). fp16 and bf16 travel as their 16-bit patterns (uint16_t); max and min of the floating
@@ -190,24 +190,21 @@ ST_HD static inline double st_f64_from_bits(uint64_t u)
 }
 
 /* r, or the canonical quiet NaN when r is a NaN: the last step of every fp32 and fp64 sum, product
- * and premul scale (fp16 and bf16 do it in their narrowing, half.h's _canon). A select
- * by mask over the bits, not a branch or a floating compare: it vectorises and cannot be folded
- * away by a caller's -ffast-math. */
+ * and premul scale (fp16 and bf16 do it in their narrowing, half.h's _canon). A NaN is the one
+ * value unequal to itself: the self-comparison and the select compile to a floating compare and a
+ * blend (or and/andnot/or) in every vectorised loop of host.c, baseline x86-64's included, which
+ * has no 64-bit integer compare; and to a setp and a selp on a GPU. */
+#if defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
+#error "the reduction kernels test for NaN: build without -ffinite-math-only (-ffast-math)"
+#endif
 ST_HD static inline float st_canon_f32(float r)
 {
-    uint32_t b = st_f32_bits(r);
-
-    return st_f32_from_bits((b & 0x7fffffffu) > 0x7f800000u ? 0x7fc00000u : b);
+    return r == r ? r : st_f32_from_bits(0x7fc00000u);
 }
 
-/* The comparison is a subtraction whose sign says it: baseline x86-64 (SSE2) has no 64-bit
- * compare, and GCC vectorises the f64 loops of host.c's default clone only this way. */
 ST_HD static inline double st_canon_f64(double r)
 {
-    uint64_t b = st_f64_bits(r);
-    uint64_t d = 0x7ff0000000000000ull - (b & 0x7fffffffffffffffull); /* < 0: a NaN */
-
-    return st_f64_from_bits((d >> 63) ? 0x7ff8000000000000ull : b);
+    return r == r ? r : st_f64_from_bits(0x7ff8000000000000ull);
 }
 
 ST_HD static inline float st_op_sum_f32(float x, float y)
