@@ -680,7 +680,7 @@ static void test_kernel_names(void **state)
             assert_string_equal(name, want);
             names[d * 4 + k] = name;
             /* In a build with nvcc the fatbin holds each kernel's machine code: its name ends a
-             * string of a cubin's symbol table (the fatbin is not compressed). */
+             * string of a cubin's symbol table (nvcc compresses a fatbin's PTX, not its cubins). */
             if (st_reduce_fatbin_size > 0) {
                 assert_non_null(
                     memmem(st_reduce_fatbin, st_reduce_fatbin_size, name, strlen(name) + 1));
