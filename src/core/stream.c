@@ -16,8 +16,10 @@
  * its gate too: no user stream is left blocked. A gate word only grows (one value per item, in
  * queue order), and the words live in one pinned page for the life of the process, because a user
  * stream may reach its wait after the communicator is gone.
- * The collective runs on pinned host copies of the device buffers (one copy in, the host
- * algorithm, one copy out, on the queue's own device stream); see st_devq_stage.
+ * A call the hierarchical algorithm takes runs on the GPU over the node's device windows
+ * (coll/hier.c, coll/intra.h); any other (the flat ring, chain, small, send/recv, groups of
+ * several calls) runs on pinned host copies of its buffers: one copy in, the host algorithm, one
+ * copy out, on the queue's own device stream (st_devq_stage).
  */
 #include "config.h"
 
@@ -659,7 +661,12 @@ static st_status_t st_devq_run(st_devq_t *dq, st_stream_item_t *item)
     }
     if (status == ST_OK || status == ST_INPROGRESS) {
         status = st_stream_runnable(item);
-        if (status == ST_OK) {
+        if (status == ST_OK && item->nargs == 1 && st_coll_device_native(&item->args[0])) {
+            status = dq->dev->set_current(comm->dev_id);
+            if (status == ST_OK) {
+                status = st_coll_run(item->args, 1); /* hier over the device windows */
+            }
+        } else if (status == ST_OK) {
             status = st_devq_stage(dq, item->args, item->nargs);
         }
     } else {
