@@ -222,8 +222,8 @@ const st_win_ops_t *st_win_find(const st_win_ops_t *const *table, st_mem_type_t 
 /* Builtin net transports in priority order, NULL-terminated (transport.c). */
 extern const st_net_ops_t *const st_net_transports[];
 
-/* The parameter tables of the builtin transports (those that have one), NULL-terminated: what the
- * library hands to st_param_init. */
+/* The parameter tables of the device layer (src/device/dev.h) and of the builtin transports (those
+ * that have one), NULL-terminated: what the library hands to st_param_init. */
 const st_config_table_t *const *st_transport_config_tables(void);
 
 /* The transport named name in table (NULL-terminated), or NULL. */
