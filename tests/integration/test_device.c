@@ -237,6 +237,7 @@ static int rank_battery(it_ctx_t *c)
     const st_dev_ops_t *dev = dev_ops();
     st_dev_stream_t    *s   = NULL;
     static const size_t counts[] = {1, 4097, 70001};
+    int                 ncases = 0;
 
     if (dev == NULL || !IT_EXPECT(dev->stream_create(&s) == ST_OK, "stream_create failed")) {
         return 1;
@@ -256,6 +257,7 @@ static int rank_battery(it_ctx_t *c)
                             !(t == 7 || (t == 9 && o == 4) || (t == 0 && o == 2))) {
                             continue;
                         }
+                        ncases++;
                         if (!one_case(c, dev, s, (coll_t)coll, all_types[t], all_ops[o],
                                       counts[ci], ip)) {
                             goto out;
@@ -278,6 +280,9 @@ static int rank_battery(it_ctx_t *c)
         }
     }
 out:
+    if (getenv("IT_VERBOSE") != NULL && c->rank == 0) {
+        fprintf(stderr, "rank 0: %d cases on device and host buffers\n", ncases);
+    }
     dev->stream_destroy(s);
     return 0;
 }
