@@ -99,7 +99,12 @@ typedef struct st_sim_range {
     st_sim_mem_kind_t kind;
 } st_sim_range_t;
 
-typedef enum { ST_SIM_CMD_COPY, ST_SIM_CMD_ZERO, ST_SIM_CMD_REDUCE, ST_SIM_CMD_WAIT } st_sim_cmd_kind_t;
+typedef enum {
+    ST_SIM_CMD_COPY,
+    ST_SIM_CMD_ZERO,
+    ST_SIM_CMD_REDUCE,
+    ST_SIM_CMD_WAIT /* a gate: *word >= value */
+} st_sim_cmd_kind_t;
 
 typedef struct st_sim_cmd {
     struct st_sim_cmd *next;
