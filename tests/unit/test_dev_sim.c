@@ -551,6 +551,9 @@ static void test_mem_free_foreign(void **state)
     int   fd;
 
     assert_int_equal(dev->mem_alloc(0, (void **)&d), ST_ERR_INVALID);
+    assert_int_equal(dev->mem_alloc(SIZE_MAX - 5, (void **)&d), ST_ERR_NO_MEMORY);
+    assert_int_equal(dev->mem_alloc_shared(SIZE_MAX / 2, (void **)&d, NULL), ST_ERR_NO_MEMORY);
+    assert_int_equal(dev->host_alloc(SIZE_MAX - 5, (void **)&d), ST_ERR_NO_MEMORY);
     assert_int_equal(dev->mem_alloc(1000, (void **)&d), ST_OK);
     assert_int_equal(dev->mem_alloc_shared(1000, (void **)&sh, NULL), ST_OK);
     assert_int_equal(dev->host_alloc(1000, (void **)&h), ST_OK);
