@@ -2,9 +2,9 @@
  * test_dev_sim.c - the simulated device (src/device/dev_sim.c) through the device operations
  * table, and the choice of a backend (src/device/dev.c).
  *
- * main sets STRATA_DEVICE=sim and STRATA_SIM_DELAY_US=200 before the first st_dev(), so every
- * test runs with the fault injection on: each stream command first sleeps 0..200 us, and the
- * results must still be exact. The choice of a backend for other values is checked in children
+ * main sets STRATA_DEVICE=sim, STRATA_SIM_DEVICES=2 and STRATA_SIM_DELAY_US=200 before the first
+ * st_dev(), so every test runs with the fault injection on: each stream command first sleeps
+ * 0..200 us, and the results must still be exact. The choice of a backend for other values is checked in children
  * that exec this binary again (st_dev() decides once per process) with their stderr captured, to
  * count what was logged. Forked children report through their exit status, never through cmocka.
  */
@@ -693,6 +693,7 @@ int main(int argc, char **argv)
     }
     setenv("STRATA_DEVICE", "sim", 1);
     setenv("STRATA_SIM_DELAY_US", "200", 1);
+    setenv("STRATA_SIM_DEVICES", "2", 1);
     setenv("STRATA_DEBUG", "NONE", 0); /* the refusals tested are logged at WARN */
     dev = st_dev();
     if (dev == NULL) {
