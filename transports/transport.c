@@ -21,9 +21,13 @@ const st_net_ops_t *const st_net_transports[] = {
 };
 
 extern const st_win_ops_t st_shm_win;
+extern const st_win_ops_t st_cuda_ipc_win;
 
+/* cuda_ipc is plain C over the device table (device/dev.h), so it is always built; where st_dev()
+ * finds no device its create and mem_alloc refuse with ST_ERR_NO_DEVICE (logged). */
 const st_win_ops_t *const st_win_transports[] = {
     &st_shm_win,
+    &st_cuda_ipc_win,
     NULL
 };
 

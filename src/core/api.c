@@ -620,6 +620,12 @@ STRATA_API strataResult_t strataCommGetAsyncError(strataComm_t comm, strataResul
         *asyncError = strataInProgress;
     } else {
         *asyncError = (strataResult_t)comm->async_error;
+        if (*asyncError != strataSuccess && comm->async_msg[0] != '\0') {
+            /* a call on device buffers failed in the device queue's thread: its words become
+             * this thread's last error (strataGetLastError) */
+            st_log_clear_error();
+            st_log_append_error("%s", comm->async_msg);
+        }
     }
     return strataSuccess;
 }
@@ -1069,8 +1075,9 @@ static strataResult_t st_api_p2p(st_coll_args_t *args, const char *fn, int peer,
     if (peer == args->comm->rank && (stream == NULL || args->mem == ST_MEM_CUDA) &&
         st_group_depth() == 0) {
         /* blocking until matched: the matching call of this thread can never come */
-        st_error(ST_SUB_P2P, "%s (rank %d): to itself outside a group with no stream would wait "
-                 "forever; put the send and the receive in one strataGroupStart/End", fn, peer);
+        st_error(ST_SUB_P2P, "%s (rank %d): to itself outside a group with no stream (or on "
+                 "device buffers) would wait forever; put the send and the receive in one "
+                 "strataGroupStart/End", fn, peer);
         return strataInvalidUsage;
     }
     return st_api_launch(args, stream);

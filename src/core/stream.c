@@ -678,7 +678,14 @@ static st_status_t st_devq_run(st_devq_t *dq, st_stream_item_t *item)
     }
     if (status != ST_OK) {
         for (int i = 0; i < item->nargs; i++) {
-            st_comm_set_error(item->args[i].comm, status);
+            st_comm_t *c = item->args[i].comm;
+
+            pthread_mutex_lock(&st_devq_lock);
+            if (c->async_msg[0] == '\0') {
+                snprintf(c->async_msg, sizeof(c->async_msg), "%s", st_log_last_error());
+            }
+            pthread_mutex_unlock(&st_devq_lock);
+            st_comm_set_error(c, status);
         }
     }
     dq->dev->write_value(&st_devq_gates[dq->slot], item->gate_val);

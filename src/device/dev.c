@@ -78,7 +78,8 @@ static void st_dev_choose(void)
 
     st_log_init();
     if (st_config_table_parse(&table) != ST_OK) {
-        return; /* logged with the variable and its value */
+        st_config_table_release(&table); /* logged with the variable and its value */
+        return;
     }
     name = cfg.device;
     if (strcasecmp(name, "none") == 0) {

@@ -99,7 +99,12 @@ typedef struct st_sim_range {
     st_sim_mem_kind_t kind;
 } st_sim_range_t;
 
-typedef enum { ST_SIM_CMD_COPY, ST_SIM_CMD_ZERO, ST_SIM_CMD_REDUCE, ST_SIM_CMD_WAIT } st_sim_cmd_kind_t;
+typedef enum {
+    ST_SIM_CMD_COPY,
+    ST_SIM_CMD_ZERO,
+    ST_SIM_CMD_REDUCE,
+    ST_SIM_CMD_WAIT /* a gate: *word >= value */
+} st_sim_cmd_kind_t;
 
 typedef struct st_sim_cmd {
     struct st_sim_cmd *next;
@@ -355,6 +360,11 @@ static st_status_t st_sim_alloc(size_t bytes, size_t unit, st_sim_mem_kind_t kin
         st_error(ST_SUB_INIT, "simulated device memory of %zu bytes asked: not allocated", bytes);
         return ST_ERR_INVALID;
     }
+    if (bytes > (size_t)INT64_MAX - unit) {
+        st_error(ST_SUB_INIT, "simulated device memory of %zu bytes asked: more than a file holds",
+                 bytes);
+        return ST_ERR_NO_MEMORY;
+    }
     st_sim_init();
     bytes = st_sim_round(bytes, unit);
     ST_CHECK(st_sim_memfd_map(bytes, &fd, &ptr));
@@ -510,6 +520,10 @@ static st_status_t st_sim_host_alloc(size_t bytes, void **ptr_p)
     if (bytes == 0 || ptr_p == NULL) {
         st_error(ST_SUB_INIT, "pinned host memory of %zu bytes asked: not allocated", bytes);
         return ST_ERR_INVALID;
+    }
+    if (bytes > SIZE_MAX / 2) {
+        st_error(ST_SUB_INIT, "host_alloc of %zu bytes: more than the address space", bytes);
+        return ST_ERR_NO_MEMORY;
     }
     st_sim_init();
     bytes = st_sim_round(bytes, st_sim_page());

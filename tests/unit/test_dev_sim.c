@@ -2,9 +2,9 @@
  * test_dev_sim.c - the simulated device (src/device/dev_sim.c) through the device operations
  * table, and the choice of a backend (src/device/dev.c).
  *
- * main sets STRATA_DEVICE=sim and STRATA_SIM_DELAY_US=200 before the first st_dev(), so every
- * test runs with the fault injection on: each stream command first sleeps 0..200 us, and the
- * results must still be exact. The choice of a backend for other values is checked in children
+ * main sets STRATA_DEVICE=sim, STRATA_SIM_DEVICES=2 and STRATA_SIM_DELAY_US=200 before the first
+ * st_dev(), so every test runs with the fault injection on: each stream command first sleeps
+ * 0..200 us, and the results must still be exact. The choice of a backend for other values is checked in children
  * that exec this binary again (st_dev() decides once per process) with their stderr captured, to
  * count what was logged. Forked children report through their exit status, never through cmocka.
  */
@@ -551,6 +551,9 @@ static void test_mem_free_foreign(void **state)
     int   fd;
 
     assert_int_equal(dev->mem_alloc(0, (void **)&d), ST_ERR_INVALID);
+    assert_int_equal(dev->mem_alloc(SIZE_MAX - 5, (void **)&d), ST_ERR_NO_MEMORY);
+    assert_int_equal(dev->mem_alloc_shared(SIZE_MAX / 2, (void **)&d, NULL), ST_ERR_NO_MEMORY);
+    assert_int_equal(dev->host_alloc(SIZE_MAX - 5, (void **)&d), ST_ERR_NO_MEMORY);
     assert_int_equal(dev->mem_alloc(1000, (void **)&d), ST_OK);
     assert_int_equal(dev->mem_alloc_shared(1000, (void **)&sh, NULL), ST_OK);
     assert_int_equal(dev->host_alloc(1000, (void **)&h), ST_OK);
@@ -690,6 +693,7 @@ int main(int argc, char **argv)
     }
     setenv("STRATA_DEVICE", "sim", 1);
     setenv("STRATA_SIM_DELAY_US", "200", 1);
+    setenv("STRATA_SIM_DEVICES", "2", 1);
     setenv("STRATA_DEBUG", "NONE", 0); /* the refusals tested are logged at WARN */
     dev = st_dev();
     if (dev == NULL) {
