@@ -230,17 +230,6 @@ static void cb_copy_in(const cb_bench_t *b, const cb_test_t *t)
     cb_device_complete(b, t);
 }
 
-/* Device buffers: the receive buffer copied out into its mirror, for cb_check. */
-static void cb_copy_out(const cb_bench_t *b, const cb_test_t *t)
-{
-    if (cb_device_copy(b->device, b->recvbuf, b->callrecv, cb_span(t)) != 0) {
-        fprintf(stderr, "collbench: rank %d: copy of the results from the device failed: %s\n",
-                b->rank, strataGetLastError(NULL));
-        exit(2);
-    }
-    cb_device_complete(b, t);
-}
-
 /* Waits for what was queued on the stream (nothing to do with -z 1 on host buffers). */
 static void cb_complete(const cb_bench_t *b, const cb_test_t *t)
 {
@@ -307,9 +296,6 @@ static void cb_prepare(const cb_bench_t *b, const cb_test_t *t, const cb_data_t 
         cb_data_fill(data, b->rank, in, 0, t->sendcount);
         break;
     }
-    if (b->device != NULL) {
-        cb_copy_in(b, t);
-    }
 }
 
 /* Wrong elements of this rank's output of the call cb_prepare set up. */
@@ -319,9 +305,6 @@ static size_t cb_check(const cb_bench_t *b, const cb_test_t *t, const cb_data_t 
     size_t ts = t->tsize, r = (size_t)b->rank, wrong = 0, blk;
     int    n  = b->nranks;
 
-    if (b->device != NULL) {
-        cb_copy_out(b, t);
-    }
     switch (t->coll) {
     case ST_COLL_ALLREDUCE:
         return cb_data_check_reduce(data, b->recvbuf, 0, t->count);
@@ -348,26 +331,52 @@ static size_t cb_check(const cb_bench_t *b, const cb_test_t *t, const cb_data_t 
     }
 }
 
+/* One call of the test; a failure ends the rank, naming the call as strata.h does. */
+static void cb_call(const cb_bench_t *b, const cb_test_t *t, int in_place)
+{
+    strataResult_t res = cb_issue(b, t, in_place);
+    char           call[64];
+
+    if (res != strataSuccess) {
+        if (st_coll_info(t->coll)->p2p) {
+            snprintf(call, sizeof(call), "strata%s/strata%s group", st_coll_name(ST_COLL_SEND),
+                     st_coll_name(ST_COLL_RECV));
+        } else {
+            snprintf(call, sizeof(call), "strata%s", st_coll_name(t->coll));
+        }
+        cb_fatal(b, t, call, res);
+    }
+}
+
 static void cb_run_iters(const cb_bench_t *b, const cb_test_t *t, int in_place, int iters)
 {
-    strataResult_t res;
-    char           call[64];
-    int            i;
+    int i;
 
     for (i = 0; i < iters; i++) {
-        res = cb_issue(b, t, in_place);
-        if (res != strataSuccess) { /* the call that failed, as strata.h names it */
-            if (st_coll_info(t->coll)->p2p) {
-                snprintf(call, sizeof(call), "strata%s/strata%s group", st_coll_name(ST_COLL_SEND),
-                         st_coll_name(ST_COLL_RECV));
-            } else {
-                snprintf(call, sizeof(call), "strata%s", st_coll_name(t->coll));
-            }
-            cb_fatal(b, t, call, res);
-        }
+        cb_call(b, t, in_place);
         if (b->device != NULL && b->opts->blocking) {
             cb_complete(b, t); /* -z 1: each call waited for, as nccl-tests' blocking mode */
         }
+    }
+    cb_complete(b, t);
+}
+
+/* The checked call. On device buffers it is ordered by the stream alone (device.c): the producer
+ * that writes its inputs, the call and the consumer that reads its result are queued back to
+ * back, and one synchronize ends them; so #wrong also tells whether strata kept the stream's
+ * order. */
+static void cb_checked_call(const cb_bench_t *b, const cb_test_t *t, int in_place)
+{
+    if (b->device != NULL && cb_device_produce(b->device, cb_span(t)) != 0) {
+        fprintf(stderr, "collbench: rank %d: queueing the producer of the inputs failed: %s\n",
+                b->rank, strataGetLastError(NULL));
+        exit(2);
+    }
+    cb_call(b, t, in_place);
+    if (b->device != NULL && cb_device_consume(b->device, cb_span(t)) != 0) {
+        fprintf(stderr, "collbench: rank %d: queueing the consumer of the result failed: %s\n",
+                b->rank, strataGetLastError(NULL));
+        exit(2);
     }
     cb_complete(b, t);
 }
@@ -466,6 +475,9 @@ static void cb_bench_one(cb_bench_t *b, cb_test_t *t, int in_place, cb_phases_t 
     /* defined inputs for the timed calls too, so no NaN or subnormal skews them */
     cb_data_init(&data, t->dtype, t->op, b->nranks, b->rep);
     cb_prepare(b, t, &data, in_place);
+    if (b->device != NULL) {
+        cb_copy_in(b, t);
+    }
     cb_barrier(b);
     t0 = cb_now();
     cb_run_iters(b, t, in_place, b->opts->iters);
@@ -487,7 +499,7 @@ static void cb_bench_one(cb_bench_t *b, cb_test_t *t, int in_place, cb_phases_t 
     if (b->opts->check) {
         cb_data_init(&data, t->dtype, t->op, b->nranks, ++b->rep * 0x2545f4914f6cdd1dULL);
         cb_prepare(b, t, &data, in_place);
-        cb_run_iters(b, t, in_place, 1);
+        cb_checked_call(b, t, in_place);
         wrong = cb_check(b, t, &data, in_place);
         cb_allreduce_scalar(b, &wrong, strataUint64, strataSum);
         b->wrong_total += wrong;
@@ -815,6 +827,11 @@ static void cb_print_header(const cb_bench_t *b)
             printf("# Buffers: device memory from %s; inputs filled on the host and copied "
                    "in, results copied out to check\n", opts->mem_alloc ? "strataMemAlloc "
                    "(shareable: the zero-copy intra-node path)" : "the device layer's mem_alloc");
+            if (opts->check) {
+                printf("# Stream order: each checked call is queued as %s (a copy of the "
+                       "inputs, one of the result) with a single stream_sync\n",
+                       cb_device_order(b->device));
+            }
             if (opts->blocking) {
                 printf("# Blocking Enabled: NULL stream (the legacy default stream), each call "
                        "followed by stream_sync\n");

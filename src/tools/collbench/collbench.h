@@ -169,14 +169,21 @@ int         cb_device_open(const cb_opts_t *opts, int rank, cb_device_t **d_p);
 int         cb_device_ordinal(const cb_device_t *d);
 /* The stream the calls take: collbench's device stream, or NULL (legacy default) with -z 1. */
 strataStream_t cb_device_stream(const cb_device_t *d);
-/* Two device buffers of bytes (mem_alloc, or strataMemAlloc with --mem-alloc) and two pinned host
- * mirrors. 0, or -1 after one line on stderr. */
+/* Two device buffers of bytes (mem_alloc, or strataMemAlloc with --mem-alloc), two pinned host
+ * mirrors and two staging buffers for the checked call. 0, or -1 after one line on stderr. */
 int         cb_device_alloc(cb_device_t *d, const cb_opts_t *opts, int rank, size_t bytes,
                             char **send_p, char **recv_p, char **hsend_p, char **hrecv_p);
 /* Queues a copy of bytes on the rank's stream (any direction). 0, or -1. */
 int         cb_device_copy(const cb_device_t *d, void *dst, const void *src, size_t bytes);
 /* Waits for everything queued on the rank's stream. 0, or -1 (a device error, logged). */
 int         cb_device_sync(const cb_device_t *d);
+/* The checked call, ordered by the stream alone: produce queues the host mirrors' first bytes into
+ * staging and from there, by a producer kernel, into the device buffers; consume queues a consumer
+ * kernel from the receive buffer into staging and a copy to its mirror. 0, or -1. */
+int         cb_device_produce(const cb_device_t *d, size_t bytes);
+int         cb_device_consume(const cb_device_t *d, size_t bytes);
+/* What produce and consume run: "producer kernel -> call -> consumer kernel", or copies. */
+const char *cb_device_order(const cb_device_t *d);
 /* Frees buffers, mirrors and stream (after the communicator is destroyed). NULL: nothing. */
 void        cb_device_close(cb_device_t *d);
 

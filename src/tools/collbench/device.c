@@ -15,6 +15,15 @@
  * default stream (NULL) with -z 1; a timed region ends with stream_sync, which returns when the
  * gate strata put on the stream has opened, i.e. when the last call is over.
  *
+ * The checked call of every row is ordered by the stream alone, as a user's program orders its
+ * kernels around a collective: the inputs are copied into two staging buffers, a producer kernel
+ * (a reduction job of one source, which is a copy, reduce/kernel.h) writes them into the call's
+ * buffers, the collective runs, a consumer kernel copies the receive buffer into staging and a
+ * copy brings it to the host, all queued back to back with a single stream_sync at the end. A
+ * collective that started before its stream reached it, or a gate that opened early, shows as
+ * #wrong (the buffers still hold the previous call's data). A CUDA build without the GPU kernels
+ * uses copies for producer and consumer instead, and says so.
+ *
  * The -np parent never touches the device layer (a CUDA context does not survive fork): it asks a
  * short-lived child whether the layer exists, so that a missing driver is one line, not one
  * failure per rank.
@@ -38,6 +47,8 @@ struct cb_device {
     int                 shared;  /* buffers from strataMemAlloc */
     void               *dbuf[2]; /* device send, recv */
     void               *hbuf[2]; /* pinned host mirrors */
+    void               *stage[2]; /* device staging of the checked call's producer and consumer */
+    int                 kernels;  /* 1: producer and consumer are reduction kernels */
 };
 
 static const char *const cb_device_names[] = {"host", "sim", "cuda"};
@@ -58,6 +69,11 @@ int cb_device_parse(const char *arg)
 const char *cb_device_name(int kind)
 {
     return (kind >= 0 && kind <= CB_DEVICE_CUDA) ? cb_device_names[kind] : "?";
+}
+
+const char *cb_device_order(const cb_device_t *d)
+{
+    return d->kernels ? "producer kernel -> call -> consumer kernel" : "copy -> call -> copy";
 }
 
 const char *cb_device_caption(int kind)
@@ -222,6 +238,16 @@ int cb_device_alloc(cb_device_t *d, const cb_opts_t *opts, int rank, size_t byte
             return -1;
         }
     }
+    for (int i = 0; i < 2; i++) {
+        if (d->dev->mem_alloc(bytes, &d->stage[i]) != ST_OK) {
+            d->stage[i] = NULL;
+            fprintf(stderr, "%s: rank %d: 2 staging buffers of %zu bytes on the device failed "
+                    "(lower -e): %s\n", opts->prog, rank, bytes, strataGetLastError(NULL));
+            return -1;
+        }
+    }
+    /* the simulated device runs jobs on the CPU; a CUDA build may lack the kernels */
+    d->kernels = d->kind == CB_DEVICE_SIM || st_reduce_fatbin_size > 0;
     *send_p  = d->dbuf[0];
     *recv_p  = d->dbuf[1];
     *hsend_p = d->hbuf[0];
@@ -242,6 +268,46 @@ int cb_device_copy(const cb_device_t *d, void *dst, const void *src, size_t byte
     return d->dev->copy(dst, src, bytes, d->stream) == ST_OK ? 0 : -1;
 }
 
+/* Queues a copy of bytes from src to dst through the device: a reduction job of one source (a
+ * copy, run as a kernel) where the build has kernels, else a copy. */
+static int cb_device_kernel_copy(const cb_device_t *d, void *dst, const void *src, size_t bytes)
+{
+    st_reduce_job_t job;
+
+    if (!d->kernels) {
+        return cb_device_copy(d, dst, src, bytes);
+    }
+    memset(&job, 0, sizeof(job));
+    if (bytes == 0 || st_redop_init(&job.redop, strataSum, strataUint8, 1) != ST_OK) {
+        return (bytes == 0) ? 0 : -1;
+    }
+    job.dst     = dst;
+    job.srcs[0] = src;
+    job.nsrcs   = 1;
+    job.count   = bytes;
+    return d->dev->reduce(&job, d->stream) == ST_OK ? 0 : -1;
+}
+
+int cb_device_produce(const cb_device_t *d, size_t bytes)
+{
+    for (int i = 0; i < 2; i++) {
+        if (cb_device_copy(d, d->stage[i], d->hbuf[i], bytes) != 0 ||
+            cb_device_kernel_copy(d, d->dbuf[i], d->stage[i], bytes) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int cb_device_consume(const cb_device_t *d, size_t bytes)
+{
+    if (cb_device_kernel_copy(d, d->stage[1], d->dbuf[1], bytes) != 0 ||
+        cb_device_copy(d, d->hbuf[1], d->stage[1], bytes) != 0) {
+        return -1;
+    }
+    return 0;
+}
+
 void cb_device_close(cb_device_t *d)
 {
     if (d == NULL) {
@@ -257,6 +323,9 @@ void cb_device_close(cb_device_t *d)
         }
         if (d->hbuf[i] != NULL) {
             d->dev->host_free(d->hbuf[i]);
+        }
+        if (d->stage[i] != NULL) {
+            d->dev->mem_free(d->stage[i]);
         }
     }
     if (d->stream != NULL) {
