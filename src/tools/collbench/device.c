@@ -41,12 +41,12 @@
 
 struct cb_device {
     const st_dev_ops_t *dev;
-    int                 kind;    /* cb_device_kind_t */
-    int                 ordinal; /* the rank's device */
-    st_dev_stream_t    *stream;  /* collbench's stream; NULL: the legacy default stream */
-    int                 shared;  /* buffers from strataMemAlloc */
-    void               *dbuf[2]; /* device send, recv */
-    void               *hbuf[2]; /* pinned host mirrors */
+    int                 kind;     /* cb_device_kind_t */
+    int                 ordinal;  /* the rank's device */
+    st_dev_stream_t    *stream;   /* collbench's stream; NULL: the legacy default stream */
+    int                 shared;   /* buffers from strataMemAlloc */
+    void               *dbuf[2];  /* device send, recv */
+    void               *hbuf[2];  /* pinned host mirrors */
     void               *stage[2]; /* device staging of the checked call's producer and consumer */
     int                 kernels;  /* 1: producer and consumer are reduction kernels */
 };
@@ -241,17 +241,19 @@ int cb_device_alloc(cb_device_t *d, const cb_opts_t *opts, int rank, size_t byte
     for (int i = 0; i < 2; i++) {
         if (d->dev->mem_alloc(bytes, &d->stage[i]) != ST_OK) {
             d->stage[i] = NULL;
-            fprintf(stderr, "%s: rank %d: 2 staging buffers of %zu bytes on the device failed "
-                    "(lower -e): %s\n", opts->prog, rank, bytes, strataGetLastError(NULL));
+            fprintf(stderr,
+                    "%s: rank %d: 2 staging buffers of %zu bytes on the device failed "
+                    "(lower -e): %s\n",
+                    opts->prog, rank, bytes, strataGetLastError(NULL));
             return -1;
         }
     }
     /* the simulated device runs jobs on the CPU; a CUDA build may lack the kernels */
     d->kernels = d->kind == CB_DEVICE_SIM || st_reduce_fatbin_size > 0;
-    *send_p  = d->dbuf[0];
-    *recv_p  = d->dbuf[1];
-    *hsend_p = d->hbuf[0];
-    *hrecv_p = d->hbuf[1];
+    *send_p    = d->dbuf[0];
+    *recv_p    = d->dbuf[1];
+    *hsend_p   = d->hbuf[0];
+    *hrecv_p   = d->hbuf[1];
     return 0;
 }
 
