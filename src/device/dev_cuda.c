@@ -116,7 +116,9 @@ typedef struct st_cuda_func {
     struct st_cuda_func *next;
 } st_cuda_func_t;
 
-/* The reduction kernels' module of one context. */
+/* The reduction kernels' module of one context. Kept for the life of the process, as the
+ * primary contexts are; a context destroyed by its owner (cuCtxDestroy, cudaDeviceReset) leaves
+ * a stale entry, and a launch there fails and is logged. */
 typedef struct st_cuda_module {
     CUcontext              ctx;
     CUmodule               module;
@@ -1057,6 +1059,10 @@ static st_status_t st_cuda_function(const char *name, CUfunction *func_p)
     }
     if (f == NULL) {
         f = calloc(1, sizeof(*f));
+        if (f != NULL && (f->name = strdup(name)) == NULL) {
+            free(f);
+            f = NULL;
+        }
         if (f == NULL) {
             st_error(ST_CUDA_SUB, "cuda reduce: out of host memory");
             status = ST_ERR_NO_MEMORY;
@@ -1064,12 +1070,12 @@ static st_status_t st_cuda_function(const char *name, CUfunction *func_p)
         }
         res = ST_CU(cuModuleGetFunction)(&f->func, mod->module, name);
         if (res != CUDA_SUCCESS) {
+            free((char *)f->name);
             free(f);
             st_cuda_fail(res, "cuModuleGetFunction(%s)", name);
             status = ST_ERR_IO;
             goto out;
         }
-        f->name    = name; /* st_reduce_kernel_name's static strings */
         f->next    = mod->funcs;
         mod->funcs = f;
     }
