@@ -19,8 +19,8 @@ int st_dev_cuda_probe(void);
 const char *st_dev_cuda_why(int *no_driver_p);
 
 /* The driver's entry point for symbol at the ABI of CUDA version (cuGetProcAddress: "cuMemAlloc",
- * 3020), or NULL (no driver, or not found). For tests and tools; the library itself calls only
- * what st_dev_cuda_ops resolves. */
+ * 3020), or NULL (no driver, or not found); the first call runs the probe. For tests and tools;
+ * the library itself calls only what st_dev_cuda_ops resolves. */
 void *st_dev_cuda_proc(const char *symbol, int version);
 
 #endif
