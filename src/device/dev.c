@@ -16,11 +16,8 @@
 
 #include "base/log.h"
 #include "base/param.h"
+#include "device/dev_cuda.h"
 #include "device/dev_sim.h"
-
-/* dev_cuda.c: 1 when the CUDA driver loads and has a usable device (may take a while: it loads
- * the driver; called once, from here). */
-int st_dev_cuda_probe(void);
 
 typedef struct st_dev_config {
     char    *device;       /* auto, cuda, sim, none */
