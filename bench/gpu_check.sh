@@ -344,7 +344,7 @@ if step_on 5; then
         if [ "$dry" = 1 ]; then
             ranks="2 4 8" sz=(-b 8 -e 64K -f 32 -n 2 -w 1) szall=(-b 64 -e 4K -f 64 -n 1 -w 0) lim=40
         else
-            ranks="2 4 8" sz=(-b 8 -e 16M -f 8 -n 5 -w 2) szall=(-b 64 -e 1M -f 128 -n 1 -w 0) lim=120
+            ranks="2 4 8" sz=(-b 8 -e 16M -f 8 -n 5 -w 2) szall=(-b 64 -e 1M -f 128 -n 1 -w 0) lim=90
         fi
         cb_check() { # name file rc command...
             local name=$1 f=$2 rc=$3 w n order cmd
