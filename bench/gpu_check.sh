@@ -29,7 +29,8 @@
 # that exist; collbench on the simulated device with tiny sizes where step 5 and 6 use cuda,
 # labelled "sim (dry run)"), the GPU steps are SKIPs with their reason; under a minute.
 # Paths are relative to this script, so a copy of the built tree carried to another machine runs
-# as it is (with .gpu_libs/ when that machine lacks the libraries).
+# as it is (with .gpu_libs/ when that machine lacks the libraries); COLLBENCH=PATH takes the
+# binaries from that collbench's build folder instead (make check sets it).
 # Exit: 0 when no step FAILed, 1 otherwise, 2 for bad arguments.
 set -u -o pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -52,12 +53,16 @@ done
 case $budget in ''|*[!0-9]*) echo "gpu_check: --budget '$budget' is not a number of seconds" >&2; exit 2 ;; esac
 case ,$steps, in *[!0-9,]*) echo "gpu_check: --steps '$steps' is not a list of 0..6" >&2; exit 2 ;; esac
 
-collbench=$top/collbench
-dev_probe=$top/tests/gpu/dev_probe
-nccl_port=$top/examples/nccl_port
+# The built tree: this script's, or the build folder of $COLLBENCH when set (make check sets it:
+# in a VPATH build the binaries are not next to the sources).
+build=$top
+[ -n "${COLLBENCH:-}" ] && build=$(cd "$(dirname "$COLLBENCH")" && pwd)
+collbench=${COLLBENCH:-$top/collbench}
+dev_probe=$build/tests/gpu/dev_probe
+nccl_port=$build/examples/nccl_port
 libs=$top/.gpu_libs
 # the carried libraries first, then libstrata.so of the tree (examples link it)
-export LD_LIBRARY_PATH="$libs:$top/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$libs:$build/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # A libtool wrapper script holds absolute paths of the machine that built it: run the binary
 # from .libs/ instead, with libstrata.so found through LD_LIBRARY_PATH.
@@ -73,7 +78,7 @@ real_bin() {
 if [ "$bundle" = 1 ]; then
     mkdir -p "$libs" || exit 1
     n=0
-    for b in "$collbench" "$dev_probe" "$(real_bin "$nccl_port")" "$top/.libs/libstrata.so"; do
+    for b in "$collbench" "$dev_probe" "$(real_bin "$nccl_port")" "$build/.libs/libstrata.so"; do
         [ -e "$b" ] || continue
         while read -r lib; do
             case $(basename "$lib") in
@@ -83,7 +88,7 @@ if [ "$bundle" = 1 ]; then
             cp -L -n "$lib" "$libs/" && n=$((n + 1))
         done < <(ldd "$b" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}')
     done
-    cp -L -n "$top"/.libs/libstrata.so* "$libs/" 2>/dev/null
+    cp -L -n "$build"/.libs/libstrata.so* "$libs/" 2>/dev/null
     echo "gpu_check --bundle: $(ls "$libs" | wc -l) libraries in $libs ($(du -sh "$libs" | cut -f1)):"
     ls "$libs" | sed 's/^/  /'
     exit 0
@@ -157,7 +162,7 @@ run() {
     local cmd="$*"
     cmd=${cmd//$'\n'/ }
     [ ${#cmd} -gt 220 ] && cmd="${cmd:0:200} ..."
-    say "\$ ${cmd#"$top"/} (limit ${lim} s)"
+    say "\$ ${cmd#"$build"/} (limit ${lim} s)"
     timeout -k 10 "$lim" "$@" >"$file" 2>&1; rc=$?
     cat "$file" >>"$log"
     [ "$rc" = 124 ] && say "(stopped after $lim s)"
@@ -180,7 +185,7 @@ if step_on 0; then
     dets tree "$(git -C "$top" describe --always --dirty 2>/dev/null || echo unknown)"
     # the binaries and what they still need
     for b in "$collbench" "$dev_probe" "$(real_bin "$nccl_port")"; do
-        name=${b#"$top"/}
+        name=${b#"$build"/}
         if [ ! -x "$b" ]; then
             dets "binary $name" "not built"
             continue
@@ -349,7 +354,7 @@ if step_on 5; then
         cb_check() { # name file rc command...
             local name=$1 f=$2 rc=$3 w n order cmd
             shift 3
-            cmd="$*"; cmd=${cmd#"$top"/}
+            cmd="$*"; cmd=${cmd#"$build"/}
             w=$(cb_wrong "$f") n=$(cb_nrows "$f")
             order=$(grep -m1 '^# Stream order:' "$f" | sed 's/^# Stream order: //')
             runs+="${runs:+, }{\"run\": $(json_str "$name"), \"command\": $(json_str "$cmd"), \"status\": $rc, \"rows\": $n, \"wrong\": $w, \"stream_order\": $(json_str "$order")}"

@@ -63,9 +63,9 @@ sys.exit(1 if bad else 0)
 PY
 }
 
-# 1. the dry run of the tree
+# 1. the dry run of the tree (its binaries: COLLBENCH's build folder, as make check gives it)
 t0=$(date +%s)
-timeout 120 "$script" --dry-run "$tmp/out" >"$tmp/stdout" 2>&1; rc=$?
+COLLBENCH=$collbench timeout 120 "$script" --dry-run "$tmp/out" >"$tmp/stdout" 2>&1; rc=$?
 sec=$(( $(date +%s) - t0 ))
 [ "$rc" = 0 ] || { fail "gpu_check.sh --dry-run -> status $rc"; tail -15 "$tmp/stdout" | sed 's/^/    /'; }
 [ "$sec" -lt 60 ] || fail "the dry run took $sec s (at most 60)"
@@ -76,7 +76,8 @@ echo "ok so far: the dry run ($sec s)"
 
 # 2. from a copy elsewhere: the script and collbench only
 mkdir -p "$tmp/copy/bench" && cp "$script" "$tmp/copy/bench/" && cp "$collbench" "$tmp/copy/collbench" || exit 99
-(cd / && timeout 120 "$tmp/copy/bench/gpu_check.sh" --dry-run --steps 0,5 "$tmp/out2" >"$tmp/stdout2" 2>&1); rc=$?
+(cd / && unset COLLBENCH && timeout 120 "$tmp/copy/bench/gpu_check.sh" --dry-run --steps 0,5 "$tmp/out2" \
+    >"$tmp/stdout2" 2>&1); rc=$?
 [ "$rc" = 0 ] || { fail "a copy's dry run -> status $rc"; tail -10 "$tmp/stdout2" | sed 's/^/    /'; }
 # the script finds collbench next to itself: the copy's (no other is on its paths)
 python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(j["steps"][0]["details"].get("binary collbench") != "ok")' \
