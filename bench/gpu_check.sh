@@ -328,7 +328,7 @@ probe_step 1 copy_bw 'copy_bw|copy|zero' "device copy"
 anchor=$(metric copy_d2d_GBps)
 [ "${step_result[1]:-}" = PASS ] && say "     anchor: device copy ${anchor:-?} GB/s (read+write)"
 probe_step 2 kernel_exact 'reduce_exact[a-z0-9_]*' "kernel exactness"
-probe_step 3 kernel_bw 'reduce_bw_[a-z0-9_]*' "kernel bandwidth"
+probe_step 3 kernel_bw 'reduce_bw[a-z0-9_]*' "kernel bandwidth"
 probe_step 4 ipc 'ipc|mem_alloc_shared|mem_export|mem_free_shared' "IPC"
 
 # ---- collbench runs ----
