@@ -10,14 +10,26 @@
  * Conventions used throughout:
  *  - count arguments are in ELEMENTS of the datatype, never bytes; they are size_t, so counts above
  *    2^31 elements work.
- *  - Buffers are host memory in this version. "In place" follows NCCL: AllReduce, Broadcast and
+ *  - Buffers are host memory or device memory (CUDA; STRATA_DEVICE, README "GPU"), all of one
+ *    kind in one call, device buffers on the device that was current when the communicator was
+ *    made (else strataInvalidArgument naming the buffer and both devices). "In place" follows NCCL: AllReduce, Broadcast and
  *    Reduce are in place when sendbuff == recvbuff; AllGather when sendbuff == recvbuff +
  *    rank * sendcount (in elements); ReduceScatter when recvbuff == sendbuff + rank * recvcount.
  *    Any other overlap between sendbuff and recvbuff is undefined, as in NCCL.
- *  - stream: NULL makes the call return when the operation is complete and its result is in place.
- *    A strata host stream (strataStreamCreate) queues the operation, in call order, on that stream's
- *    progress thread and the call returns at once; buffers must stay valid and untouched until
- *    strataStreamSynchronize returns or strataStreamQuery says strataSuccess.
+ *  - stream, for host buffers: NULL makes the call return when the operation is complete and its
+ *    result is in place. A strata host stream (strataStreamCreate) queues the operation, in call
+ *    order, on that stream's progress thread and the call returns at once; buffers must stay valid
+ *    and untouched until strataStreamSynchronize returns or strataStreamQuery says strataSuccess.
+ *    A CUDA stream with host buffers is strataInvalidUsage.
+ *  - stream, for device buffers: the user's cudaStream_t (strataStream_t is its type), NULL being
+ *    the legacy default stream, as NCCL: the call returns once the operation is queued; it starts
+ *    when the stream reaches it (work queued on the stream before it has produced the inputs) and
+ *    work queued on the stream after it sees the result. In between the stream waits on a gate
+ *    that strata's device queue opens when the operation is over, failed, or will not run (the
+ *    communicator failed or was aborted): strata never leaves a stream blocked. A failure after
+ *    the call returned is the communicator's asynchronous error (strataCommGetAsyncError). A strata
+ *    host stream with device buffers, and a stream being captured into a CUDA graph, are
+ *    strataInvalidUsage; a stream that is no CUDA stream of the device is strataInvalidArgument.
  *  - Errors: every call returns a strataResult_t; strataGetLastError gives a one-line explanation of
  *    the last failure of the calling thread (which argument, which rank, which phase).
  *  - fork(): a launcher may call strataGetUniqueId and then fork its ranks: the bootstrap root
@@ -223,7 +235,9 @@ STRATA_API strataResult_t strataCommInitRankConfig(strataComm_t *comm, int nrank
                                                    strataConfig_t *config);
 
 /* Creates ndev communicators, ranks 0..ndev-1, all in this process (one thread per rank during
- * init). devlist is accepted for NCCL's shape (GPU ordinals) and may be NULL for host ranks.
+ * init). devlist: rank i's device (its ordinal is made current in rank i's init thread; each
+ * must exist, else strataInvalidArgument); NULL: every rank on the caller's current device (or
+ * none), so several ranks may share one GPU, which NCCL refuses.
  * Drive the ndev communicators from one thread inside strataGroupStart/strataGroupEnd.
  * Returns strataInvalidArgument for NULL comms or ndev < 1; otherwise as strataCommInitRank. */
 STRATA_API strataResult_t strataCommInitAll(strataComm_t *comms, int ndev, const int *devlist);
@@ -374,7 +388,8 @@ STRATA_API strataResult_t strataReduceScatter(const void *sendbuff, void *recvbu
  * buffered); inside strataGroupStart/End any number of sends and receives to any peers, including
  * the caller itself, run together and never deadlock.
  * Returns strataInvalidArgument for peer out of range or NULL buffer with count > 0;
- * strataInvalidUsage for peer == the caller's rank outside a group with a NULL stream (the call
+ * strataInvalidUsage for peer == the caller's rank outside a group with a NULL stream or
+ * device buffers (the call
  * would block until a matching call that this thread can never make); and the common results
  * above. */
 STRATA_API strataResult_t strataSend(const void *sendbuff, size_t count, strataDataType_t datatype,
@@ -467,8 +482,11 @@ STRATA_API strataResult_t strataCommTopoRank(strataComm_t comm, int *node, int *
  * strataSystemError when out of memory or when hwloc cannot discover this machine. */
 STRATA_API strataResult_t strataTopoFilePrint(const char *xmlPath, FILE *stream, int json);
 
-/* Memory every rank of a node can map: strataMemAlloc returns *ptr to size bytes (rounded up to
- * whole pages, zero-filled) of shared memory (a memfd the node's other processes map through
+/* Memory every rank of a node can map. When a device is current (cudaSetDevice; STRATA_DEVICE),
+ * strataMemAlloc returns device memory of that device, exportable to the node's other processes
+ * (cuMem with a POSIX file descriptor handle, through transports/cuda_ipc), as ncclMemAlloc does;
+ * what follows about zero-copy holds for it as for host memory. Otherwise it returns host memory:
+ * *ptr to size bytes (rounded up to whole pages, zero-filled) of shared memory (a memfd the node's other processes map through
  * /proc/<pid>/fd; it counts against memory, not against /dev/shm), as ncclMemAlloc returns memory
  * NCCL can register. An out-of-place all-reduce whose send and receive buffers lie in such memory
  * on every rank of a node runs zero-copy inside the node: node peers read each other's send

@@ -8,6 +8,8 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "device/dev.h"
+
 extern const st_net_ops_t st_ucx_net;
 
 /* A transport that needs an optional library is listed under the HAVE_* that configure defines
@@ -19,9 +21,13 @@ const st_net_ops_t *const st_net_transports[] = {
 };
 
 extern const st_win_ops_t st_shm_win;
+extern const st_win_ops_t st_cuda_ipc_win;
 
+/* cuda_ipc is plain C over the device table (device/dev.h), so it is always built; where st_dev()
+ * finds no device its create and mem_alloc refuse with ST_ERR_NO_DEVICE (logged). */
 const st_win_ops_t *const st_win_transports[] = {
     &st_shm_win,
+    &st_cuda_ipc_win,
     NULL
 };
 
@@ -33,10 +39,14 @@ const st_transports_t st_transports_builtin = {
 static const st_config_table_t *st_transport_tables[8];
 static pthread_once_t           st_transport_tables_once = PTHREAD_ONCE_INIT;
 
+/* The device layer's table (STRATA_DEVICE, the simulated device's settings) comes first: it sits
+ * below the transports (docs/architecture.md), and this list is what the layers above hand down
+ * to st_param_init. */
 static void st_transport_tables_fill(void)
 {
     int k = 0;
 
+    st_transport_tables[k++] = st_dev_config_table();
     for (const st_net_ops_t *const *tl = st_net_transports; *tl != NULL; tl++) {
         if ((*tl)->config != NULL && k < 7) {
             st_transport_tables[k++] = (*tl)->config;

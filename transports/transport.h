@@ -5,7 +5,7 @@
  *         memory registration, progress. Implemented by transports/ucx (and verbs).
  *  window (intra-node load/store): every local rank exposes a region its node peers map and read
  *         or write directly, with sequence-number flags inside it for ordering.
- *         Implemented by transports/shm (host memory; cuda_ipc for device memory later).
+ *         Implemented by transports/shm (host memory) and transports/cuda_ipc (device memory).
  *
  * Each interface is a struct of function pointers; every slot has a contract below. An unsupported
  * slot points at a function returning ST_ERR_UNSUPPORTED, never NULL. The builtin transports are
@@ -172,17 +172,23 @@ typedef struct st_win_ops {
     st_status_t (*create)(const st_win_config_t *cfg, st_win_ctx_t **ctx_p);
     /* Maps every local peer's window. Call only after every local rank's create returned (the
      * caller puts a barrier between). ST_ERR_IO (logged, naming the peer and segment) when a
-     * peer's window is missing or has the wrong size. */
+     * peer's window is missing or has the wrong size. A transport that fetches the peers' windows
+     * from them (cuda_ipc: each rank serves its own) waits for a peer at most until the wire-up
+     * deadline (STRATA_CONNECT_TIMEOUT) and then fails with ST_ERR_TIMEOUT, naming it. */
     st_status_t (*attach)(st_win_ctx_t *ctx);
     /* Removes the caller's segment name; the mappings stay valid. Call once every local rank has
      * attached (a second barrier); harmless twice. After it, nothing is left in /dev/shm even if
-     * the process is killed. */
+     * the process is killed. (cuda_ipc: stops serving its window; its abstract socket goes.) */
     void        (*unlink)(st_win_ctx_t *ctx);
     /* Start of local rank lr's window as mapped in this process (lr = own local rank: the own
      * window). NULL for a bad lr or before attach. */
     void       *(*base)(st_win_ctx_t *ctx, int lr);
     /* Sleeps while *word == val, at most timeout_us microseconds (a futex on the shared word;
-     * spurious wake-ups are allowed). word must lie in a window of ctx. */
+     * spurious wake-ups are allowed). word must lie in a window of ctx.
+     * A window in device memory (ST_MEM_CUDA) has no control words: the host can neither load
+     * nor sleep on device memory, so the intra-node protocol keeps its counters and doorbell in
+     * the node's host window; a device transport's wait and wake do nothing (they exist, never
+     * NULL, but are not to be relied on). */
     void        (*wait)(st_win_ctx_t *ctx, uint32_t *word, uint32_t val, long timeout_us);
     /* Wakes every rank sleeping in wait() on word. */
     void        (*wake)(st_win_ctx_t *ctx, uint32_t *word);
@@ -222,8 +228,8 @@ const st_win_ops_t *st_win_find(const st_win_ops_t *const *table, st_mem_type_t 
 /* Builtin net transports in priority order, NULL-terminated (transport.c). */
 extern const st_net_ops_t *const st_net_transports[];
 
-/* The parameter tables of the builtin transports (those that have one), NULL-terminated: what the
- * library hands to st_param_init. */
+/* The parameter tables of the device layer (src/device/dev.h) and of the builtin transports (those
+ * that have one), NULL-terminated: what the library hands to st_param_init. */
 const st_config_table_t *const *st_transport_config_tables(void);
 
 /* The transport named name in table (NULL-terminated), or NULL. */

@@ -108,6 +108,11 @@ st_status_t st_coll_run(const st_coll_args_t *args, int nargs);
 /* Checks the algorithm parameters (STRATA_ALGO). ST_ERR_INVALID, logged, for unknown values. */
 st_status_t st_coll_config_check(void);
 
+/* 1 when a call on device buffers runs as it is, on the GPU: the algorithm chosen for it is hier
+ * and the node has device windows (intra.h). Otherwise the device queue runs it on host copies
+ * of its buffers (core/stream.c). The same on every rank of the communicator. */
+int st_coll_device_native(const st_coll_args_t *args);
+
 /* Chooses the algorithm for args and makes its op (select: STRATA_ALGO). */
 st_status_t st_coll_op_create(const st_coll_args_t *args, st_op_t **op_p);
 

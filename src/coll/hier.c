@@ -35,6 +35,14 @@
  * Results are bitwise identical on all ranks: every element is reduced at one place in one fixed
  * order (local ranks in order, then around the rail's ring from the block's first sender) and
  * copied from there.
+ *
+ * Device buffers (args.mem == ST_MEM_CUDA, run from the communicator's device queue) take the same
+ * pipeline over the node's device windows (intra.h): copy-in, the reduce-scatter over the local
+ * ranks' in slots (one multi-source kernel, reduce/kernel.h, local ranks in order: the host's
+ * order and arithmetic, so the same bits) and the all-gather are the GPU's kernels and copies on
+ * the windows' device stream, each step awaited (sleeping) before its counter is published; the
+ * inter-node ring of an owned shard runs on a pinned host copy of it (dmirror: copied out when
+ * the ring starts, back when it ends), because the net transports take host memory.
  */
 #include "config.h"
 
@@ -47,6 +55,7 @@
 #include "coll/coll.h"
 #include "coll/intra.h"
 #include "coll/rail.h"
+#include "device/dev.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
 
@@ -101,6 +110,7 @@ typedef struct st_hier {
      * read each other's send buffers and receive buffers directly; no in or res slots */
     st_intra_zc_t    zc;
     double           t_start, t_inter_since, t_busy[3];
+    const st_dev_ops_t *dev; /* device buffers: the device layer; NULL for host buffers */
 } st_hier_t;
 
 /* Splits len elements into parts even pieces on multiples of unit; piece i's offset and length
@@ -163,26 +173,106 @@ static void st_hier_combine(const st_hier_t *h, void *dst, const void *in, size_
 }
 
 /* Where chunk k's reduced shards of local rank lr live (offsets relative to the chunk): its res
- * slot, or with zero-copy its receive buffer. */
+ * slot (in the device windows for device buffers), or with zero-copy its receive buffer. */
 static char *st_hier_res(const st_hier_t *h, int lr, size_t k)
 {
     if (h->zc.on) {
         return h->zc.recv[lr] + k * h->chunk * h->es;
     }
+    if (h->dev != NULL) {
+        return st_intra_dres(h->intra, lr, (int)(k % (size_t)h->depth));
+    }
     return st_intra_res(h->intra, lr, (int)(k % (size_t)h->depth));
+}
+
+/* Local rank lr's in slot `slot`: in the device windows for device buffers. */
+static char *st_hier_in(const st_hier_t *h, int lr, int slot)
+{
+    return h->dev != NULL ? st_intra_din(h->intra, lr, slot) : st_intra_in(h->intra, lr, slot);
+}
+
+/* Where the inter-node ring of chunk k works on this rank's owned shards: in place in its res
+ * slot, or for device buffers the pinned host copy of it (same offsets). */
+static char *st_hier_ring_res(const st_hier_t *h, size_t k)
+{
+    if (h->dev != NULL) {
+        return h->intra->dmirror + (k % (size_t)h->depth) * h->intra->chunk_bytes;
+    }
+    return st_hier_res(h, h->l, k);
+}
+
+static const char *const st_hier_phases[4];
+
+/* ---- device steps: queued on the windows' device stream, then awaited -------------------- */
+
+static st_status_t st_hier_dcopy(st_hier_t *h, void *dst, const void *src, size_t bytes)
+{
+    return bytes == 0 ? ST_OK : h->dev->copy(dst, src, bytes, h->intra->dstream);
+}
+
+static st_status_t st_hier_djob(st_hier_t *h, void *dst, const void *const *srcs, int n,
+                                int pre_first, int post, size_t count)
+{
+    st_reduce_job_t job;
+    int             first = 1;
+
+    memset(&job, 0, sizeof(job));
+    job.redop = h->args.redop;
+    job.count = count;
+    /* more sources than a job takes: chain jobs, the first result as the next's first source */
+    for (int done = 0; done < n;) {
+        int take = ST_MIN(n - done + (done > 0), ST_REDUCE_MAX_SRCS);
+
+        job.dst   = dst;
+        job.nsrcs = 0;
+        if (done > 0) {
+            job.srcs[job.nsrcs++] = dst;
+        }
+        while (job.nsrcs < take) {
+            job.srcs[job.nsrcs++] = srcs[done++];
+        }
+        job.pre_first = pre_first && first;
+        job.post      = post && done == n;
+        first         = 0;
+        ST_CHECK(h->dev->reduce(&job, h->intra->dstream));
+    }
+    return ST_OK;
+}
+
+/* Awaits what the steps queued (sleeping), at most the communicator's timeout. */
+static st_status_t st_hier_dsync(st_hier_t *h, const char *phase)
+{
+    long        us     = (long)(h->comm->timeout * 1e6);
+    st_status_t status = h->dev->stream_sync(h->intra->dstream, us > 0 ? us : -1);
+
+    if (status == ST_INPROGRESS) {
+        st_error(ST_SUB_COLL, "%s #%llu (%s) rank %d: %s: the device did not finish its work "
+                 "within %.0f s (STRATA_TIMEOUT)", h->op.coll, (unsigned long long)h->args.seq,
+                 h->comm->name, h->comm->rank, phase, h->comm->timeout);
+        return ST_ERR_TIMEOUT;
+    }
+    return status;
 }
 
 /* ---- copy-in -------------------------------------------------------------------------------- */
 
-static void st_hier_copy_in(st_hier_t *h, size_t k)
+static st_status_t st_hier_copy_in(st_hier_t *h, size_t k)
 {
-    char  *slot = st_intra_in(h->intra, h->l, (int)(k % (size_t)h->depth));
+    char  *slot = st_hier_in(h, h->l, (int)(k % (size_t)h->depth));
     size_t first = k * h->chunk, len = st_hier_chunk_len(h, k);
 
     if (h->mode == ST_HIER_REDUCE) {
-        st_reduce_pre(&h->args.redop, slot, h->src + first * h->es, len);
+        const void *src = h->src + first * h->es;
+
+        if (h->dev != NULL) {
+            return st_hier_djob(h, slot, &src, 1, 1, 0, len);
+        }
+        st_reduce_pre(&h->args.redop, slot, src, len);
     } else if (h->args.type == ST_COLL_BROADCAST) {
         if (h->comm->rank == h->args.root) {
+            if (h->dev != NULL) {
+                return st_hier_dcopy(h, slot, h->src + first, len);
+            }
             memcpy(slot, h->src + first, len);
         }
     } else { /* all-gather: the own block's part of the chunk */
@@ -191,17 +281,21 @@ static void st_hier_copy_in(st_hier_t *h, size_t k)
         size_t a = ST_MAX(lo, first), b = ST_MIN(lo + blk, first + len);
 
         if (a < b) {
+            if (h->dev != NULL) {
+                return st_hier_dcopy(h, slot + (a - first), h->src + (a - lo), b - a);
+            }
             memcpy(slot + (a - first), h->src + (a - lo), b - a);
         }
     }
+    return ST_OK;
 }
 
 /* ---- reduce-scatter (intra) ----------------------------------------------------------------- */
 
 /* Copy mode: fills [first, first+cnt) of V (bytes) in dst from the local contributors' in slots,
  * zeros where the contributor lives on another node. */
-static void st_hier_gather_local(st_hier_t *h, char *dst, size_t first, size_t cnt, int slot,
-                                 size_t chunk_first)
+static st_status_t st_hier_gather_local(st_hier_t *h, char *dst, size_t first, size_t cnt,
+                                        int slot, size_t chunk_first)
 {
     size_t pos = first, end = first + cnt;
 
@@ -218,17 +312,25 @@ static void st_hier_gather_local(st_hier_t *h, char *dst, size_t first, size_t c
             seg_end = ST_MIN(end, (size_t)(r + 1) * blk);
         }
         if (st_topo_node(h->topo, r) == h->node) {
-            int lr = st_topo_local_rank(h->topo, r);
-            memcpy(dst + (pos - first), st_intra_in(h->intra, lr, slot) + (pos - chunk_first),
-                   seg_end - pos);
+            int         lr  = st_topo_local_rank(h->topo, r);
+            const char *src = st_hier_in(h, lr, slot) + (pos - chunk_first);
+
+            if (h->dev != NULL) {
+                ST_CHECK(st_hier_dcopy(h, dst + (pos - first), src, seg_end - pos));
+            } else {
+                memcpy(dst + (pos - first), src, seg_end - pos);
+            }
+        } else if (h->dev != NULL) {
+            ST_CHECK(h->dev->zero(dst + (pos - first), seg_end - pos, h->intra->dstream));
         } else {
             memset(dst + (pos - first), 0, seg_end - pos);
         }
         pos = seg_end;
     }
+    return ST_OK;
 }
 
-static void st_hier_reduce_scatter(st_hier_t *h, size_t k)
+static st_status_t st_hier_reduce_scatter(st_hier_t *h, size_t k)
 {
     int          slot = (int)(k % (size_t)h->depth);
     size_t       len = st_hier_chunk_len(h, k);
@@ -244,18 +346,25 @@ static void st_hier_reduce_scatter(st_hier_t *h, size_t k)
         }
         res = st_hier_res(h, h->l, k) + off * h->es;
         if (h->mode == ST_HIER_REDUCE) {
+            int post = (h->nnodes == 1 && st_redop_has_post(&h->args.redop));
+
             for (int lr = 0; lr < h->m; lr++) {
                 srcs[lr] = h->zc.on ? h->zc.send[lr] + (k * h->chunk + off) * h->es
-                                 : st_intra_in(h->intra, lr, slot) + off * h->es;
+                                 : st_hier_in(h, lr, slot) + off * h->es;
+            }
+            if (h->dev != NULL) {
+                ST_CHECK(st_hier_djob(h, res, srcs, h->m, 0, post, cnt));
+                continue;
             }
             st_intra_reduce(&h->args.redop, res, srcs, h->m, cnt);
-            if (h->nnodes == 1 && st_redop_has_post(&h->args.redop)) {
+            if (post) {
                 st_reduce_post(&h->args.redop, res, cnt);
             }
         } else {
-            st_hier_gather_local(h, res, k * h->chunk + off, cnt, slot, k * h->chunk);
+            ST_CHECK(st_hier_gather_local(h, res, k * h->chunk + off, cnt, slot, k * h->chunk));
         }
     }
+    return ST_OK;
 }
 
 /* ---- inter-node ring per shard -------------------------------------------------------------- */
@@ -273,7 +382,7 @@ static size_t st_hier_block(const st_hier_t *h, const st_hier_ring_t *r, int b, 
 static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_t *r)
 {
     int                 n = h->nnodes, pos = h->node, steps = 2 * (n - 1);
-    char               *res = st_hier_res(h, h->l, s->k);
+    char               *res = st_hier_ring_res(h, s->k);
     size_t              soff, roff, scnt, rcnt;
     void               *rbuf;
     uint64_t            tag;
@@ -331,7 +440,7 @@ static st_status_t st_hier_ring_progress(st_hier_t *h, st_hier_slot_t *s, st_hie
         }
         if (r->step < n - 1 && received) {
             size_t roff, rcnt;
-            char  *res = st_hier_res(h, h->l, s->k);
+            char  *res = st_hier_ring_res(h, s->k);
 
             rcnt = st_hier_block(h, r, st_hier_mod(h->node - r->step - 2, n), &roff);
             st_hier_combine(h, res + roff * h->es, r->tmp, rcnt);
@@ -339,7 +448,7 @@ static st_status_t st_hier_ring_progress(st_hier_t *h, st_hier_slot_t *s, st_hie
         if (r->step == n - 2 && h->mode == ST_HIER_REDUCE &&
             st_redop_has_post(&h->args.redop)) {
             size_t off, cnt;
-            char  *res = st_hier_res(h, h->l, s->k);
+            char  *res = st_hier_ring_res(h, s->k);
 
             cnt = st_hier_block(h, r, h->node, &off); /* final after the last reduce step */
             st_reduce_post(&h->args.redop, res + off * h->es, cnt);
@@ -359,6 +468,16 @@ static st_status_t st_hier_inter_start(st_hier_t *h, size_t k)
     s->active = 1;
     s->k      = k;
     s->left   = h->nowned;
+    if (h->dev != NULL) { /* the owned shards to the pinned host copy the ring works on */
+        for (int o = 0; o < h->nowned; o++) {
+            size_t off, cnt;
+
+            st_hier_shard(h, len, h->owned[o], &off, &cnt);
+            ST_CHECK(st_hier_dcopy(h, st_hier_ring_res(h, k) + off * h->es,
+                                   st_hier_res(h, h->l, k) + off * h->es, cnt * h->es));
+        }
+        ST_CHECK(st_hier_dsync(h, "copying the owned shards to host memory"));
+    }
     if (h->inter_active++ == 0) {
         h->t_inter_since = st_time_now();
     }
@@ -397,6 +516,18 @@ static st_status_t st_hier_inter_progress(st_hier_t *h)
                 return status;
             }
         }
+        if (s->left == 0 && h->dev != NULL) { /* the all-reduced shards back to the res slot */
+            size_t len = st_hier_chunk_len(h, s->k);
+
+            for (int o = 0; o < h->nowned; o++) {
+                size_t off, cnt;
+
+                st_hier_shard(h, len, h->owned[o], &off, &cnt);
+                ST_CHECK(st_hier_dcopy(h, st_hier_res(h, h->l, s->k) + off * h->es,
+                                       st_hier_ring_res(h, s->k) + off * h->es, cnt * h->es));
+            }
+            ST_CHECK(st_hier_dsync(h, "copying the all-reduced shards back to the device"));
+        }
         if (s->left == 0) {
             s->active = 0;
             if (--h->inter_active == 0) {
@@ -409,7 +540,7 @@ static st_status_t st_hier_inter_progress(st_hier_t *h)
 
 /* ---- all-gather (intra) --------------------------------------------------------------------- */
 
-static void st_hier_deliver(st_hier_t *h, size_t k)
+static st_status_t st_hier_deliver(st_hier_t *h, size_t k)
 {
     size_t len = st_hier_chunk_len(h, k), first = k * h->chunk;
 
@@ -423,9 +554,15 @@ static void st_hier_deliver(st_hier_t *h, size_t k)
         if (a >= b || (h->zc.on && lr == h->l)) {
             continue; /* zero-copy: the own shards were reduced in place */
         }
-        memcpy(h->dst + (a - h->own_first) * h->es,
-               st_hier_res(h, lr, k) + (a - first) * h->es, (b - a) * h->es);
+        if (h->dev != NULL) {
+            ST_CHECK(st_hier_dcopy(h, h->dst + (a - h->own_first) * h->es,
+                                   st_hier_res(h, lr, k) + (a - first) * h->es, (b - a) * h->es));
+        } else {
+            memcpy(h->dst + (a - h->own_first) * h->es,
+                   st_hier_res(h, lr, k) + (a - first) * h->es, (b - a) * h->es);
+        }
     }
+    return h->dev != NULL ? st_hier_dsync(h, st_hier_phases[3]) : ST_OK;
 }
 
 /* ---- the op --------------------------------------------------------------------------------- */
@@ -453,7 +590,7 @@ static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
     return status;
 }
 
-static const char *const st_hier_phases[] = {"copy-in", "intra reduce-scatter",
+static const char *const st_hier_phases[4] = {"copy-in", "intra reduce-scatter",
                                              "inter-node all-reduce", "intra all-gather"};
 
 static void st_hier_blocked(st_hier_t *h, int phase, int laggard_lr)
@@ -500,7 +637,10 @@ static st_status_t st_hier_progress(st_op_t *op)
         }
         t0 = st_time_now();
         if (!h->zc.on) {
-            st_hier_copy_in(h, h->copy_k);
+            ST_CHECK(st_hier_copy_in(h, h->copy_k));
+            if (h->dev != NULL) {
+                ST_CHECK(st_hier_dsync(h, st_hier_phases[0]));
+            }
         }
         h->t_busy[0] += st_time_now() - t0;
         st_intra_publish(intra, ST_INTRA_IN, h->base + ++h->copy_k);
@@ -518,7 +658,10 @@ static st_status_t st_hier_progress(st_op_t *op)
             break;
         }
         t0 = st_time_now();
-        st_hier_reduce_scatter(h, h->rs_k);
+        ST_CHECK(st_hier_reduce_scatter(h, h->rs_k));
+        if (h->dev != NULL) {
+            ST_CHECK(st_hier_dsync(h, st_hier_phases[1]));
+        }
         h->t_busy[0] += st_time_now() - t0;
         st_intra_publish(intra, ST_INTRA_RS, h->base + h->rs_k + 1);
         if (h->nnodes > 1 && h->nowned > 0) {
@@ -549,7 +692,7 @@ static st_status_t st_hier_progress(st_op_t *op)
         }
         if (h->deliver) {
             t0 = st_time_now();
-            st_hier_deliver(h, h->ag_k);
+            ST_CHECK(st_hier_deliver(h, h->ag_k));
             h->t_busy[2] += st_time_now() - t0;
         }
         st_intra_publish(intra, ST_INTRA_AG, h->base + ++h->ag_k);
@@ -634,6 +777,7 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
     st_intra_t *intra = comm->intra;
     st_hier_t  *h;
     size_t      es = st_dtype_size(args->dtype);
+    st_status_t status;
 
     *op_p = NULL;
     if (args->count == 0) {
@@ -656,6 +800,20 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
     h->src     = args->sendbuff;
     h->dst     = args->recvbuff;
     h->deliver = 1;
+    if (args->mem == ST_MEM_CUDA) {
+        /* the device queue runs hier on device buffers only with device windows (select.c) */
+        h->dev = st_dev();
+        if (h->dev == NULL || intra->dbase == NULL) {
+            st_error(ST_SUB_COLL, "%s #%llu rank %d: device buffers without device windows",
+                     st_coll_name(args->type), (unsigned long long)args->seq, comm->rank);
+            free(h);
+            return ST_ERR_INTERNAL;
+        }
+        if (intra->dstream == NULL) {
+            ST_CHECK_GOTO(h->dev->set_current(intra->dev_id), status, err_dev);
+            ST_CHECK_GOTO(h->dev->stream_create(&intra->dstream), status, err_dev);
+        }
+    }
     switch (args->type) {
     case ST_COLL_BROADCAST:
     case ST_COLL_ALLGATHER:
@@ -700,7 +858,8 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
     /* zero-copy: all-reduce only (the other collectives' contributions are not the buffers) */
     if (h->owned == NULL || h->srcs == NULL ||
         st_intra_zc_init(intra, &h->zc,
-                         h->mode == ST_HIER_REDUCE && args->type == ST_COLL_ALLREDUCE) != ST_OK) {
+                         h->mode == ST_HIER_REDUCE && args->type == ST_COLL_ALLREDUCE,
+                         (st_mem_type_t)args->mem) != ST_OK) {
         st_hier_free(h);
         return ST_ERR_NO_MEMORY;
     }
@@ -749,4 +908,10 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
     h->op.algo         = "hier";
     *op_p = &h->op;
     return ST_OK;
+
+err_dev:
+    st_error(ST_SUB_COLL, "%s #%llu rank %d: cannot make a stream on device %d",
+             st_coll_name(args->type), (unsigned long long)args->seq, comm->rank, intra->dev_id);
+    free(h);
+    return status;
 }

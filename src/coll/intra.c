@@ -16,6 +16,7 @@
 #include "base/param.h"
 #include "base/sys.h"
 #include "coll/coll.h"
+#include "device/dev.h"
 #include "engine/comm.h"
 #include "tune/policy.h"
 
@@ -119,6 +120,7 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_agree_fn agree, st_mem_typ
     cfg.local_size = intra->local_size;
     cfg.size       = intra->win_bytes;
     cfg.numa       = st_topo_rec(topo, comm->rank)->numa;
+    snprintf(intra->win_name, sizeof(intra->win_name), "%.79s", cfg.name);
     /* a failure of one rank must not leave the others in a barrier: every rank goes through both
      * barriers and the result is agreed on by an all-reduce of the statuses */
     status = intra->win->create(&cfg, &intra->ctx);
@@ -149,11 +151,103 @@ err_free:
     return status;
 }
 
+/* Drops the device windows (st_intra_create_device). */
+static void st_intra_destroy_device(st_intra_t *intra)
+{
+    const st_dev_ops_t *dev = st_dev();
+
+    if (dev == NULL) {
+        return;
+    }
+    if (intra->dstream != NULL || intra->dprivate != NULL || intra->dmirror != NULL) {
+        (void)dev->set_current(intra->dev_id); /* destroy may run on another thread */
+    }
+    if (intra->dstream != NULL) {
+        dev->stream_destroy(intra->dstream);
+    }
+    if (intra->dctx != NULL) {
+        intra->dwin->destroy(intra->dctx);
+    }
+    if (intra->dprivate != NULL) {
+        dev->mem_free(intra->dprivate);
+    }
+    if (intra->dmirror != NULL) {
+        dev->host_free(intra->dmirror);
+    }
+    free(intra->dbase);
+    intra->dbase = NULL;
+}
+
+st_status_t st_intra_create_device(st_comm_t *comm, st_intra_agree_fn agree, st_intra_t *intra)
+{
+    const st_dev_ops_t *dev  = st_dev();
+    const st_win_ops_t *dwin = st_win_find(comm->tl->win, ST_MEM_CUDA);
+    st_win_config_t     cfg;
+    st_status_t         status;
+
+    /* every rank must have a device, or none uses device windows (the hier path's ranks of a
+     * node read each other's) */
+    status = (dev != NULL && dwin != NULL && comm->dev_id >= 0) ? ST_OK : ST_ERR_UNSUPPORTED;
+    if (agree(comm, status) != ST_OK) {
+        st_debug(ST_SUB_SHM, "%s: rank %d: no device windows (%s)", comm->name, comm->rank,
+                 status == ST_OK ? "a rank has no device" : "no device here");
+        return ST_OK;
+    }
+    intra->dwin   = dwin;
+    intra->dev_id = comm->dev_id;
+    status        = dev->set_current(comm->dev_id); /* init may run on a thread of its own */
+    if (status == ST_OK) {
+        status = dev->host_alloc((size_t)intra->depth * intra->chunk_bytes,
+                                 (void **)&intra->dmirror);
+    }
+    intra->dbase = calloc((size_t)intra->local_size, sizeof(*intra->dbase));
+    if (status == ST_OK && intra->dbase == NULL) {
+        status = ST_ERR_NO_MEMORY;
+    }
+    if (intra->local_size == 1) {
+        if (status == ST_OK) {
+            status = dev->mem_alloc(intra->win_bytes, &intra->dprivate);
+        }
+        if (status == ST_OK) {
+            intra->dbase[0] = intra->dprivate;
+        }
+        /* the same agreements as a node of several ranks makes */
+        ST_CHECK_GOTO(agree(comm, status), status, err);
+        ST_CHECK_GOTO(agree(comm, ST_OK), status, err);
+    } else {
+        memset(&cfg, 0, sizeof(cfg));
+        snprintf(cfg.name, sizeof(cfg.name), "%s-d", intra->win_name);
+        cfg.local_rank = intra->local_rank;
+        cfg.local_size = intra->local_size;
+        cfg.size       = intra->win_bytes;
+        cfg.numa       = -1;
+        if (status == ST_OK) {
+            status = dwin->create(&cfg, &intra->dctx);
+        }
+        ST_CHECK_GOTO(agree(comm, status), status, err);
+        status = dwin->attach(intra->dctx);
+        ST_CHECK_GOTO(agree(comm, status), status, err);
+        dwin->unlink(intra->dctx);
+        for (int lr = 0; lr < intra->local_size; lr++) {
+            intra->dbase[lr] = dwin->base(intra->dctx, lr);
+        }
+    }
+    st_info(ST_SUB_SHM, "%s: rank %d: device windows of %zu B x %d local ranks on device %d (%s)",
+            comm->name, comm->rank, intra->win_bytes, intra->local_size, comm->dev_id,
+            dwin->name);
+    return ST_OK;
+
+err:
+    st_intra_destroy_device(intra);
+    return status;
+}
+
 void st_intra_destroy(st_intra_t *intra)
 {
     if (intra == NULL) {
         return;
     }
+    st_intra_destroy_device(intra);
     if (intra->ctx != NULL) {
         intra->win->destroy(intra->ctx);
     }
@@ -228,9 +322,12 @@ static st_intra_zc_desc_t *st_intra_zc_desc(const st_intra_t *intra, int lr)
     return (st_intra_zc_desc_t *)(intra->base[lr] + ST_INTRA_ZC_DESC_OFF);
 }
 
-st_status_t st_intra_zc_init(const st_intra_t *intra, st_intra_zc_t *zc, int may)
+st_status_t st_intra_zc_init(const st_intra_t *intra, st_intra_zc_t *zc, int may,
+                             st_mem_type_t mem)
 {
     memset(zc, 0, sizeof(*zc));
+    zc->win = (mem == ST_MEM_CUDA) ? intra->dwin : intra->win;
+    may     = may && zc->win != NULL;
     if (!may || intra->local_size == 1) {
         zc->state = 2; /* no negotiation: the others never look */
         return ST_OK;
@@ -262,8 +359,8 @@ st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t
         size_t              soff = 0, roff = 0;
         int                 ok;
 
-        ok = want && intra->win->mem_pack(send, bytes, &d->send, &soff) &&
-             intra->win->mem_pack(recv, bytes, &d->recv, &roff);
+        ok = want && zc->win->mem_pack(send, bytes, &d->send, &soff) &&
+             zc->win->mem_pack(recv, bytes, &d->recv, &roff);
         d->op_id    = op_id;
         d->ok       = (uint32_t)ok;
         d->send_off = ok ? soff : 0;
@@ -288,7 +385,7 @@ st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t
     }
     for (int lr = 0; lr < intra->local_size; lr++) {
         const st_intra_zc_desc_t *d = st_intra_zc_desc(intra, lr);
-        char *sbase = intra->win->mem_map(&d->send), *rbase = intra->win->mem_map(&d->recv);
+        char *sbase = zc->win->mem_map(&d->send), *rbase = zc->win->mem_map(&d->recv);
 
         if (sbase == NULL || rbase == NULL) {
             if (lag_p != NULL) {

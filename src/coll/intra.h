@@ -60,6 +60,22 @@ typedef struct st_intra {
      * otherwise): each takes a ticket when made and runs when turn reaches it. */
     uint64_t            tickets;
     uint64_t            turn;
+    /* Device windows (st_intra_create_device; dbase NULL when the node has none): the data part
+     * of the windows (small areas, in and res slots, at the same offsets as in the host windows)
+     * in device memory of the window transport of ST_MEM_CUDA (cuda_ipc), mapped from every local
+     * peer; the counters and the doorbell stay in the host windows. Operations on device
+     * buffers use them with the GPU's kernels and copies, queued on dstream (made by the first
+     * such operation, in the communicator's device queue thread) and awaited before a counter
+     * is published. dmirror: pinned host memory of depth x chunk_bytes, where a chunk's owned
+     * shards cross the network (the net transports take host memory only). */
+    const st_win_ops_t     *dwin;
+    st_win_ctx_t           *dctx;
+    void                   *dprivate;  /* a node of one rank: plain device memory */
+    char                  **dbase;     /* [local_size] */
+    char                   *dmirror;
+    struct st_dev_stream   *dstream;
+    int                     dev_id;
+    char                    win_name[80]; /* the host windows' name (the device ones add "-d") */
 } st_intra_t;
 
 /* The caller's agreement (core's st_comm_agree): every rank of comm passes its status and gets
@@ -74,6 +90,12 @@ typedef st_status_t (*st_intra_agree_fn)(struct st_comm *comm, st_status_t statu
 st_status_t st_intra_create(struct st_comm *comm, st_intra_agree_fn agree, st_mem_type_t mem_type,
                             st_intra_t **intra_p);
 void        st_intra_destroy(st_intra_t *intra);
+/* Brings up the device windows of intra (collective over comm, like st_intra_create, whose
+ * windows it extends): only when every rank of comm has a device (comm->dev_id) and a window
+ * transport of ST_MEM_CUDA serves it; otherwise, agreed on by all, it leaves intra->dbase NULL
+ * (device calls then run on host copies) and returns ST_OK. ST_ERR_NO_MEMORY, ST_ERR_IO. */
+st_status_t st_intra_create_device(struct st_comm *comm, st_intra_agree_fn agree,
+                                   st_intra_t *intra);
 
 static inline uint64_t *st_intra_cnt_ptr(const st_intra_t *intra, int lr, st_intra_cnt_t c)
 {
@@ -107,6 +129,15 @@ static inline char *st_intra_res(const st_intra_t *intra, int lr, int slot)
 {
     return st_intra_in(intra, lr, intra->depth + slot);
 }
+/* The same slots in the device windows (intra->dbase != NULL). */
+static inline char *st_intra_din(const st_intra_t *intra, int lr, int slot)
+{
+    return intra->dbase[lr] + 4096 + 2 * ST_INTRA_SMALL_BYTES + (size_t)slot * intra->chunk_bytes;
+}
+static inline char *st_intra_dres(const st_intra_t *intra, int lr, int slot)
+{
+    return st_intra_din(intra, lr, intra->depth + slot);
+}
 
 /* ---- zero-copy --------------------------------------------------------------------------------
  * When every local rank's send and receive buffers are shareable (the window transport's
@@ -115,6 +146,7 @@ static inline char *st_intra_res(const st_intra_t *intra, int lr, int slot)
  * offset each) in its window's control area; once every local rank's is there, all decide alike:
  * zero-copy only if every one of them is shareable. */
 typedef struct st_intra_zc {
+    const st_win_ops_t *win; /* the window transport of the buffers' memory type */
     int          state; /* 0: own descriptor not yet published; 1: waiting for the peers';
                          * 2: decided */
     int          on;    /* decided 1: every local rank's buffers are mapped below */
@@ -122,9 +154,11 @@ typedef struct st_intra_zc {
     char       **recv;  /* [local_size] each local rank's receive buffer as mapped here */
 } st_intra_zc_t;
 
-/* Prepares zc for one operation. may = 0: the operation cannot run zero-copy on any rank (the
- * same on every local rank), so no negotiation happens (state 2, off). ST_ERR_NO_MEMORY. */
-st_status_t st_intra_zc_init(const st_intra_t *intra, st_intra_zc_t *zc, int may);
+/* Prepares zc for one operation on buffers of memory type mem. may = 0: the operation cannot run
+ * zero-copy on any rank (the same on every local rank), so no negotiation happens (state 2,
+ * off). ST_ERR_NO_MEMORY. */
+st_status_t st_intra_zc_init(const st_intra_t *intra, st_intra_zc_t *zc, int may,
+                             st_mem_type_t mem);
 void        st_intra_zc_fini(st_intra_zc_t *zc);
 /* Runs the negotiation of operation op_id for bytes bytes at send and recv; want = 0 when this
  * rank's call cannot run zero-copy (in place, a scaled copy needed). op_id must grow strictly from

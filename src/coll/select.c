@@ -237,6 +237,14 @@ static st_algo_t st_coll_choose_any(st_coll_args_t *args)
     return algo;
 }
 
+int st_coll_device_native(const st_coll_args_t *args)
+{
+    st_coll_args_t copy = *args;
+
+    return args->comm->intra != NULL && args->comm->intra->dbase != NULL &&
+           !st_coll_info(args->type)->p2p && st_coll_choose_any(&copy) == ST_ALGO_HIER;
+}
+
 st_status_t st_coll_op_create(const st_coll_args_t *call, st_op_t **op_p)
 {
     st_coll_args_t        copy = *call;

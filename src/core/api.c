@@ -16,8 +16,9 @@
 #include "base/param.h"
 #include "base/socket.h"
 #include "core/bootstrap.h"
-#include "engine/comm.h"
 #include "core/enqueue.h"
+#include "device/dev.h"
+#include "engine/comm.h"
 #include "topo/topo.h"
 #include "transports/transport.h"
 #include "core/init.h"
@@ -379,6 +380,7 @@ strataResult_t st_comm_init_rank_tl(strataComm_t *comm, int nranks, strataUnique
 
 typedef struct st_init_all_job {
     strataComm_t  *comm;
+    int            dev;    /* the device to make current first, or -1 */
     strataUniqueId id;
     int            nranks;
     int            rank;
@@ -390,6 +392,12 @@ static void *st_api_init_all_thread(void *arg)
 {
     st_init_all_job_t *job = arg;
 
+    if (job->dev >= 0 && st_dev()->set_current(job->dev) != ST_OK) {
+        job->result = strataInvalidArgument;
+        snprintf(job->errmsg, sizeof(job->errmsg), "strataCommInitAll: rank %d cannot use "
+                 "device %d", job->rank, job->dev);
+        return NULL;
+    }
     job->result = st_api_init_rank(job->comm, job->nranks, job->id, job->rank, NULL,
                                    &st_transports_builtin, "strataCommInitAll");
     snprintf(job->errmsg, sizeof(job->errmsg), "%s", st_log_last_error());
@@ -397,7 +405,7 @@ static void *st_api_init_all_thread(void *arg)
 }
 
 STRATA_API strataResult_t strataCommInitAll(strataComm_t *comms, int ndev,
-                                             const int *devlist ST_UNUSED)
+                                             const int *devlist)
 {
     st_init_all_job_t *jobs;
     pthread_t         *threads;
@@ -414,6 +422,17 @@ STRATA_API strataResult_t strataCommInitAll(strataComm_t *comms, int ndev,
         st_error(ST_SUB_INIT, "strataCommInitAll: ndev %d is below 1", ndev);
         return strataInvalidArgument;
     }
+    if (devlist != NULL) {
+        const st_dev_ops_t *dev = st_dev();
+
+        for (int i = 0; i < ndev; i++) {
+            if (dev == NULL || devlist[i] < 0 || devlist[i] >= dev->count()) {
+                st_error(ST_SUB_INIT, "strataCommInitAll: devlist[%d] = %d is not a device (%d "
+                         "here)", i, devlist[i], dev != NULL ? dev->count() : 0);
+                return strataInvalidArgument;
+            }
+        }
+    }
     result = strataGetUniqueId(&id);
     if (result != strataSuccess) {
         return result;
@@ -429,6 +448,9 @@ STRATA_API strataResult_t strataCommInitAll(strataComm_t *comms, int ndev,
         comms[i]       = NULL;
         jobs[i].comm   = &comms[i];
         jobs[i].id     = id;
+        /* NULL devlist: every rank on the caller's device (several ranks may share one GPU) */
+        jobs[i].dev    = (devlist != NULL) ? devlist[i]
+                         : (st_dev() != NULL ? st_dev()->current() : -1);
         jobs[i].nranks = ndev;
         jobs[i].rank   = i;
         jobs[i].result = strataSystemError;
@@ -598,6 +620,12 @@ STRATA_API strataResult_t strataCommGetAsyncError(strataComm_t comm, strataResul
         *asyncError = strataInProgress;
     } else {
         *asyncError = (strataResult_t)comm->async_error;
+        if (*asyncError != strataSuccess && comm->async_msg[0] != '\0') {
+            /* a call on device buffers failed in the device queue's thread: its words become
+             * this thread's last error (strataGetLastError) */
+            st_log_clear_error();
+            st_log_append_error("%s", comm->async_msg);
+        }
     }
     return strataSuccess;
 }
@@ -697,6 +725,114 @@ STRATA_API strataResult_t strataRedOpDestroy(strataRedOp_t op, strataComm_t comm
 /* Collectives                                                                                    */
 /* ---------------------------------------------------------------------------------------------- */
 
+/* The buffers a call of args touches on this rank (a broadcast's sendbuff only on the root, a
+ * reduce's recvbuff only there), with their names; returns how many (0 for count 0). */
+static int st_api_touched(const st_coll_args_t *args, const void **bufs, const char **names)
+{
+    int root = (args->comm->rank == args->root);
+    int n    = 0;
+
+    if (args->count == 0) {
+        return 0;
+    }
+    if (args->type != ST_COLL_RECV && (args->type != ST_COLL_BROADCAST || root)) {
+        bufs[n]    = args->sendbuff;
+        names[n++] = "sendbuff";
+    }
+    if (args->type != ST_COLL_SEND && (args->type != ST_COLL_REDUCE || root)) {
+        bufs[n]    = args->recvbuff;
+        names[n++] = "recvbuff";
+    }
+    return n;
+}
+
+/* Decides where the call's buffers are (args->mem) and checks that the stream and the
+ * communicator fit them: device buffers on the communicator's device, ordered on a CUDA stream
+ * (or NULL: the legacy default stream) that is not being captured; host buffers with NULL or a
+ * strata host stream. */
+static strataResult_t st_api_mem_check(st_coll_args_t *args, const char *fn,
+                                       strataStream_t stream)
+{
+    st_comm_t          *comm        = args->comm;
+    const st_dev_ops_t *dev         = st_dev();
+    int                 host_stream = (stream != NULL && st_stream_is_live(stream));
+    const void         *bufs[2];
+    const char         *names[2];
+    int                 on_dev[2], devno[2] = {-1, -1};
+    int                 n = 0, ndev = 0;
+
+    args->mem = ST_MEM_HOST;
+    if (dev != NULL) {
+        n = st_api_touched(args, bufs, names);
+        for (int i = 0; i < n; i++) {
+            on_dev[i] = (bufs[i] != NULL &&
+                         dev->ptr_type(bufs[i], &devno[i]) == ST_DEV_PTR_DEVICE);
+            ndev += on_dev[i];
+        }
+    }
+    if (ndev > 0 && ndev < n) {
+        int d = on_dev[0] ? 0 : 1;
+
+        st_error(ST_SUB_COLL, "%s (rank %d): %s %p is device memory (device %d) but %s %p is "
+                 "host memory: one call takes buffers of one kind", fn, comm->rank, names[d],
+                 bufs[d], devno[d], names[1 - d], bufs[1 - d]);
+        return strataInvalidArgument;
+    }
+    if (ndev > 0) {
+        if (comm->dev_id < 0) {
+            st_error(ST_SUB_COLL, "%s (rank %d): device buffers, but no device was current when "
+                     "communicator %s was made (call cudaSetDevice before strataCommInitRank)",
+                     fn, comm->rank, comm->name);
+            return strataInvalidUsage;
+        }
+        for (int i = 0; i < n; i++) {
+            if (devno[i] != comm->dev_id) {
+                st_error(ST_SUB_COLL, "%s (rank %d): %s %p is on device %d, communicator %s on "
+                         "device %d", fn, comm->rank, names[i], bufs[i], devno[i], comm->name,
+                         comm->dev_id);
+                return strataInvalidArgument;
+            }
+        }
+        if (host_stream) {
+            st_error(ST_SUB_COLL, "%s (rank %d): device buffers are ordered on a CUDA stream, not "
+                     "on strata host stream %p", fn, comm->rank, (void *)stream);
+            return strataInvalidUsage;
+        }
+    } else if (stream == NULL || host_stream) {
+        return strataSuccess; /* host buffers (or none), as before */
+    }
+    /* device buffers, or a stream that is no host stream: it must be a CUDA stream */
+    if (stream != NULL) {
+        int capturing = (dev != NULL) ? dev->stream_capturing((st_dev_stream_t *)stream) : -1;
+
+        if (capturing < 0) {
+            st_error(ST_SUB_COLL, "%s (rank %d): stream %p is neither a live strata host stream "
+                     "nor a CUDA stream%s", fn, comm->rank, (void *)stream,
+                     dev != NULL ? " of this device" : " (no device layer: STRATA_DEVICE)");
+            return strataInvalidArgument;
+        }
+        if (capturing > 0) {
+            st_error(ST_SUB_COLL, "%s (rank %d): CUDA stream %p is being captured into a graph: "
+                     "strata cannot be captured yet (call it outside the capture)", fn,
+                     comm->rank, (void *)stream);
+            return strataInvalidUsage;
+        }
+        if (ndev == 0 && n > 0) {
+            st_error(ST_SUB_COLL, "%s (rank %d): host buffers with CUDA stream %p: host memory "
+                     "takes NULL or a strata host stream (strataStreamCreate), a CUDA stream "
+                     "takes device buffers", fn, comm->rank, (void *)stream);
+            return strataInvalidUsage;
+        }
+        if (comm->dev_id < 0) {
+            st_error(ST_SUB_COLL, "%s (rank %d): CUDA stream %p, but no device was current when "
+                     "communicator %s was made", fn, comm->rank, (void *)stream, comm->name);
+            return strataInvalidUsage;
+        }
+    }
+    args->mem = ST_MEM_CUDA; /* device buffers, or count 0 on a CUDA stream: still ordered */
+    return strataSuccess;
+}
+
 /* Checks a call and fills args (without its sequence number): the root of a rooted collective
  * and the reduction op of a reducing one (engine/op.h's table; op is ignored otherwise). */
 static strataResult_t st_api_coll_check(st_coll_args_t *args, const char *fn, strataRedOp_t op,
@@ -713,11 +849,6 @@ static strataResult_t st_api_coll_check(st_coll_args_t *args, const char *fn, st
     if ((unsigned)args->dtype >= strataNumTypes) {
         st_error(ST_SUB_COLL, "%s (rank %d): unknown datatype %d", fn, comm->rank,
                  (int)args->dtype);
-        return strataInvalidArgument;
-    }
-    if (stream != NULL && !st_stream_is_live(stream)) {
-        st_error(ST_SUB_COLL, "%s (rank %d): stream %p was destroyed (or never created)", fn,
-                 comm->rank, (void *)stream);
         return strataInvalidArgument;
     }
     esize = st_dtype_size(args->dtype);
@@ -759,7 +890,7 @@ static strataResult_t st_api_coll_check(st_coll_args_t *args, const char *fn, st
     } else {
         args->redop.dtype = args->dtype;
     }
-    return strataSuccess;
+    return st_api_mem_check(args, fn, stream);
 }
 
 static strataResult_t st_api_null_buffer(const st_coll_args_t *args, const char *fn,
@@ -775,7 +906,7 @@ static strataResult_t st_api_launch(st_coll_args_t *args, strataStream_t stream)
 {
     st_comm_t  *comm = args->comm;
     st_status_t status;
-    int         blocking = (stream == NULL && st_group_depth() == 0);
+    int         blocking = (stream == NULL && args->mem != ST_MEM_CUDA && st_group_depth() == 0);
 
     if (blocking && !st_api_blocking_enter(comm, st_coll_name(args->type))) {
         return strataInvalidUsage;
@@ -805,6 +936,9 @@ st_status_t st_enqueue(const st_coll_args_t *args, strataStream_t stream)
 {
     if (st_group_depth() > 0) {
         return st_group_add(args, stream);
+    }
+    if (args->mem == ST_MEM_CUDA) {
+        return st_devq_push(stream, args, 1);
     }
     if (stream != NULL) {
         return st_stream_push(stream, args, 1);
@@ -938,10 +1072,12 @@ static strataResult_t st_api_p2p(st_coll_args_t *args, const char *fn, int peer,
         return st_group_note(st_api_null_buffer(args, fn, args->type == ST_COLL_SEND ? "sendbuff"
                                                                         : "recvbuff"));
     }
-    if (peer == args->comm->rank && stream == NULL && st_group_depth() == 0) {
+    if (peer == args->comm->rank && (stream == NULL || args->mem == ST_MEM_CUDA) &&
+        st_group_depth() == 0) {
         /* blocking until matched: the matching call of this thread can never come */
-        st_error(ST_SUB_P2P, "%s (rank %d): to itself outside a group with no stream would wait "
-                 "forever; put the send and the receive in one strataGroupStart/End", fn, peer);
+        st_error(ST_SUB_P2P, "%s (rank %d): to itself outside a group with no stream (or on "
+                 "device buffers) would wait forever; put the send and the receive in one "
+                 "strataGroupStart/End", fn, peer);
         return strataInvalidUsage;
     }
     return st_api_launch(args, stream);

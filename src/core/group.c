@@ -75,7 +75,14 @@ static void st_group_skip(const st_coll_args_t *args)
     }
 }
 
-/* Launches the queued calls: NULL-stream ones together now, the others per stream as a unit. */
+/* Launches the queued calls: NULL-stream ones on host buffers together now, the others per stream
+ * as a unit (calls on device buffers per CUDA stream, through the communicator's device queue). */
+/* 1 when items a and b go into one unit: the same stream and the same kind of buffers. */
+static int st_group_same_unit(const st_group_item_t *a, const st_group_item_t *b)
+{
+    return a->stream == b->stream && (a->args.mem == ST_MEM_CUDA) == (b->args.mem == ST_MEM_CUDA);
+}
+
 static st_status_t st_group_launch(void)
 {
     st_coll_args_t *now;
@@ -92,6 +99,7 @@ static st_status_t st_group_launch(void)
     for (int i = 0; i < st_group_len; i++) {
         strataStream_t stream = st_group_items[i].stream;
         st_comm_t     *comm = st_group_items[i].args.comm;
+        int            dev = (st_group_items[i].args.mem == ST_MEM_CUDA);
         int            taken = 0;
 
         /* the communicator or stream may have been destroyed since the call was queued */
@@ -103,7 +111,7 @@ static st_status_t st_group_launch(void)
             status = (status == ST_OK) ? ST_ERR_USAGE : status;
             continue;
         }
-        if (stream != NULL && !st_stream_is_live(stream)) {
+        if (dev == 0 && stream != NULL && !st_stream_is_live(stream)) {
             st_error(ST_SUB_COLL, "strataGroupEnd: call %d (%s) names stream %p, destroyed since "
                      "it was queued; skipped", i + 1, st_coll_name(st_group_items[i].args.type),
                      (void *)stream);
@@ -111,13 +119,13 @@ static st_status_t st_group_launch(void)
             st_group_skip(&st_group_items[i].args);
             continue;
         }
-        if (stream == NULL) {
+        if (stream == NULL && !dev) {
             now[nnow++] = st_group_items[i].args;
             continue;
         }
-        /* gather every call of this stream (once, at its first appearance) */
+        /* gather every call of this stream and kind (once, at its first appearance) */
         for (int j = 0; j < i && !taken; j++) {
-            taken = (st_group_items[j].stream == stream);
+            taken = st_group_same_unit(&st_group_items[j], &st_group_items[i]);
         }
         if (!taken) {
             st_coll_args_t *unit = malloc((size_t)st_group_len * sizeof(*unit));
@@ -126,20 +134,20 @@ static st_status_t st_group_launch(void)
             if (unit == NULL) {
                 status = ST_ERR_NO_MEMORY;
                 for (int j = i; j < st_group_len; j++) {
-                    if (st_group_items[j].stream == stream) {
+                    if (st_group_same_unit(&st_group_items[j], &st_group_items[i])) {
                         st_group_skip(&st_group_items[j].args);
                     }
                 }
                 continue;
             }
             for (int j = i; j < st_group_len; j++) {
-                if (st_group_items[j].stream == stream &&
+                if (st_group_same_unit(&st_group_items[j], &st_group_items[i]) &&
                     st_comm_is_live(st_group_items[j].args.comm) &&
                     st_group_items[j].args.comm->state == ST_COMM_READY) {
                     unit[nunit++] = st_group_items[j].args;
                 }
             }
-            s = st_stream_push(stream, unit, nunit);
+            s = dev ? st_devq_push(stream, unit, nunit) : st_stream_push(stream, unit, nunit);
             for (int j = 0; j < nunit && s != ST_OK; j++) {
                 st_group_skip(&unit[j]);
             }

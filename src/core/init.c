@@ -30,6 +30,8 @@
 #include "coll/coll.h"
 #include "coll/intra.h"
 #include "core/bootstrap.h"
+#include "core/enqueue.h"
+#include "device/dev.h"
 #include "engine/exec.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
@@ -89,6 +91,8 @@ st_comm_t *st_comm_alloc(int rank, int nranks, double op_timeout, const char *na
     pthread_mutex_init(&comm->lock, NULL);
     pthread_mutex_init(&comm->order_lock, NULL);
     comm->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); /* -1: abort waits for deadlines */
+    /* NCCL's rule: a communicator belongs to the device current when it is made */
+    comm->dev_id = (st_dev() != NULL) ? st_dev()->current() : -1;
     if (comm->eps == NULL || comm->peers == NULL || comm->p2p_send_seq == NULL ||
         comm->p2p_recv_seq == NULL) {
         st_comm_free(comm, 1);
@@ -690,6 +694,7 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
     ST_CHECK_GOTO(st_comm_open_rails(comm), status, out);
     ST_CHECK_GOTO(st_comm_tune(comm), status, out);
     ST_CHECK_GOTO(st_intra_create(comm, st_comm_agree, ST_MEM_HOST, &comm->intra), status, out);
+    ST_CHECK_GOTO(st_intra_create_device(comm, st_comm_agree, comm->intra), status, out);
     comm->state = ST_COMM_READY;
 out:
     comm->timeout        = op_timeout;
@@ -818,6 +823,7 @@ st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeo
             goto out;
         }
         comm->tl = parent->tl; /* the parent's transports (a test's fakes stay fakes) */
+        comm->dev_id = parent->dev_id; /* and its device */
         ST_CHECK_GOTO(st_comm_open_net(comm, &rec), status, out);
     }
     rec.color = (color >= 0) ? color : -1;
@@ -866,6 +872,7 @@ st_status_t st_comm_split(st_comm_t *parent, int color, int key, double op_timeo
             goto out;
         }
         sized->tl      = comm->tl;
+        sized->dev_id  = comm->dev_id;
         sized->net     = comm->net;
         sized->net_ctx = comm->net_ctx;
         if (tune_file == NULL) {
@@ -918,6 +925,7 @@ void st_comm_free(st_comm_t *comm, int force)
 {
     double deadline = st_time_now() + ST_COMM_CLOSE_S;
 
+    st_devq_destroy(comm); /* its queued calls end first (their streams' gates open) */
     if (comm->net != NULL) {
         st_comm_notice_stop(comm);
     }

@@ -1,8 +1,9 @@
 /*
  * memalloc.c - strataMemAlloc / strataMemFree: the public face of the shareable memory of the
- * host window transport (transports/shm/shm_mem.c: node peers map it, so collectives on it skip
- * the copy into the communicator's window). Arguments are checked here, one line saying what and
- * where; the allocator logs its own failures.
+ * window transports (node peers map it, so collectives on it skip the copy into the
+ * communicator's windows): device memory from the window transport of ST_MEM_CUDA (cuda_ipc)
+ * when a device is current, as ncclMemAlloc does, else host memory from shm's. Arguments are
+ * checked here, one line saying what and where; the allocators log their own failures.
  */
 #include "config.h"
 
@@ -11,12 +12,24 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "base/status.h"
+#include "device/dev.h"
 #include "transports/transport.h"
 
-/* The builtin window transport for host memory (a device one joins with the GPU path). */
-static const st_win_ops_t *st_memalloc_win(void)
+/* The builtin window transport of memory type `type`. */
+static const st_win_ops_t *st_memalloc_win(st_mem_type_t type)
 {
-    return st_win_find(st_win_transports, ST_MEM_HOST);
+    return st_win_find(st_win_transports, type);
+}
+
+/* The memory type strataMemAlloc gives now: device memory when a device is current. */
+static st_mem_type_t st_memalloc_type(void)
+{
+    const st_dev_ops_t *dev = st_dev();
+
+    if (dev != NULL && dev->current() >= 0 && st_memalloc_win(ST_MEM_CUDA) != NULL) {
+        return ST_MEM_CUDA;
+    }
+    return ST_MEM_HOST;
 }
 
 STRATA_API strataResult_t strataMemAlloc(void **ptr, size_t size)
@@ -32,7 +45,7 @@ STRATA_API strataResult_t strataMemAlloc(void **ptr, size_t size)
         st_error(ST_SUB_SHM, "strataMemAlloc: size is 0");
         return strataInvalidArgument;
     }
-    return st_status_to_result(st_memalloc_win()->mem_alloc(size, ptr));
+    return st_status_to_result(st_memalloc_win(st_memalloc_type())->mem_alloc(size, ptr));
 }
 
 STRATA_API strataResult_t strataMemFree(void *ptr)
@@ -43,5 +56,14 @@ STRATA_API strataResult_t strataMemFree(void *ptr)
     if (st_param_init(st_transport_config_tables()) != ST_OK) {
         return strataInvalidArgument;
     }
-    return st_status_to_result(st_memalloc_win()->mem_free(ptr));
+    {
+        const st_dev_ops_t *dev  = st_dev();
+        st_mem_type_t       type = ST_MEM_HOST;
+
+        if (dev != NULL && dev->ptr_type(ptr, NULL) == ST_DEV_PTR_DEVICE &&
+            st_memalloc_win(ST_MEM_CUDA) != NULL) {
+            type = ST_MEM_CUDA;
+        }
+        return st_status_to_result(st_memalloc_win(type)->mem_free(ptr));
+    }
 }

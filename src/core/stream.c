@@ -1,8 +1,25 @@
 /*
- * stream.c - host streams: strata's stand-in for a CUDA stream on host memory. A stream is an
+ * stream.c - host streams and device queues.
+ *
+ * A host stream (strataStreamCreate) is strata's stand-in for a CUDA stream on host memory: an
  * in-order queue of work items (one call, or one group's calls for this stream) executed by the
  * stream's own thread through the same engine as blocking calls, so the caller's thread is free to
  * compute meanwhile. The thread sleeps on a condition variable while the queue is empty.
+ *
+ * A device queue is the same queue, one per communicator, for its calls on device buffers; it
+ * orders them on the user's CUDA streams as NCCL does (GPU.md 2.3). At the call, the caller's
+ * thread records an event on the user's stream (the point where the inputs are ready) and
+ * enqueues behind it a wait on a gate word (dev.h wait_value: the stream stops there), then
+ * queues the item and returns. The queue's thread waits for the event (sleeping), runs the
+ * collective, and opens the gate (write_value), so later work on the user's stream sees the
+ * result. An item that fails, or is not run because the communicator failed or was aborted, opens
+ * its gate too: no user stream is left blocked. A gate word only grows (one value per item, in
+ * queue order), and the words live in one pinned page for the life of the process, because a user
+ * stream may reach its wait after the communicator is gone.
+ * A call the hierarchical algorithm takes runs on the GPU over the node's device windows
+ * (coll/hier.c, coll/intra.h); any other (the flat ring, chain, small, send/recv, groups of
+ * several calls) runs on pinned host copies of its buffers: one copy in, the host algorithm, one
+ * copy out, on the queue's own device stream (st_devq_stage).
  */
 #include "config.h"
 
@@ -11,16 +28,31 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "engine/comm.h"
+#include "base/sys.h"
 #include "core/enqueue.h"
+#include "device/dev.h"
+#include "engine/comm.h"
 
 #define ST_STREAM_MAGIC 0x57a75eaau
 
 typedef struct st_stream_item {
     struct st_stream_item *next;
+    st_dev_event_t        *ev;       /* device item: where the user's stream has its inputs */
+    uint64_t               gate_val; /* device item: the gate value that releases its stream */
     int                    nargs;
     st_coll_args_t         args[];
 } st_stream_item_t;
+
+/* A device queue's own state (NULL in a host stream). */
+typedef struct st_devq {
+    st_comm_t          *comm;
+    const st_dev_ops_t *dev;
+    int                 slot;     /* its gate word: st_devq_gates[slot] */
+    uint64_t            gate_val; /* the last value handed out (under the stream's lock) */
+    st_dev_stream_t    *copy_stream; /* the queue thread's own stream for the staging copies */
+    char               *stage;    /* pinned host memory the collective runs on */
+    size_t              stage_bytes;
+} st_devq_t;
 
 struct st_stream {
     unsigned          magic;
@@ -32,6 +64,7 @@ struct st_stream {
     int               stop;
     st_status_t       error;     /* first error since the last synchronize */
     char              errmsg[512];
+    st_devq_t        *dq;        /* a device queue's state; NULL for a host stream */
 };
 
 static pthread_mutex_t  st_stream_registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -68,7 +101,7 @@ static int st_stream_register(struct st_stream *s, int add)
  * queued: its collective could then only wait out the deadline (its peers have given up), and
  * every later item as long again, so a synchronize after a failure would take the deadline times
  * the queue's length. Such items fail at once, saying why. */
-static st_status_t st_stream_run(st_stream_item_t *item)
+static st_status_t st_stream_runnable(st_stream_item_t *item)
 {
     for (int i = 0; i < item->nargs; i++) {
         const st_coll_args_t *args = &item->args[i];
@@ -99,7 +132,21 @@ static st_status_t st_stream_run(st_stream_item_t *item)
             return ST_ERR_USAGE;
         }
     }
-    return st_coll_run(item->args, item->nargs);
+    return ST_OK;
+}
+
+static st_status_t st_devq_run(st_devq_t *dq, st_stream_item_t *item);
+static void        st_devq_thread_fini(st_devq_t *dq);
+
+static st_status_t st_stream_run(struct st_stream *s, st_stream_item_t *item)
+{
+    st_status_t status;
+
+    if (s->dq != NULL) {
+        return st_devq_run(s->dq, item);
+    }
+    status = st_stream_runnable(item);
+    return (status == ST_OK) ? st_coll_run(item->args, item->nargs) : status;
 }
 
 static void *st_stream_main(void *arg)
@@ -120,7 +167,7 @@ static void *st_stream_main(void *arg)
         item = s->head;
         pthread_mutex_unlock(&s->lock);
 
-        status = st_stream_run(item);
+        status = st_stream_run(s, item);
         for (int i = 0; i < item->nargs; i++) {
             __atomic_sub_fetch(&item->args[i].comm->queued, 1, __ATOMIC_SEQ_CST);
         }
@@ -139,26 +186,32 @@ static void *st_stream_main(void *arg)
         pthread_cond_broadcast(&s->cond);
     }
     pthread_mutex_unlock(&s->lock);
+    if (s->dq != NULL) {
+        st_devq_thread_fini(s->dq); /* its device stream belongs to this thread's context */
+    }
     return NULL;
 }
 
-st_status_t st_stream_push(strataStream_t stream, const st_coll_args_t *args, int nargs)
+/* A work item holding a copy of args[0..nargs); NULL (logged) when out of memory. */
+static st_stream_item_t *st_stream_item_new(const st_coll_args_t *args, int nargs)
 {
-    struct st_stream *s = (struct st_stream *)stream;
-    st_stream_item_t *item;
+    st_stream_item_t *item = calloc(1, sizeof(*item) + (size_t)nargs * sizeof(item->args[0]));
 
-    item = malloc(sizeof(*item) + (size_t)nargs * sizeof(item->args[0]));
     if (item == NULL) {
-        st_error(ST_SUB_COLL, "stream %p: out of memory queueing %d calls", (void *)s, nargs);
-        return ST_ERR_NO_MEMORY;
+        st_error(ST_SUB_COLL, "out of memory queueing %d calls", nargs);
+        return NULL;
     }
-    item->next  = NULL;
     item->nargs = nargs;
     memcpy(item->args, args, (size_t)nargs * sizeof(*args));
-    for (int i = 0; i < nargs; i++) {
-        __atomic_add_fetch(&args[i].comm->queued, 1, __ATOMIC_SEQ_CST);
+    return item;
+}
+
+/* Appends item to s's queue. Caller holds s->lock. */
+static void st_stream_append(struct st_stream *s, st_stream_item_t *item)
+{
+    for (int i = 0; i < item->nargs; i++) {
+        __atomic_add_fetch(&item->args[i].comm->queued, 1, __ATOMIC_SEQ_CST);
     }
-    pthread_mutex_lock(&s->lock);
     if (s->tail != NULL) {
         s->tail->next = item;
     } else {
@@ -167,49 +220,82 @@ st_status_t st_stream_push(strataStream_t stream, const st_coll_args_t *args, in
     s->tail = item;
     s->pending++;
     pthread_cond_broadcast(&s->cond);
+}
+
+st_status_t st_stream_push(strataStream_t stream, const st_coll_args_t *args, int nargs)
+{
+    struct st_stream *s    = (struct st_stream *)stream;
+    st_stream_item_t *item = st_stream_item_new(args, nargs);
+
+    if (item == NULL) {
+        return ST_ERR_NO_MEMORY;
+    }
+    pthread_mutex_lock(&s->lock);
+    st_stream_append(s, item);
     pthread_mutex_unlock(&s->lock);
     return ST_OK;
+}
+
+/* A stream with its thread started (not registered); NULL (logged) when it cannot start. */
+static struct st_stream *st_stream_new(st_devq_t *dq, const char *fn)
+{
+    struct st_stream *s = calloc(1, sizeof(*s));
+    int               ret;
+
+    if (s == NULL) {
+        st_error(ST_SUB_COLL, "%s: out of memory", fn);
+        return NULL;
+    }
+    s->magic = ST_STREAM_MAGIC;
+    s->dq    = dq;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    ret = pthread_create(&s->thread, NULL, st_stream_main, s);
+    if (ret != 0) {
+        st_error(ST_SUB_COLL, "%s: pthread_create failed: %s", fn, strerror(ret));
+        pthread_cond_destroy(&s->cond);
+        pthread_mutex_destroy(&s->lock);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* Stops s once its queue is empty, joins its thread and frees it. */
+static void st_stream_stop(struct st_stream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    pthread_cond_destroy(&s->cond);
+    pthread_mutex_destroy(&s->lock);
+    s->magic = 0;
+    free(s->dq);
+    free(s);
 }
 
 strataResult_t strataStreamCreate(strataStream_t *stream)
 {
     struct st_stream *s;
-    int               ret;
 
     if (stream == NULL) {
         st_error(ST_SUB_COLL, "strataStreamCreate: stream is NULL");
         return strataInvalidArgument;
     }
-    s = calloc(1, sizeof(*s));
+    s = st_stream_new(NULL, "strataStreamCreate");
     if (s == NULL) {
         return strataSystemError;
-    }
-    s->magic = ST_STREAM_MAGIC;
-    pthread_mutex_init(&s->lock, NULL);
-    pthread_cond_init(&s->cond, NULL);
-    ret = pthread_create(&s->thread, NULL, st_stream_main, s);
-    if (ret != 0) {
-        st_error(ST_SUB_COLL, "strataStreamCreate: pthread_create failed: %s", strerror(ret));
-        goto err;
     }
     if (!st_stream_register(s, 1)) {
         st_error(ST_SUB_COLL, "strataStreamCreate: more than %zu live streams",
                  ST_ARRAY_SIZE(st_stream_registry));
-        pthread_mutex_lock(&s->lock);
-        s->stop = 1;
-        pthread_cond_broadcast(&s->cond);
-        pthread_mutex_unlock(&s->lock);
-        pthread_join(s->thread, NULL);
-        goto err;
+        st_stream_stop(s);
+        return strataSystemError;
     }
     *stream = (strataStream_t)s; /* strata.h: a host stream travels as a strataStream_t */
     return strataSuccess;
-
-err:
-    pthread_cond_destroy(&s->cond);
-    pthread_mutex_destroy(&s->lock);
-    free(s);
-    return strataSystemError;
 }
 
 /* Takes and clears the stream's error; puts its message into the caller's last error. */
@@ -272,14 +358,366 @@ strataResult_t strataStreamDestroy(strataStream_t stream)
     if (!st_stream_check(stream, "strataStreamDestroy") || !st_stream_register(s, 0)) {
         return strataInvalidArgument;
     }
-    pthread_mutex_lock(&s->lock);
-    s->stop = 1;
-    pthread_cond_broadcast(&s->cond);
-    pthread_mutex_unlock(&s->lock);
-    pthread_join(s->thread, NULL);
-    pthread_cond_destroy(&s->cond);
-    pthread_mutex_destroy(&s->lock);
-    s->magic = 0;
-    free(s);
+    st_stream_stop(s);
     return strataSuccess;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Device queues                                                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The gate words: one pinned page for the process, never freed (a user stream may reach its wait
+ * after the communicator is gone); a queue takes a free slot and continues from the value left
+ * in it, so every wait ever enqueued on a slot stays satisfied. */
+#define ST_DEVQ_GATES 512
+static pthread_mutex_t st_devq_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t       *st_devq_gates;
+static uint8_t         st_devq_gate_used[ST_DEVQ_GATES];
+
+static st_status_t st_devq_gate_take(const st_dev_ops_t *dev, int *slot_p)
+{
+    st_status_t status = ST_OK;
+
+    if (st_devq_gates == NULL) {
+        void *page = NULL;
+
+        status = dev->host_alloc(ST_DEVQ_GATES * sizeof(uint64_t), &page);
+        if (status != ST_OK) {
+            return status;
+        }
+        st_devq_gates = page;
+    }
+    for (int i = 0; i < ST_DEVQ_GATES; i++) {
+        if (!st_devq_gate_used[i]) {
+            st_devq_gate_used[i] = 1;
+            *slot_p              = i;
+            return ST_OK;
+        }
+    }
+    st_error(ST_SUB_COLL, "more than %d communicators with calls on device buffers at once",
+             ST_DEVQ_GATES);
+    return ST_ERR_NO_MEMORY;
+}
+
+/* comm's device queue, made at its first call on device buffers. */
+static struct st_stream *st_devq_get(st_comm_t *comm, const st_dev_ops_t *dev,
+                                     st_status_t *status_p)
+{
+    struct st_stream *s;
+    st_devq_t        *dq;
+
+    pthread_mutex_lock(&st_devq_lock);
+    s = comm->devq;
+    if (s != NULL) {
+        pthread_mutex_unlock(&st_devq_lock);
+        return s;
+    }
+    dq = calloc(1, sizeof(*dq));
+    if (dq == NULL) {
+        *status_p = ST_ERR_NO_MEMORY;
+        goto out;
+    }
+    dq->comm = comm;
+    dq->dev  = dev;
+    *status_p = st_devq_gate_take(dev, &dq->slot);
+    if (*status_p != ST_OK) {
+        free(dq);
+        goto out;
+    }
+    dq->gate_val = __atomic_load_n(&st_devq_gates[dq->slot], __ATOMIC_ACQUIRE);
+    s = st_stream_new(dq, "device queue");
+    if (s == NULL) {
+        st_devq_gate_used[dq->slot] = 0;
+        free(dq);
+        *status_p = ST_ERR_NO_MEMORY;
+        goto out;
+    }
+    comm->devq = s;
+out:
+    pthread_mutex_unlock(&st_devq_lock);
+    return s;
+}
+
+st_status_t st_devq_push(strataStream_t user, const st_coll_args_t *args, int nargs)
+{
+    st_comm_t          *comm   = args[0].comm;
+    const st_dev_ops_t *dev    = st_dev();
+    st_status_t         status = ST_ERR_NO_DEVICE;
+    st_dev_stream_t    *us     = (st_dev_stream_t *)user; /* NULL: the legacy default stream */
+    struct st_stream   *s;
+    st_stream_item_t   *item;
+
+    if (dev == NULL) {
+        st_error(ST_SUB_COLL, "%s rank %d: a call on device buffers with no device layer",
+                 comm->name, comm->rank);
+        return status;
+    }
+    s = st_devq_get(comm, dev, &status);
+    if (s == NULL) {
+        return status;
+    }
+    item = st_stream_item_new(args, nargs);
+    if (item == NULL) {
+        return ST_ERR_NO_MEMORY;
+    }
+    status = dev->event_create(&item->ev);
+    if (status != ST_OK) {
+        free(item);
+        return status;
+    }
+    /* under the queue's lock: gate values follow the queue's order, whichever threads call */
+    pthread_mutex_lock(&s->lock);
+    item->gate_val = s->dq->gate_val + 1;
+    status         = dev->event_record(item->ev, us);
+    if (status == ST_OK) {
+        status = dev->wait_value(us, &st_devq_gates[s->dq->slot], item->gate_val);
+    }
+    if (status == ST_OK) {
+        s->dq->gate_val = item->gate_val;
+        st_stream_append(s, item);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (status != ST_OK) {
+        /* a recorded event with no gate behind it holds nothing; the stream refused the wait */
+        dev->event_destroy(item->ev);
+        free(item);
+    }
+    return status;
+}
+
+/* What one call reads (send) and writes (recv) of its buffers, in bytes; 0 where it touches
+ * nothing (a broadcast's send buffer off the root, a reduce's receive buffer). */
+typedef struct st_devq_span {
+    size_t send_len, recv_len;
+    size_t send_off, recv_off; /* in the staging area */
+} st_devq_span_t;
+
+static void st_devq_lens(const st_coll_args_t *a, st_devq_span_t *sp)
+{
+    size_t n    = a->count * st_dtype_size(a->dtype);
+    size_t all  = n * (size_t)a->comm->nranks;
+    int    root = (a->comm->rank == a->root);
+
+    memset(sp, 0, sizeof(*sp));
+    switch (a->type) {
+    case ST_COLL_ALLREDUCE: sp->send_len = n; sp->recv_len = n; break;
+    case ST_COLL_BROADCAST: sp->send_len = root ? n : 0; sp->recv_len = n; break;
+    case ST_COLL_REDUCE: sp->send_len = n; sp->recv_len = root ? n : 0; break;
+    case ST_COLL_ALLGATHER: sp->send_len = n; sp->recv_len = all; break;
+    case ST_COLL_REDUCESCATTER: sp->send_len = all; sp->recv_len = n; break;
+    case ST_COLL_SEND: sp->send_len = n; break;
+    case ST_COLL_RECV: sp->recv_len = n; break;
+    default: break;
+    }
+}
+
+#define ST_DEVQ_ALIGN 256
+
+/* Waits for the queue's copies, at most the communicator's timeout; phase names them. */
+static st_status_t st_devq_copies_wait(st_devq_t *dq, const st_coll_args_t *a,
+                                       const char *phase)
+{
+    long        us     = (long)(dq->comm->timeout * 1e6);
+    st_status_t status = dq->dev->stream_sync(dq->copy_stream, us > 0 ? us : -1);
+
+    if (status == ST_INPROGRESS) {
+        st_error(ST_SUB_COLL, "%s #%llu (%s) rank %d: %s: the device copies did not finish "
+                 "within %.0f s (STRATA_TIMEOUT)", st_coll_name(a->type),
+                 (unsigned long long)a->seq, dq->comm->name, dq->comm->rank, phase,
+                 dq->comm->timeout);
+        status = ST_ERR_TIMEOUT;
+    }
+    return status;
+}
+
+/* Runs the calls of a device item on pinned host copies of their buffers: every call's send bytes
+ * are copied in (device to pinned host, on the queue's own stream), the calls run together as
+ * host calls (the same algorithms and checks as host buffers), and their receive bytes are copied
+ * out. A call whose send and receive bytes overlap (in place) gets one staging block for their
+ * union, so the algorithm sees the same aliasing as the caller made. */
+static st_status_t st_devq_stage(st_devq_t *dq, const st_coll_args_t *args, int nargs)
+{
+    const st_dev_ops_t *dev = dq->dev;
+    st_coll_args_t     *host;
+    st_devq_span_t     *sp;
+    size_t              total = 0;
+    st_status_t         status;
+
+    if (dq->copy_stream == NULL) {
+        status = dev->set_current(dq->comm->dev_id);
+        if (status == ST_OK) {
+            status = dev->stream_create(&dq->copy_stream);
+        }
+        if (status != ST_OK) {
+            st_error(ST_SUB_COLL, "%s rank %d: the device queue cannot use device %d",
+                     dq->comm->name, dq->comm->rank, dq->comm->dev_id);
+            return status;
+        }
+    }
+    host = calloc((size_t)nargs, sizeof(*host));
+    sp   = calloc((size_t)nargs, sizeof(*sp));
+    if (host == NULL || sp == NULL) {
+        status = ST_ERR_NO_MEMORY;
+        goto out;
+    }
+    /* the staging layout: per call, a block for send and one for recv, or one for their union */
+    for (int i = 0; i < nargs; i++) {
+        const st_coll_args_t *a  = &args[i];
+        const char           *s0 = a->sendbuff, *r0 = a->recvbuff;
+
+        st_devq_lens(a, &sp[i]);
+        if (sp[i].send_len > 0 && sp[i].recv_len > 0 && s0 < r0 + sp[i].recv_len &&
+            r0 < s0 + sp[i].send_len) {
+            const char *lo = ST_MIN(s0, r0);
+            const char *hi = ST_MAX(s0 + sp[i].send_len, r0 + sp[i].recv_len);
+
+            sp[i].send_off = total + (size_t)(s0 - lo);
+            sp[i].recv_off = total + (size_t)(r0 - lo);
+            total += ST_DIV_ROUND_UP((size_t)(hi - lo), ST_DEVQ_ALIGN) * ST_DEVQ_ALIGN;
+        } else {
+            sp[i].send_off = total;
+            total += ST_DIV_ROUND_UP(sp[i].send_len, ST_DEVQ_ALIGN) * ST_DEVQ_ALIGN;
+            sp[i].recv_off = total;
+            total += ST_DIV_ROUND_UP(sp[i].recv_len, ST_DEVQ_ALIGN) * ST_DEVQ_ALIGN;
+        }
+    }
+    if (total > dq->stage_bytes) {
+        size_t want = ST_MAX(total, dq->stage_bytes + dq->stage_bytes / 2);
+        void  *mem  = NULL;
+
+        if (dq->stage != NULL) {
+            dev->host_free(dq->stage);
+            dq->stage       = NULL;
+            dq->stage_bytes = 0;
+        }
+        status = dev->host_alloc(want, &mem);
+        if (status != ST_OK) {
+            st_error(ST_SUB_COLL, "%s rank %d: cannot pin %zu B of host memory to stage device "
+                     "buffers", dq->comm->name, dq->comm->rank, want);
+            goto out;
+        }
+        dq->stage       = mem;
+        dq->stage_bytes = want;
+    }
+    for (int i = 0; i < nargs; i++) {
+        host[i]     = args[i];
+        host[i].mem = ST_MEM_HOST;
+        /* a buffer the call does not touch aliases the other one: the host algorithms never
+         * read it then, and never see a device pointer */
+        host[i].sendbuff = dq->stage + (sp[i].send_len > 0 ? sp[i].send_off : sp[i].recv_off);
+        host[i].recvbuff = dq->stage + (sp[i].recv_len > 0 ? sp[i].recv_off : sp[i].send_off);
+        if (sp[i].send_len > 0) {
+            status = dev->copy(dq->stage + sp[i].send_off, args[i].sendbuff, sp[i].send_len,
+                               dq->copy_stream);
+            if (status != ST_OK) {
+                goto out;
+            }
+        }
+    }
+    status = st_devq_copies_wait(dq, &args[0], "copying the device buffers in");
+    if (status != ST_OK) {
+        for (int i = 0; i < nargs; i++) { /* they never run: later calls go on */
+            if (!st_coll_info(args[i].type)->p2p) {
+                st_comm_order_done(args[i].comm, args[i].seq);
+            }
+        }
+        goto out;
+    }
+    status = st_coll_run(host, nargs);
+    if (status != ST_OK) {
+        goto out;
+    }
+    for (int i = 0; i < nargs; i++) {
+        if (sp[i].recv_len > 0) {
+            status = dev->copy(args[i].recvbuff, dq->stage + sp[i].recv_off, sp[i].recv_len,
+                               dq->copy_stream);
+            if (status != ST_OK) {
+                goto out;
+            }
+        }
+    }
+    status = st_devq_copies_wait(dq, &args[0], "copying the results out to the device buffers");
+out:
+    free(host);
+    free(sp);
+    return status;
+}
+
+/* Runs one device item: waits (sleeping) until the user's stream reached the call, runs it, and
+ * opens the gate whatever happened. A failure is the communicator's asynchronous error, as
+ * NCCL's (strataCommGetAsyncError): the caller's thread has long returned. */
+static st_status_t st_devq_run(st_devq_t *dq, st_stream_item_t *item)
+{
+    st_comm_t  *comm   = dq->comm;
+    st_status_t status = ST_OK;
+
+    for (;;) {
+        int state = comm->state;
+
+        status = dq->dev->event_wait(item->ev, 100 * 1000);
+        if (status != ST_INPROGRESS || state == ST_COMM_FAILED || state == ST_COMM_ABORTED) {
+            break; /* a failed communicator's items are not run (below) */
+        }
+    }
+    if (status == ST_OK || status == ST_INPROGRESS) {
+        status = st_stream_runnable(item);
+        if (status == ST_OK && item->nargs == 1 && st_coll_device_native(&item->args[0])) {
+            status = dq->dev->set_current(comm->dev_id);
+            if (status == ST_OK) {
+                status = st_coll_run(item->args, 1); /* hier over the device windows */
+            }
+        } else if (status == ST_OK) {
+            status = st_devq_stage(dq, item->args, item->nargs);
+        }
+    } else {
+        for (int i = 0; i < item->nargs; i++) { /* never run: later calls go on */
+            if (!st_coll_info(item->args[i].type)->p2p) {
+                st_comm_order_done(item->args[i].comm, item->args[i].seq);
+            }
+        }
+    }
+    if (status != ST_OK) {
+        for (int i = 0; i < item->nargs; i++) {
+            st_comm_t *c = item->args[i].comm;
+
+            pthread_mutex_lock(&st_devq_lock);
+            if (c->async_msg[0] == '\0') {
+                snprintf(c->async_msg, sizeof(c->async_msg), "%s", st_log_last_error());
+            }
+            pthread_mutex_unlock(&st_devq_lock);
+            st_comm_set_error(c, status);
+        }
+    }
+    dq->dev->write_value(&st_devq_gates[dq->slot], item->gate_val);
+    dq->dev->event_destroy(item->ev);
+    item->ev = NULL;
+    return status;
+}
+
+static void st_devq_thread_fini(st_devq_t *dq)
+{
+    if (dq->copy_stream != NULL) {
+        dq->dev->stream_destroy(dq->copy_stream);
+        dq->copy_stream = NULL;
+    }
+    if (dq->stage != NULL) {
+        dq->dev->host_free(dq->stage);
+        dq->stage = NULL;
+    }
+}
+
+void st_devq_destroy(st_comm_t *comm)
+{
+    struct st_stream *s = comm->devq;
+    int               slot;
+
+    if (s == NULL) {
+        return;
+    }
+    slot = s->dq->slot;
+    st_stream_stop(s); /* runs (or fails at once, on a failed comm) what is queued: gates open */
+    pthread_mutex_lock(&st_devq_lock);
+    st_devq_gate_used[slot] = 0;
+    comm->devq              = NULL;
+    pthread_mutex_unlock(&st_devq_lock);
 }

@@ -109,6 +109,14 @@ struct st_comm {
     int                  not_run_said;  /* queued work skipped after a failure was logged */
     char                 notice_msg[232];
 
+    /* The device path (core/stream.c): the device current when the communicator was made (the
+     * device its device buffers must be on), -1 when none was; the queue that runs its calls on
+     * device buffers, ordered on the user's CUDA streams (made at the first such call). */
+    int                  dev_id;
+    struct st_stream    *devq;
+    char                 async_msg[512]; /* the first device-queue failure's message (given to
+                                          * strataCommGetAsyncError's caller as its last error) */
+
     /* Memory of cancelled operations that the transport still holds (st_comm_defer), freed
      * once the transport is closed. */
     struct st_comm_deferred *deferred;

@@ -40,6 +40,9 @@ typedef struct st_check_fp {
     int32_t  root;  /* -1 for collectives without one */
     int32_t  rank;  /* who made this call (not part of the comparison) */
     int32_t  name;  /* st_check_op_names index for messages (not part of the comparison) */
+    int32_t  mem;   /* 1: run on the device windows (hier on device buffers): such a call and a
+                     * host one would read different windows */
+    int32_t  pad;
 } st_check_fp_t;
 
 typedef struct st_check_msg {
@@ -118,6 +121,7 @@ static int st_check_fp_cmp(const st_check_fp_t *a, const st_check_fp_t *b)
     ST_CHECK_CMP_FIELD(dtype)
     ST_CHECK_CMP_FIELD(op)
     ST_CHECK_CMP_FIELD(root)
+    ST_CHECK_CMP_FIELD(mem)
 #undef ST_CHECK_CMP_FIELD
     return 0;
 }
@@ -147,7 +151,10 @@ static void st_check_describe(const st_check_fp_t *fp, char *buf, size_t len)
         n += snprintf(buf + n, len - (size_t)n, " %s", st_check_op_names[fp->name]);
     }
     if (fp->root >= 0 && n > 0 && (size_t)n < len) {
-        snprintf(buf + n, len - (size_t)n, " root %d", fp->root);
+        n += snprintf(buf + n, len - (size_t)n, " root %d", fp->root);
+    }
+    if (fp->mem && n > 0 && (size_t)n < len) {
+        snprintf(buf + n, len - (size_t)n, " on device buffers");
     }
 }
 
@@ -496,6 +503,7 @@ st_status_t st_check_attach(const st_coll_args_t *args, st_op_t **op_p)
     check->cur.min.op    = st_check_op_code(args, &name);
     check->cur.min.name  = name;
     check->cur.min.root  = st_coll_info(args->type)->rooted ? args->root : -1;
+    check->cur.min.mem   = (args->mem == ST_MEM_CUDA);
     check->cur.min.rank  = comm->rank;
     check->cur.max       = check->cur.min;
     (*op_p)->check       = check;

@@ -2,9 +2,11 @@
  * mismatch.h - mismatch detection (STRATA_CHECK_MISMATCH): every rank of a collective agrees that
  * all ranks made the same call before the collective may succeed.
  *
- * Each collective's fingerprint is (collective, count, datatype, op, root, sequence number). A
+ * Each collective's fingerprint is (collective, count, datatype, op, root, sequence number, and
+ * whether it runs on the device windows: hier on device buffers against a host call would read
+ * different windows). A
  * small agreement runs next to the data algorithm: a dissemination exchange of the (min, max)
- * fingerprint, each tagged with the rank that holds it, over ceil(log2 n) rounds of 80-byte
+ * fingerprint, each tagged with the rank that holds it, over ceil(log2 n) rounds of 96-byte
  * messages in a tag space of their own (bits 43 and 42 set: no collective or send/recv tag has
  * both). After the last round every rank holds the same minimum and maximum; when they differ the
  * calls disagree and every rank fails the collective with ST_ERR_USAGE (strataInvalidUsage) and

@@ -71,6 +71,9 @@ typedef struct st_coll_args {
                                   * own rule */
     int              channels;   /* flat ring: rings at once (select.c: STRATA_RING_CHANNELS or
                                   * the tuning); 0 or 1: one */
+    int              mem;        /* st_mem_type_t of the buffers (the API checked they agree):
+                                  * ST_MEM_CUDA calls run from the communicator's device queue
+                                  * (core/stream.c), ordered on the user's CUDA stream */
 } st_coll_args_t;
 
 /* The row of collective `type`; for a value out of range, a row named "unknown" with no

@@ -580,7 +580,8 @@ emunet_block()
 # emunet_job_start NAME NODES RATE LINKS MTU: own a new network (EMUNET_ID st<pid>, the sourcing
 # script's), the log folder, a snapshot of /dev/shm, and an EXIT trap that stops the ranks, takes
 # the network down and removes what they left in /dev/shm. Fills node_of[r] and local_of[r] for
-# NP=$np ranks, and local_size[k], in contiguous blocks (emunet_block). Returns 1, said on stderr,
+# NP=$np ranks, and local_size[k], in contiguous blocks (emunet_block; EMUNET_LAYOUT="3,1" gives
+# the ranks per node instead, summing to NP). Returns 1, said on stderr,
 # when the network cannot be made.
 emunet_job_start()
 {
@@ -605,13 +606,24 @@ emunet_job_start()
         return 1
     fi
     node_of=() local_of=() local_size=()
+    local -a counts=()
+    if [ -n "${EMUNET_LAYOUT:-}" ]; then # "3,1": ranks per node, in order (uneven nodes)
+        IFS=, read -r -a counts <<<"$EMUNET_LAYOUT"
+    fi
+    block_start=0
     for ((k = 0; k < nodes; k++)); do
-        emunet_block "$np" "$nodes" "$k"
+        if [ ${#counts[@]} -gt 0 ]; then
+            block_count=${counts[k]}
+        else
+            emunet_block "$np" "$nodes" "$k"
+        fi
         local_size[k]=$block_count
         for ((i = 0; i < block_count; i++)); do
             r=$((block_start + i)) node_of[r]=$k local_of[r]=$i
         done
+        [ ${#counts[@]} -gt 0 ] && block_start=$((block_start + block_count))
     done
+    return 0
 }
 
 # emunet_rank_env: fills emunet_env with what every rank of a job needs on the emulated network,

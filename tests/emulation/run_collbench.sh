@@ -6,6 +6,8 @@
 #   run_collbench.sh [options] [--] [collbench args]     (default: all_reduce -b 8 -e 4M -f 4 ...)
 #     --nodes K        emulated nodes (2)
 #     --np N           ranks, in contiguous blocks per node, rank 0 on node 0 (4)
+#     --layout A,B,..  ranks per node instead of even blocks (3,1: a node of 3 and one of 1);
+#                      sets --nodes and --np
 #     --rate R         tc tbf cap per link and direction, tc syntax (1gbit, or R0,R1 per link);
 #                      default unshaped
 #     --mtu M          MTU of every link (1500; 9000: jumbo frames)
@@ -50,6 +52,15 @@ while [ $# -gt 0 ]; do
     case $1 in
         --nodes) nodes=$2; shift 2 ;;
         --np) np=$2; shift 2 ;;
+        --layout)
+            export EMUNET_LAYOUT=$2
+            IFS=, read -r -a lay <<<"$2"
+            nodes=${#lay[@]} np=0
+            for c in "${lay[@]}"; do
+                case $c in ''|*[!0-9]*|0) echo "run_collbench: --layout $2: counts above 0" >&2; exit 99 ;; esac
+                np=$((np + c))
+            done
+            shift 2 ;;
         --rate) rate=$2; shift 2 ;;
         --links) links=$2; shift 2 ;;
         --mtu) mtu=$2; shift 2 ;;

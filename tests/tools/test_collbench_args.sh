@@ -1,7 +1,7 @@
 #!/bin/bash
 # test_collbench_args.sh: collbench's command line. Bad values must exit 2 with one line on stderr
 # and nothing on stdout, before any rank starts; -A must reach STRATA_ALGO (over an inherited
-# value); short runs with --phases and --mem-alloc must print what README says.
+# value); short runs with --phases, --mem-alloc and --device must print what README says.
 #   test_collbench_args.sh [--collbench P]     (default: $COLLBENCH, ./collbench, the tree's top)
 # Exit 0 pass, 1 fail, 99 no collbench.
 set -u
@@ -50,7 +50,7 @@ good() {
 timeout 60 "$collbench" --help >/dev/null 2>&1
 
 good "--help documents the strata options" '^  -A,--algo <algo> +ring hier small auto' \
-    '^      --phases ' '^      --mem-alloc ' -- --help
+    '^      --phases ' '^      --mem-alloc ' '^      --device <host\|sim\|cuda>' -- --help
 
 # model: no rank; its own options (tests/unit/test_model checks every figure)
 good "--help documents model" '^ +[^ ]+ model \[--preset seed\]' -- --help
@@ -129,6 +129,23 @@ if [ "$rc" = 0 ] && [ "$n" = 2 ] && [ "$(grep -c WARN "$tmp/err")" = 2 ]; then
 else
     fail "STRATA_HIER_CHUNK_SIZE=7 -> rc $rc, $n WARN line(s) saying it was raised to 64, want 0 and 2 (one per rank)"
     sed 's/^/    /' "$tmp/err" | head -6
+fi
+
+# --device: bad values and modes before any rank starts; a short run on the simulated device
+# says so in its header and under the table; cuda without a driver is one line, status 2
+want="invalid device (host, sim or cuda) 'gpu'"; bad -np 2 --device gpu
+want="--device applies to the benchmark"; bad -np 2 --device sim topo
+good "--device sim" '^# device: sim \(simulated on the CPU: not GPU performance\)$' \
+    '^# Buffers: device memory' '^#  Rank  1 Group  0 Pid +[0-9]+ on +node0 device  1 \[sim\] node 0$' \
+    '^#  Rank  2 Group  0 Pid +[0-9]+ on +node1 device  0 \[sim\] node 1$' \
+    '^# Out of bounds values : 0 OK$' '^# device sim: .* never GPU performance$' -- \
+    -np 3 --nodes 2 --device sim all -b 8 -e 256k -f 64 -n 2 -w 1
+good "--device host is the default" '^# device: host' '^# Buffers: malloc$' -- \
+    -np 2 -b 8 -e 1k -n 1 -w 0
+if nvidia-smi -L >/dev/null 2>&1; then
+    echo "ok: --device cuda without a driver: not checked, this machine has a GPU"
+else
+    want="--device cuda: no device layer ("; bad -np 2 --device cuda
 fi
 
 # ranks started one by one with different STRATA_ALGO: status 2 at once, not a hang

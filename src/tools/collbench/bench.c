@@ -15,7 +15,12 @@
  * half of a row (before the bookkeeping all-reduces, which are collectives too and would replace
  * it), the slowest rank's time per phase is taken with one more all-reduce, outside the timing,
  * and rank 0 prints it under the row as '#' lines, which tools that parse nccl-tests skip. With
- * --mem-alloc the buffers come from strataMemAlloc, the memory strata's node peers can map.
+ * --mem-alloc the buffers come from strataMemAlloc, the memory strata's node peers can map. With
+ * --device sim|cuda (device.c) the buffers are device memory: data.c fills and checks pinned host
+ * mirrors of them, the inputs are copied in after every fill and the receive buffer copied out
+ * before every check, the calls take a device stream (the legacy default one with -z 1) and a
+ * timed region ends when that stream is synchronized; a call that fails after it was queued is
+ * the communicator's async error, read after each synchronize.
  * Before anything else the ranks check that they share one STRATA_ALGO (cb_check_algo).
  */
 #include "config.h"
@@ -33,7 +38,7 @@
 /* What rank 0 prints about every rank under "# Using devices". */
 typedef struct cb_rankinfo {
     int32_t pid;
-    int32_t pad;
+    int32_t device; /* --device: the rank's device ordinal; -1 for host buffers */
     char    host[CB_HOST_LEN];
 } cb_rankinfo_t;
 
@@ -58,10 +63,13 @@ typedef struct cb_bench {
     int              rank;
     int              nranks;
     strataComm_t     comm;
-    strataStream_t   stream;      /* NULL with -z 1 */
+    strataStream_t   stream;      /* NULL with -z 1 (for device buffers: the legacy default) */
     int              nnodes;      /* of comm; read with --phases only */
-    char            *sendbuf;
-    char            *recvbuf;
+    cb_device_t     *device;      /* --device sim or cuda; NULL for host buffers */
+    char            *sendbuf;     /* what data.c fills and checks: the buffers, or with --device */
+    char            *recvbuf;     /* their pinned host mirrors */
+    char            *callsend;    /* what the calls take: the buffers, or the device buffers */
+    char            *callrecv;
     size_t           bufbytes;
     uint64_t         rep;         /* data seed, advanced in lockstep on every rank */
     uint64_t         wrong_total; /* of the collective being run */
@@ -148,8 +156,8 @@ static void cb_test_bw(const cb_test_t *t, int nranks, double sec, double *algbw
 static strataResult_t cb_issue(const cb_bench_t *b, const cb_test_t *t, int in_place)
 {
     size_t         ts   = t->tsize, r = (size_t)b->rank;
-    char          *recv = b->recvbuf;
-    const char    *send = in_place ? recv + r * t->send_ip_off * ts : b->sendbuf;
+    char          *recv = b->callrecv;
+    const char    *send = in_place ? recv + r * t->send_ip_off * ts : b->callsend;
     strataResult_t res, res2;
     int            n = b->nranks;
 
@@ -183,12 +191,53 @@ static strataResult_t cb_issue(const cb_bench_t *b, const cb_test_t *t, int in_p
     }
 }
 
-/* Waits for what was queued on the stream (nothing to do with -z 1). */
+/* Device buffers: waits for the device stream (the gate of the last call opens when it is over),
+ * then asks whether a queued call failed after it returned (the communicator's async error). */
+static void cb_device_complete(const cb_bench_t *b, const cb_test_t *t)
+{
+    strataResult_t res, async = strataSuccess;
+
+    if (cb_device_sync(b->device) != 0) {
+        fprintf(stderr, "collbench: rank %d: stream_sync of the device stream failed: %s\n",
+                b->rank, strataGetLastError(NULL));
+        exit(2);
+    }
+    res = strataCommGetAsyncError(b->comm, &async);
+    if (res != strataSuccess) {
+        cb_fatal(b, t, "strataCommGetAsyncError", res);
+    }
+    if (async != strataSuccess && async != strataInProgress) {
+        cb_fatal(b, t, "a call queued on the device stream (strataCommGetAsyncError)", async);
+    }
+}
+
+/* Bytes of a buffer that a call of t may read or write: in place, the receive buffer holds the
+ * send buffer too (reduce_scatter's input is count * nranks elements of it). */
+static size_t cb_span(const cb_test_t *t)
+{
+    return ((t->sendcount > t->recvcount) ? t->sendcount : t->recvcount) * t->tsize;
+}
+
+/* Device buffers: the inputs and poison cb_prepare wrote into the host mirrors, copied in. */
+static void cb_copy_in(const cb_bench_t *b, const cb_test_t *t)
+{
+    if (cb_device_copy(b->device, b->callsend, b->sendbuf, cb_span(t)) != 0 ||
+        cb_device_copy(b->device, b->callrecv, b->recvbuf, cb_span(t)) != 0) {
+        fprintf(stderr, "collbench: rank %d: copy of the inputs to the device failed: %s\n",
+                b->rank, strataGetLastError(NULL));
+        exit(2);
+    }
+    cb_device_complete(b, t);
+}
+
+/* Waits for what was queued on the stream (nothing to do with -z 1 on host buffers). */
 static void cb_complete(const cb_bench_t *b, const cb_test_t *t)
 {
     strataResult_t res;
 
-    if (b->stream != NULL) {
+    if (b->device != NULL) {
+        cb_device_complete(b, t);
+    } else if (b->stream != NULL) {
         res = strataStreamSynchronize(b->stream);
         if (res != strataSuccess) {
             cb_fatal(b, t, "strataStreamSynchronize", res);
@@ -282,23 +331,52 @@ static size_t cb_check(const cb_bench_t *b, const cb_test_t *t, const cb_data_t 
     }
 }
 
+/* One call of the test; a failure ends the rank, naming the call as strata.h does. */
+static void cb_call(const cb_bench_t *b, const cb_test_t *t, int in_place)
+{
+    strataResult_t res = cb_issue(b, t, in_place);
+    char           call[64];
+
+    if (res != strataSuccess) {
+        if (st_coll_info(t->coll)->p2p) {
+            snprintf(call, sizeof(call), "strata%s/strata%s group", st_coll_name(ST_COLL_SEND),
+                     st_coll_name(ST_COLL_RECV));
+        } else {
+            snprintf(call, sizeof(call), "strata%s", st_coll_name(t->coll));
+        }
+        cb_fatal(b, t, call, res);
+    }
+}
+
 static void cb_run_iters(const cb_bench_t *b, const cb_test_t *t, int in_place, int iters)
 {
-    strataResult_t res;
-    char           call[64];
-    int            i;
+    int i;
 
     for (i = 0; i < iters; i++) {
-        res = cb_issue(b, t, in_place);
-        if (res != strataSuccess) { /* the call that failed, as strata.h names it */
-            if (st_coll_info(t->coll)->p2p) {
-                snprintf(call, sizeof(call), "strata%s/strata%s group", st_coll_name(ST_COLL_SEND),
-                         st_coll_name(ST_COLL_RECV));
-            } else {
-                snprintf(call, sizeof(call), "strata%s", st_coll_name(t->coll));
-            }
-            cb_fatal(b, t, call, res);
+        cb_call(b, t, in_place);
+        if (b->device != NULL && b->opts->blocking) {
+            cb_complete(b, t); /* -z 1: each call waited for, as nccl-tests' blocking mode */
         }
+    }
+    cb_complete(b, t);
+}
+
+/* The checked call. On device buffers it is ordered by the stream alone (device.c): the producer
+ * that writes its inputs, the call and the consumer that reads its result are queued back to
+ * back, and one synchronize ends them; so #wrong also tells whether strata kept the stream's
+ * order. */
+static void cb_checked_call(const cb_bench_t *b, const cb_test_t *t, int in_place)
+{
+    if (b->device != NULL && cb_device_produce(b->device, cb_span(t)) != 0) {
+        fprintf(stderr, "collbench: rank %d: queueing the producer of the inputs failed: %s\n",
+                b->rank, strataGetLastError(NULL));
+        exit(2);
+    }
+    cb_call(b, t, in_place);
+    if (b->device != NULL && cb_device_consume(b->device, cb_span(t)) != 0) {
+        fprintf(stderr, "collbench: rank %d: queueing the consumer of the result failed: %s\n",
+                b->rank, strataGetLastError(NULL));
+        exit(2);
     }
     cb_complete(b, t);
 }
@@ -397,6 +475,9 @@ static void cb_bench_one(cb_bench_t *b, cb_test_t *t, int in_place, cb_phases_t 
     /* defined inputs for the timed calls too, so no NaN or subnormal skews them */
     cb_data_init(&data, t->dtype, t->op, b->nranks, b->rep);
     cb_prepare(b, t, &data, in_place);
+    if (b->device != NULL) {
+        cb_copy_in(b, t);
+    }
     cb_barrier(b);
     t0 = cb_now();
     cb_run_iters(b, t, in_place, b->opts->iters);
@@ -418,7 +499,7 @@ static void cb_bench_one(cb_bench_t *b, cb_test_t *t, int in_place, cb_phases_t 
     if (b->opts->check) {
         cb_data_init(&data, t->dtype, t->op, b->nranks, ++b->rep * 0x2545f4914f6cdd1dULL);
         cb_prepare(b, t, &data, in_place);
-        cb_run_iters(b, t, in_place, 1);
+        cb_checked_call(b, t, in_place);
         wrong = cb_check(b, t, &data, in_place);
         cb_allreduce_scalar(b, &wrong, strataUint64, strataSum);
         b->wrong_total += wrong;
@@ -597,6 +678,10 @@ static void cb_bench_coll(cb_bench_t *b, st_coll_type_t coll)
         printf("# Out of bounds values : %llu %s\n", (unsigned long long)b->wrong_total,
                b->wrong_total ? "FAILED" : "OK");
         printf("# Avg bus bandwidth    : %g\n", b->bw_count ? b->bw_sum / b->bw_count : 0.0);
+        if (opts->device == CB_DEVICE_SIM) {
+            printf("# device sim: times and bandwidths above are of the simulated device on the "
+                   "CPU, never GPU performance\n");
+        }
         printf("#\n# Collective test concluded: %s_perf\n", info->short_name);
         fflush(stdout);
     }
@@ -690,7 +775,8 @@ static void cb_print_header(const cb_bench_t *b)
     const char      *algo   = getenv("STRATA_ALGO"); /* main() put -A there */
 
     memset(&mine, 0, sizeof(mine));
-    mine.pid = (int32_t)getpid();
+    mine.pid    = (int32_t)getpid();
+    mine.device = (b->device != NULL) ? cb_device_ordinal(b->device) : -1;
     /* the node name strata uses: STRATA_HOSTID, else the host name */
     if (hostid != NULL && hostid[0] != '\0') {
         snprintf(mine.host, sizeof(mine.host), "%s", hostid);
@@ -723,6 +809,7 @@ static void cb_print_header(const cb_bench_t *b)
         strataGetVersion(&version);
         printf("# collbench: strata %d.%d.%d\n", version / 10000, (version / 100) % 100,
                version % 100);
+        printf("# device: %s\n", cb_device_caption(opts->device));
         printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
                "iters: %d agg iters: 1 validation: %d graph: 0\n",
                opts->minbytes, opts->maxbytes,
@@ -736,12 +823,30 @@ static void cb_print_header(const cb_bench_t *b)
                                                    : "default: strata chooses per call",
                cb_algo_forced() != NULL ? "; " : "",
                cb_algo_forced() != NULL ? cb_algo_scope(cb_algo_forced()) : "");
-        printf("# Buffers: %s\n", opts->mem_alloc ? "strataMemAlloc (node-shared memory, zero-copy "
-               "intra-node path)" : "malloc");
-        if (opts->blocking) {
-            printf("# Blocking Enabled: NULL stream, every call returns when complete\n");
+        if (b->device != NULL) {
+            printf("# Buffers: device memory from %s; inputs filled on the host and copied "
+                   "in, results copied out to check\n", opts->mem_alloc ? "strataMemAlloc "
+                   "(shareable: the zero-copy intra-node path)" : "the device layer's mem_alloc");
+            if (opts->check) {
+                printf("# Stream order: each checked call is queued as %s (a copy of the "
+                       "inputs, one of the result) with a single stream_sync\n",
+                       cb_device_order(b->device));
+            }
+            if (opts->blocking) {
+                printf("# Blocking Enabled: NULL stream (the legacy default stream), each call "
+                       "followed by stream_sync\n");
+            } else {
+                printf("# Stream: calls on a device stream of collbench (the user's stream), "
+                       "timed from the first call to stream_sync after the last\n");
+            }
         } else {
-            printf("# Stream: calls queued on a strata host stream, synchronized per size\n");
+            printf("# Buffers: %s\n", opts->mem_alloc ? "strataMemAlloc (node-shared memory, "
+                   "zero-copy intra-node path)" : "malloc");
+            if (opts->blocking) {
+                printf("# Blocking Enabled: NULL stream, every call returns when complete\n");
+            } else {
+                printf("# Stream: calls queued on a strata host stream, synchronized per size\n");
+            }
         }
         printf("#\n# Using devices\n");
         for (r = 0; r < b->nranks; r++) {
@@ -750,8 +855,9 @@ static void cb_print_header(const cb_bench_t *b)
                 local += node_of[q] == node;
             }
             all[r].host[CB_HOST_LEN - 1] = '\0';
-            printf("#  Rank %2d Group  0 Pid %6d on %10s device %2d [host] node %d\n", r,
-                   (int)all[r].pid, all[r].host, local, node);
+            printf("#  Rank %2d Group  0 Pid %6d on %10s device %2d [%s] node %d\n", r,
+                   (int)all[r].pid, all[r].host, all[r].device >= 0 ? (int)all[r].device : local,
+                   cb_device_name(opts->device), node);
         }
         fflush(stdout);
     }
@@ -783,6 +889,10 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
         }
         return 2;
     }
+    /* the communicator's device is the one current at init */
+    if (opts->device != CB_DEVICE_HOST && cb_device_open(opts, rank, &b.device) != 0) {
+        return 2;
+    }
     res = strataCommInitRank(&b.comm, nranks, *id, rank);
     if (res != strataSuccess) {
         cb_fatal(&b, NULL, "strataCommInitRank", res);
@@ -794,7 +904,9 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
             cb_fatal(&b, NULL, "strataCommTopoRank", res);
         }
     }
-    if (!opts->blocking) {
+    if (b.device != NULL) {
+        b.stream = cb_device_stream(b.device);
+    } else if (!opts->blocking) {
         res = strataStreamCreate(&b.stream);
         if (res != strataSuccess) {
             cb_fatal(&b, NULL, "strataStreamCreate", res);
@@ -806,7 +918,12 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
     if (b.bufbytes == 0) {
         b.bufbytes = 4096;
     }
-    if (opts->mem_alloc) {
+    if (b.device != NULL) {
+        if (cb_device_alloc(b.device, opts, rank, b.bufbytes, &b.callsend, &b.callrecv,
+                            &b.sendbuf, &b.recvbuf) != 0) {
+            exit(2);
+        }
+    } else if (opts->mem_alloc) {
         res = strataMemAlloc((void **)&b.sendbuf, b.bufbytes);
         if (res == strataSuccess) {
             res = strataMemAlloc((void **)&b.recvbuf, b.bufbytes);
@@ -826,6 +943,10 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
     /* touch every page now, not inside the first timed call */
     memset(b.sendbuf, 0, b.bufbytes);
     memset(b.recvbuf, 0, b.bufbytes);
+    if (b.device == NULL) {
+        b.callsend = b.sendbuf;
+        b.callrecv = b.recvbuf;
+    }
 
     cb_print_header(&b);
     for (coll = 0; coll < CB_NUM_COLLS; coll++) {
@@ -838,7 +959,7 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
         fflush(stdout);
     }
 
-    if (b.stream != NULL) {
+    if (b.stream != NULL && b.device == NULL) {
         res = strataStreamDestroy(b.stream);
         if (res != strataSuccess) {
             cb_fatal(&b, NULL, "strataStreamDestroy", res);
@@ -850,7 +971,9 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
         cb_fatal(&b, NULL, "strataCommDestroy", res);
     }
     /* after the communicator that may have mapped them is gone */
-    if (opts->mem_alloc) {
+    if (b.device != NULL) {
+        cb_device_close(b.device);
+    } else if (opts->mem_alloc) {
         res = strataMemFree(b.sendbuf);
         if (res == strataSuccess) {
             res = strataMemFree(b.recvbuf);

@@ -11,7 +11,8 @@
  * may fork ranks and strata must initialise in each child (STRATA_HOSTID differs per child).
  * strata's own options: -A sets STRATA_ALGO in this process's environment before anything else
  * runs (strata reads its parameters at the first call of each process, and every launch mode
- * either forks the ranks from here or is the rank), --phases and --mem-alloc are read by bench.c.
+ * either forks the ranks from here or is the rank), --device sim|cuda sets STRATA_DEVICE the same
+ * way, --phases and --mem-alloc are read by bench.c.
  */
 #include "config.h"
 
@@ -43,7 +44,8 @@ enum {
     CB_OPT_MEM_ALLOC,
     CB_OPT_OUT,
     CB_OPT_PROFILE,
-    CB_OPT_COMPARE
+    CB_OPT_COMPARE,
+    CB_OPT_DEVICE
 };
 
 static const char cb_short_opts[] = "t:g:b:e:i:f:n:w:c:d:o:r:z:T:R:A:h";
@@ -82,6 +84,7 @@ static const struct option cb_long_opts[] = {
     {"out",            required_argument, NULL, CB_OPT_OUT},
     {"profile",        required_argument, NULL, CB_OPT_PROFILE},
     {"compare",        no_argument,       NULL, CB_OPT_COMPARE},
+    {"device",         required_argument, NULL, CB_OPT_DEVICE},
     {"help",           no_argument,       NULL, 'h'},
     {NULL,             0,                 NULL, 0}
 };
@@ -162,6 +165,15 @@ static void cb_usage(FILE *out, const char *prog)
 "                              all-gather, '*' on the longest; for the others the total time\n"
 "      --mem-alloc             send/recv buffers from strataMemAlloc (node-shared memory: the\n"
 "                              zero-copy intra-node path) instead of malloc\n"
+"      --device <host|sim|cuda> where the buffers live (default host): sim or cuda sets\n"
+"                              STRATA_DEVICE for every rank; each rank makes device (local rank\n"
+"                              %% devices) current, puts its buffers in device memory (those of\n"
+"                              strataMemAlloc with --mem-alloc), copies inputs in and results\n"
+"                              out, and calls on a device stream (-z 1: the legacy default\n"
+"                              stream), timed up to its stream_sync; the checked call is ordered\n"
+"                              by the stream alone (producer kernel, call, consumer kernel). sim\n"
+"                              is the simulated device on the CPU, a testing aid: its times are\n"
+"                              never GPU performance\n"
 "\n"
 "Launch (one of):\n"
 "  -np,--np <N>                fork N ranks on this machine\n"
@@ -624,6 +636,11 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
         case CB_OPT_COMPARE:
             opts->fab_mode = CB_FAB_COMPARE;
             break;
+        case CB_OPT_DEVICE:
+            if ((opts->device = cb_device_parse(optarg)) < 0) {
+                return cb_bad(opts, "device (host, sim or cuda)", optarg);
+            }
+            break;
         case 'h':
             cb_usage(stdout, opts->prog);
             return 1;
@@ -666,6 +683,11 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
         return -1;
     }
     if (opts->fab_mode != CB_FAB_NONE && cb_fab_check_args(opts) != 0) {
+        return -1;
+    }
+    if (opts->device != CB_DEVICE_HOST && (opts->topo || opts->fab_mode != CB_FAB_NONE)) {
+        fprintf(stderr, "%s: --device applies to the benchmark, not to topo, calibrate, tune or "
+                "model\n", opts->prog);
         return -1;
     }
     if (opts->minbytes > opts->maxbytes) {
@@ -730,6 +752,13 @@ int main(int argc, char **argv)
      * --rank is this process */
     if (opts.algo != NULL && setenv("STRATA_ALGO", opts.algo, 1) != 0) {
         fprintf(stderr, "%s: cannot set STRATA_ALGO: %s\n", opts.prog, strerror(errno));
+        return 2;
+    }
+    /* the same for the device layer of --device sim|cuda (host leaves STRATA_DEVICE as it is:
+     * the buffers are host memory whatever layer strata has) */
+    if (opts.device != CB_DEVICE_HOST &&
+        setenv("STRATA_DEVICE", cb_device_name(opts.device), 1) != 0) {
+        fprintf(stderr, "%s: cannot set STRATA_DEVICE: %s\n", opts.prog, strerror(errno));
         return 2;
     }
     if (!print_config && !opts.topo && opts.fab_mode == CB_FAB_NONE &&

@@ -1,19 +1,22 @@
 /*
  * collbench.h - shared declarations of collbench, the nccl-tests of strata.
  *
- * collbench is split in five: collbench.c parses the command line; launch.c decides how the ranks
- * come to exist (forked here as emulated nodes, under mpirun/srun, or started one by one with
- * --rank) and hands each of them the unique id; bench.c runs the benchmark of one rank (sizes,
+ * collbench is split by task: collbench.c parses the command line; launch.c decides how the
+ * ranks come to exist (forked here as emulated nodes, under mpirun/srun, or started one by one
+ * with --rank) and hands each of them the unique id; bench.c runs the benchmark of one rank (sizes,
  * timing, checks, the nccl-tests table); data.c builds inputs whose exact results are known for
- * every datatype and op, and counts the wrong elements; topo.c is the `topo` subcommand, which
- * prints the topology of a communicator or of an hwloc XML file; model.c is the `model`
- * subcommand, the step-time tables of the cost model. The tool uses only the public API
- * (strata.h) plus the header-only fp16/bf16 conversions of reduce/half.h, so it is also an
- * example of a port from nccl-tests; the exceptions are the cost model (src/tune/model.c, pure
- * functions, no state), the tuning files (src/tune/table.c), the algorithms' names
- * (src/tune/algo.c) and the table of the collectives (src/engine/op.c: names, properties,
- * bus-bandwidth factors, in-place rules), which collbench compiles in because libstrata.so hides
- * them.
+ * every datatype and op, and counts the wrong elements; device.c puts the buffers in device memory
+ * for --device; topo.c is the `topo` subcommand, which prints the topology of a communicator or of
+ * an hwloc XML file; model.c is the `model` subcommand, the step-time tables of the cost model. The
+ * benchmark calls only the public API (strata.h), so it is also an example of a port from
+ * nccl-tests, plus the header-only fp16/bf16 conversions of reduce/half.h; the exceptions are the
+ * cost model (src/tune/model.c, pure functions, no state), the tuning files (src/tune/table.c),
+ * the algorithms' names (src/tune/algo.c), the table of the collectives (src/engine/op.c: names,
+ * properties, bus-bandwidth factors, in-place rules) and, for --device, the device table
+ * (device/dev.h: memory, copies, streams, in the role that the CUDA runtime plays in nccl-tests).
+ * collbench links the library's convenience archive (libstrata_internal.la), not libstrata.so,
+ * which hides those: with one copy of the library in the process, the device layer collbench
+ * allocates from is the one the collectives see.
  */
 #ifndef CB_COLLBENCH_H
 #define CB_COLLBENCH_H
@@ -66,6 +69,7 @@ typedef struct cb_opts {
                               * starts); NULL: what the environment says */
     int         phases;      /* --phases: print strataCommGetPhaseTimes under every row */
     int         mem_alloc;   /* --mem-alloc: buffers from strataMemAlloc (zero-copy path) */
+    int         device;      /* --device: cb_device_kind_t, where the buffers live */
     /* topo subcommand */
     int         topo;        /* 1: print the topology instead of benchmarking */
     const char *topo_file;   /* --topo-file: an hwloc XML, no ranks */
@@ -137,6 +141,51 @@ const char *cb_algo_scope(const char *forced);
 /* Starts or joins the ranks as the options and the environment say, runs cb_rank_main in each
  * rank of this process, and returns the process exit status. */
 int cb_launch(const cb_opts_t *opts);
+
+/* ---- device.c ------------------------------------------------------------------------------ */
+
+/* --device: host memory, or device memory of strata's device layer (STRATA_DEVICE). */
+typedef enum { CB_DEVICE_HOST = 0, CB_DEVICE_SIM, CB_DEVICE_CUDA } cb_device_kind_t;
+
+/* One rank's device: its ordinal, its stream, its device buffers and their host mirrors. */
+typedef struct cb_device cb_device_t;
+
+/* The rank's index on its node, set by launch.c for forked ranks (-1: unknown, then a launcher's
+ * LOCAL_RANK-like variable, else 0, chooses); the rank's device is it modulo the device count. */
+extern int cb_local_rank;
+
+/* "host", "sim", "cuda" to cb_device_kind_t; -1 for anything else. */
+int         cb_device_parse(const char *arg);
+const char *cb_device_name(int kind);
+/* What the table's header says of the device, e.g. "sim (simulated on the CPU: not GPU
+ * performance)". */
+const char *cb_device_caption(int kind);
+/* In the -np parent, before any rank is forked: whether opts->device's layer exists, asked in a
+ * child that exits (the parent never initialises a device). 0, or 2 after one line on stderr. */
+int         cb_device_probe(const cb_opts_t *opts);
+/* In a rank, before its communicator: the device layer, its device made current, the stream
+ * (none with -z 1: the legacy default stream). 0, or -1 after one line on stderr. */
+int         cb_device_open(const cb_opts_t *opts, int rank, cb_device_t **d_p);
+int         cb_device_ordinal(const cb_device_t *d);
+/* The stream the calls take: collbench's device stream, or NULL (legacy default) with -z 1. */
+strataStream_t cb_device_stream(const cb_device_t *d);
+/* Two device buffers of bytes (mem_alloc, or strataMemAlloc with --mem-alloc), two pinned host
+ * mirrors and two staging buffers for the checked call. 0, or -1 after one line on stderr. */
+int         cb_device_alloc(cb_device_t *d, const cb_opts_t *opts, int rank, size_t bytes,
+                            char **send_p, char **recv_p, char **hsend_p, char **hrecv_p);
+/* Queues a copy of bytes on the rank's stream (any direction). 0, or -1. */
+int         cb_device_copy(const cb_device_t *d, void *dst, const void *src, size_t bytes);
+/* Waits for everything queued on the rank's stream. 0, or -1 (a device error, logged). */
+int         cb_device_sync(const cb_device_t *d);
+/* The checked call, ordered by the stream alone: produce queues the host mirrors' first bytes into
+ * staging and from there, by a producer kernel, into the device buffers; consume queues a consumer
+ * kernel from the receive buffer into staging and a copy to its mirror. 0, or -1. */
+int         cb_device_produce(const cb_device_t *d, size_t bytes);
+int         cb_device_consume(const cb_device_t *d, size_t bytes);
+/* What produce and consume run: "producer kernel -> call -> consumer kernel", or copies. */
+const char *cb_device_order(const cb_device_t *d);
+/* Frees buffers, mirrors and stream (after the communicator is destroyed). NULL: nothing. */
+void        cb_device_close(cb_device_t *d);
 
 /* ---- data.c ---------------------------------------------------------------------------------- */
 

@@ -136,7 +136,7 @@ static int cb_layout(const cb_opts_t *opts, int *np_p, int *counts)
 }
 
 /* A forked rank: waits for the id, then runs the benchmark. Returns its exit status. */
-static int cb_child(const cb_opts_t *opts, int rank, int nranks, int node, int rfd,
+static int cb_child(const cb_opts_t *opts, int rank, int nranks, int node, int local, int rfd,
                     const cb_shared_id_t *shared, pid_t parent)
 {
     strataUniqueId id;
@@ -152,6 +152,7 @@ static int cb_child(const cb_opts_t *opts, int rank, int nranks, int node, int r
     }
     snprintf(hostid, sizeof(hostid), "node%d", node);
     setenv("STRATA_HOSTID", hostid, 1);
+    cb_local_rank = local; /* --device: the rank's device is its local rank modulo the devices */
 
     /* the parent closes its end once the id is published, or when it failed */
     do {
@@ -273,6 +274,9 @@ static int cb_launch_local(const cb_opts_t *opts)
     if (nodes < 0) {
         return 2;
     }
+    if (cb_device_probe(opts) != 0) {
+        return 2; /* no device layer for --device: said in one line */
+    }
     pids   = calloc((size_t)np, sizeof(*pids));
     shared = mmap(NULL, sizeof(*shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
                   0);
@@ -291,8 +295,8 @@ static int cb_launch_local(const cb_opts_t *opts)
         if (pids[r] == 0) {
             close(pipefd[1]);
             /* exit(), not _exit(): rank 0's table is in stdio buffers */
-            exit(cb_child(opts, r, np, opts->layout_rr ? r % nodes : node, pipefd[0], shared,
-                          parent));
+            exit(cb_child(opts, r, np, opts->layout_rr ? r % nodes : node,
+                          opts->layout_rr ? r / nodes : r - first, pipefd[0], shared, parent));
         }
         if (pids[r] < 0) {
             fprintf(stderr, "%s: fork of rank %d failed: %s\n", opts->prog, r, strerror(errno));
