@@ -72,7 +72,8 @@ static void el_set(void *p, size_t i, size_t size, uint64_t v)
  * case would cost more than the cases): a payload `off` bytes after a 64-byte boundary, with 64
  * guard bytes before the boundary and after the payload. */
 #define MAX_COUNT 100003
-#define SLOT_BYTES (64 + 64 + MAX_COUNT * 8 + 64)
+/* whole 64-byte lines: aligned_alloc wants a multiple of the alignment */
+#define SLOT_BYTES (((64 + 64 + MAX_COUNT * 8 + 64) + 63) / 64 * 64)
 #define NSLOTS (ST_REDUCE_MAX_SRCS + 4)
 
 typedef struct {
