@@ -434,6 +434,36 @@ static void test_zero_copy(void **state)
                      0);
 }
 
+/* ---- a split communicator inherits the device (and makes its own device windows) ---------- */
+
+static int rank_split(it_ctx_t *c)
+{
+    const st_dev_ops_t *dev = dev_ops();
+    st_dev_stream_t    *s   = NULL;
+    strataComm_t        sub = NULL;
+    it_ctx_t            subc;
+
+    if (dev == NULL || !IT_EXPECT(dev->stream_create(&s) == ST_OK, "stream_create") ||
+        !IT_OK(strataCommSplit(c->comm, c->rank % 2, c->rank, &sub, NULL))) {
+        return 1;
+    }
+    subc        = *c;
+    subc.comm   = sub;
+    IT_OK(strataCommUserRank(sub, &subc.rank));
+    IT_OK(strataCommCount(sub, &subc.nranks));
+    one_case(&subc, dev, s, C_AR, strataFloat32, strataSum, 70001, 0);
+    one_case(&subc, dev, s, C_RS, strataBfloat16, strataAvg, 4097, 1);
+    one_case(&subc, dev, s, C_AG, strataInt8, strataSum, 4097, 0);
+    IT_OK(strataCommDestroy(sub));
+    dev->stream_destroy(s);
+    return 0;
+}
+
+static void test_split(void **state)
+{
+    assert_int_equal(it_run_simple(4, "2x2", SIM_ENV " STRATA_ALGO=hier", rank_split, NULL), 0);
+}
+
 /* ---- refusals ------------------------------------------------------------------------------- */
 
 static int has(const char *msg, const char *what)
@@ -598,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_battery_delays),
         cmocka_unit_test(test_stream_order),
         cmocka_unit_test(test_zero_copy),
+        cmocka_unit_test(test_split),
         cmocka_unit_test(test_abort_releases_stream),
         cmocka_unit_test(test_dead_peer_releases_stream),
         cmocka_unit_test(test_silent_peer_releases_stream),
