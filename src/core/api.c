@@ -938,7 +938,7 @@ st_status_t st_enqueue(const st_coll_args_t *args, strataStream_t stream)
         return st_group_add(args, stream);
     }
     if (args->mem == ST_MEM_CUDA) {
-        return st_devq_push(stream, args, 1);
+        return st_devq_push(&stream, 1, args, 1);
     }
     if (stream != NULL) {
         return st_stream_push(stream, args, 1);

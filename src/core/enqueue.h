@@ -24,9 +24,12 @@ int         st_stream_is_live(strataStream_t stream);
 st_status_t st_stream_push(strataStream_t stream, const st_coll_args_t *args, int nargs);
 
 /* Queues nargs calls on device buffers (args[0].comm's device queue) as one unit, ordered on the
- * user's CUDA stream `user` (NULL: the legacy default stream): returns once queued (stream.c's
- * top comment). ST_ERR_NO_DEVICE, ST_ERR_NO_MEMORY, ST_ERR_IO (the stream refused the gate). */
-st_status_t st_devq_push(strataStream_t user, const st_coll_args_t *args, int nargs);
+ * user's CUDA streams users[0..nusers) (an entry NULL: the legacy default stream): it starts
+ * once every one of them reached it and each waits for its end; returns once queued
+ * (stream.c's top comment). ST_ERR_NO_DEVICE, ST_ERR_NO_MEMORY, ST_ERR_IO (a stream refused the
+ * gate: nothing queued, no stream left waiting). */
+st_status_t st_devq_push(const strataStream_t *users, int nusers, const st_coll_args_t *args,
+                         int nargs);
 /* Runs what comm's device queue holds (a failed or aborted communicator's items fail at once),
  * opening their gates, and frees the queue. Nothing when comm has none. */
 void        st_devq_destroy(struct st_comm *comm);

@@ -77,10 +77,15 @@ static void st_group_skip(const st_coll_args_t *args)
 
 /* Launches the queued calls: NULL-stream ones on host buffers together now, the others per stream
  * as a unit (calls on device buffers per CUDA stream, through the communicator's device queue). */
-/* 1 when items a and b go into one unit: the same stream and the same kind of buffers. */
+/* 1 when items a and b go into one unit: calls on device buffers all together, whichever CUDA
+ * streams they name (the unit starts once every one of those streams reached it: NCCL's group
+ * semantics; split per stream, a send and its receive on two streams could wait for each other
+ * in the device queue), host calls per host stream. */
 static int st_group_same_unit(const st_group_item_t *a, const st_group_item_t *b)
 {
-    return a->stream == b->stream && (a->args.mem == ST_MEM_CUDA) == (b->args.mem == ST_MEM_CUDA);
+    int adev = (a->args.mem == ST_MEM_CUDA), bdev = (b->args.mem == ST_MEM_CUDA);
+
+    return adev == bdev && (adev || a->stream == b->stream);
 }
 
 static st_status_t st_group_launch(void)
@@ -140,14 +145,33 @@ static st_status_t st_group_launch(void)
                 }
                 continue;
             }
+            strataStream_t *streams = dev ? malloc((size_t)st_group_len * sizeof(*streams)) : NULL;
+            int             nstreams = 0;
+
             for (int j = i; j < st_group_len; j++) {
                 if (st_group_same_unit(&st_group_items[j], &st_group_items[i]) &&
                     st_comm_is_live(st_group_items[j].args.comm) &&
                     st_group_items[j].args.comm->state == ST_COMM_READY) {
+                    int seen = 0;
+
                     unit[nunit++] = st_group_items[j].args;
+                    for (int k = 0; k < nstreams && !seen; k++) {
+                        seen = (streams[k] == st_group_items[j].stream);
+                    }
+                    if (streams != NULL && !seen) {
+                        streams[nstreams++] = st_group_items[j].stream;
+                    }
                 }
             }
-            s = dev ? st_devq_push(stream, unit, nunit) : st_stream_push(stream, unit, nunit);
+            if (nunit == 0) {
+                s = ST_OK; /* every call of it named a communicator that failed since */
+            } else if (dev && streams == NULL) {
+                s = ST_ERR_NO_MEMORY;
+            } else {
+                s = dev ? st_devq_push(streams, nstreams, unit, nunit)
+                        : st_stream_push(stream, unit, nunit);
+            }
+            free(streams);
             for (int j = 0; j < nunit && s != ST_OK; j++) {
                 st_group_skip(&unit[j]);
             }

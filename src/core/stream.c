@@ -37,8 +37,10 @@
 
 typedef struct st_stream_item {
     struct st_stream_item *next;
-    st_dev_event_t        *ev;       /* device item: where the user's stream has its inputs */
-    uint64_t               gate_val; /* device item: the gate value that releases its stream */
+    st_dev_event_t       **evs;      /* device item: where each of its user streams has its
+                                      * inputs (one per stream of the unit) */
+    int                    nevs;
+    uint64_t               gate_val; /* device item: the gate value that releases its streams */
     int                    nargs;
     st_coll_args_t         args[];
 } st_stream_item_t;
@@ -438,14 +440,15 @@ out:
     return s;
 }
 
-st_status_t st_devq_push(strataStream_t user, const st_coll_args_t *args, int nargs)
+st_status_t st_devq_push(const strataStream_t *users, int nusers, const st_coll_args_t *args,
+                         int nargs)
 {
     st_comm_t          *comm   = args[0].comm;
     const st_dev_ops_t *dev    = st_dev();
     st_status_t         status = ST_ERR_NO_DEVICE;
-    st_dev_stream_t    *us     = (st_dev_stream_t *)user; /* NULL: the legacy default stream */
     struct st_stream   *s;
     st_stream_item_t   *item;
+    int                 recorded = 0;
 
     if (dev == NULL) {
         st_error(ST_SUB_COLL, "%s rank %d: a call on device buffers with no device layer",
@@ -457,29 +460,45 @@ st_status_t st_devq_push(strataStream_t user, const st_coll_args_t *args, int na
         return status;
     }
     item = st_stream_item_new(args, nargs);
-    if (item == NULL) {
+    if (item == NULL || (item->evs = calloc((size_t)nusers, sizeof(*item->evs))) == NULL) {
+        free(item);
         return ST_ERR_NO_MEMORY;
     }
-    status = dev->event_create(&item->ev);
-    if (status != ST_OK) {
-        free(item);
-        return status;
+    item->nevs = nusers;
+    for (int i = 0; i < nusers && status == ST_OK; i++) {
+        status = dev->event_create(&item->evs[i]);
     }
-    /* under the queue's lock: gate values follow the queue's order, whichever threads call */
+    /* under the queue's lock: gate values follow the queue's order, whichever threads call;
+     * every stream of the unit (a group's calls may name several) gets its event and its wait,
+     * so the unit runs once all of them reached it, and all wait for its end */
     pthread_mutex_lock(&s->lock);
     item->gate_val = s->dq->gate_val + 1;
-    status         = dev->event_record(item->ev, us);
-    if (status == ST_OK) {
-        status = dev->wait_value(us, &st_devq_gates[s->dq->slot], item->gate_val);
+    for (int i = 0; i < nusers && status == ST_OK; i++) {
+        st_dev_stream_t *us = (st_dev_stream_t *)users[i]; /* NULL: the legacy default stream */
+
+        status = dev->event_record(item->evs[i], us);
+        if (status == ST_OK) {
+            status = dev->wait_value(us, &st_devq_gates[s->dq->slot], item->gate_val);
+        }
+        recorded += (status == ST_OK);
     }
     if (status == ST_OK) {
         s->dq->gate_val = item->gate_val;
         st_stream_append(s, item);
+    } else if (recorded > 0) {
+        /* streams already gated must not wait for a unit that never runs: take the value and
+         * open it at once (no call of the unit runs: the caller fails them) */
+        s->dq->gate_val = item->gate_val;
+        dev->write_value(&st_devq_gates[s->dq->slot], item->gate_val);
     }
     pthread_mutex_unlock(&s->lock);
     if (status != ST_OK) {
-        /* a recorded event with no gate behind it holds nothing; the stream refused the wait */
-        dev->event_destroy(item->ev);
+        for (int i = 0; i < nusers; i++) {
+            if (item->evs[i] != NULL) {
+                dev->event_destroy(item->evs[i]);
+            }
+        }
+        free(item->evs);
         free(item);
     }
     return status;
@@ -651,12 +670,18 @@ static st_status_t st_devq_run(st_devq_t *dq, st_stream_item_t *item)
     st_comm_t  *comm   = dq->comm;
     st_status_t status = ST_OK;
 
-    for (;;) {
-        int state = comm->state;
+    for (int i = 0; i < item->nevs; i++) {
+        for (;;) {
+            int state = comm->state;
 
-        status = dq->dev->event_wait(item->ev, 100 * 1000);
-        if (status != ST_INPROGRESS || state == ST_COMM_FAILED || state == ST_COMM_ABORTED) {
-            break; /* a failed communicator's items are not run (below) */
+            status = dq->dev->event_wait(item->evs[i], 100 * 1000);
+            if (status != ST_INPROGRESS || state == ST_COMM_FAILED ||
+                state == ST_COMM_ABORTED) {
+                break; /* a failed communicator's items are not run (below) */
+            }
+        }
+        if (status != ST_OK) {
+            break;
         }
     }
     if (status == ST_OK || status == ST_INPROGRESS) {
@@ -689,8 +714,12 @@ static st_status_t st_devq_run(st_devq_t *dq, st_stream_item_t *item)
         }
     }
     dq->dev->write_value(&st_devq_gates[dq->slot], item->gate_val);
-    dq->dev->event_destroy(item->ev);
-    item->ev = NULL;
+    for (int i = 0; i < item->nevs; i++) {
+        dq->dev->event_destroy(item->evs[i]);
+    }
+    free(item->evs);
+    item->evs  = NULL;
+    item->nevs = 0;
     return status;
 }
 

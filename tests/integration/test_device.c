@@ -434,6 +434,55 @@ static void test_zero_copy(void **state)
                      0);
 }
 
+/* ---- a group whose send and receive name two streams (NCCL allows it): one unit -------- */
+
+static int rank_two_streams(it_ctx_t *c)
+{
+    const st_dev_ops_t *dev = dev_ops();
+    st_dev_stream_t    *a = NULL, *b = NULL;
+    enum { N = 1 << 20 };
+    float              *h  = malloc(N * sizeof(float));
+    float              *ds = dev != NULL ? dmalloc(dev, N * sizeof(float)) : NULL;
+    float              *dr = dev != NULL ? dmalloc(dev, N * sizeof(float)) : NULL;
+    int                 prev = (c->rank + c->nranks - 1) % c->nranks;
+
+    if (h == NULL || ds == NULL || dr == NULL || dev->stream_create(&a) != ST_OK ||
+        dev->stream_create(&b) != ST_OK) {
+        IT_FAIL("setup failed");
+        return 1;
+    }
+    for (size_t i = 0; i < N; i++) {
+        h[i] = (float)(c->rank * 1000 + (int)(i % 997));
+    }
+    h2d(dev, a, ds, h, N * sizeof(float));
+    strataGroupStart();
+    IT_OK(strataSend(ds, N, strataFloat32, (c->rank + 1) % c->nranks, c->comm,
+                     (strataStream_t)a));
+    IT_OK(strataRecv(dr, N, strataFloat32, prev, c->comm, (strataStream_t)b));
+    IT_OK(strataGroupEnd());
+    IT_EXPECT(dev->copy(h, dr, N * sizeof(float), b) == ST_OK, "copy");
+    ssync(dev, a, 30);
+    ssync(dev, b, 30);
+    for (size_t i = 0; i < N; i += 1009) {
+        if (!IT_EXPECT(h[i] == (float)(prev * 1000 + (int)(i % 997)), "element %zu: %g from "
+                       "rank %d", i, (double)h[i], prev)) {
+            break;
+        }
+    }
+    dev->stream_destroy(a);
+    dev->stream_destroy(b);
+    dev->mem_free(ds);
+    dev->mem_free(dr);
+    free(h);
+    return 0;
+}
+
+static void test_group_two_streams(void **state)
+{
+    assert_int_equal(it_run_simple(2, "1", SIM_ENV " STRATA_TIMEOUT=20", rank_two_streams, NULL),
+                     0);
+}
+
 /* ---- a split communicator inherits the device (and makes its own device windows) ---------- */
 
 static int rank_split(it_ctx_t *c)
@@ -629,6 +678,7 @@ int main(void)
         cmocka_unit_test(test_stream_order),
         cmocka_unit_test(test_zero_copy),
         cmocka_unit_test(test_split),
+        cmocka_unit_test(test_group_two_streams),
         cmocka_unit_test(test_abort_releases_stream),
         cmocka_unit_test(test_dead_peer_releases_stream),
         cmocka_unit_test(test_silent_peer_releases_stream),
