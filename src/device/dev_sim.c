@@ -30,6 +30,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -311,12 +312,45 @@ static size_t st_sim_page(void)
     return (size_t)sysconf(_SC_PAGESIZE);
 }
 
-/* A memfd of bytes, backed now, mapped shared: the device memory of this device. */
+/* What the machine can back now: MemAvailable + SwapFree (bytes; 0 when unknown). */
+static size_t st_sim_room(void)
+{
+    FILE              *f = fopen("/proc/meminfo", "r");
+    char               line[256];
+    unsigned long long kb, total = 0;
+    int                seen = 0;
+
+    if (f == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1 ||
+            sscanf(line, "SwapFree: %llu kB", &kb) == 1) {
+            total += kb;
+            seen++;
+        }
+    }
+    fclose(f);
+    return seen > 0 ? (size_t)total * 1024 : 0;
+}
+
+/* A memfd of bytes, backed now, mapped shared: the device memory of this device. Sizes the
+ * machine cannot back are refused first: backing a memfd page by page would run into the OOM
+ * killer, not into an error (a GPU's allocator says out of memory instead). */
 static st_status_t st_sim_memfd_map(size_t bytes, int *fd_p, void **ptr_p)
 {
     st_status_t status;
     void       *ptr;
     int         fd, ret;
+    size_t      room = st_sim_room();
+    size_t      margin = ST_MAX(room / 16, (size_t)64 << 20);
+
+    if (room != 0 && (room <= margin || bytes > room - margin)) {
+        st_error(ST_SUB_INIT, "simulated device memory: %zu B cannot be backed: %zu B can be "
+                 "committed safely (MemAvailable + SwapFree %zu B, less a margin)", bytes,
+                 room > margin ? room - margin : 0, room);
+        return ST_ERR_NO_MEMORY;
+    }
 
     fd = memfd_create("strata-sim-device", MFD_CLOEXEC);
     if (fd < 0) {

@@ -554,6 +554,12 @@ static void test_mem_free_foreign(void **state)
     assert_int_equal(dev->mem_alloc(SIZE_MAX - 5, (void **)&d), ST_ERR_NO_MEMORY);
     assert_int_equal(dev->mem_alloc_shared(SIZE_MAX / 2, (void **)&d, NULL), ST_ERR_NO_MEMORY);
     assert_int_equal(dev->host_alloc(SIZE_MAX - 5, (void **)&d), ST_ERR_NO_MEMORY);
+    /* more than the machine can back, yet a size a memfd would grow to page by page until the
+     * OOM killer came (a new-user trial's 1 TiB did): refused at once */
+    st_log_clear_error();
+    assert_int_equal(dev->mem_alloc((size_t)1 << 44, (void **)&d), ST_ERR_NO_MEMORY);
+    assert_non_null(strstr(st_log_last_error(), "cannot be backed"));
+    assert_int_equal(dev->mem_alloc_shared((size_t)1 << 44, (void **)&d, NULL), ST_ERR_NO_MEMORY);
     assert_int_equal(dev->mem_alloc(1000, (void **)&d), ST_OK);
     assert_int_equal(dev->mem_alloc_shared(1000, (void **)&sh, NULL), ST_OK);
     assert_int_equal(dev->host_alloc(1000, (void **)&h), ST_OK);
