@@ -459,7 +459,8 @@ st_status_t st_devq_push(const strataStream_t *users, int nusers, const st_coll_
     if (s == NULL) {
         return status;
     }
-    item = st_stream_item_new(args, nargs);
+    status = ST_OK;
+    item   = st_stream_item_new(args, nargs);
     if (item == NULL || (item->evs = calloc((size_t)nusers, sizeof(*item->evs))) == NULL) {
         free(item);
         return ST_ERR_NO_MEMORY;

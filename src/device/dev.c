@@ -89,15 +89,17 @@ static void st_dev_choose(void)
             st_dev_chosen = &st_dev_cuda_ops;
             st_info(ST_SUB_INIT, "device cuda (STRATA_DEVICE)");
         } else {
-            st_error(ST_SUB_INIT, "STRATA_DEVICE cuda: no usable CUDA driver or device; device "
-                     "buffers are not supported");
+            st_error(ST_SUB_INIT, "STRATA_DEVICE cuda: no usable CUDA driver or device (%s); "
+                     "device buffers are not supported", st_dev_cuda_why(NULL));
         }
     } else if (strcasecmp(name, "auto") == 0) {
         if (st_dev_cuda_probe()) {
             st_dev_chosen = &st_dev_cuda_ops;
         }
-        st_info(ST_SUB_INIT, "device %s (STRATA_DEVICE auto)",
-                st_dev_chosen != NULL ? "cuda" : "none: no usable CUDA driver or device");
+        st_info(ST_SUB_INIT, "device %s%s%s (STRATA_DEVICE auto)",
+                st_dev_chosen != NULL ? "cuda" : "none: no usable CUDA driver or device",
+                st_dev_chosen != NULL ? "" : ": ",
+                st_dev_chosen != NULL ? "" : st_dev_cuda_why(NULL));
     } else {
         st_error(ST_SUB_ENV, "STRATA_DEVICE '%s' is not a valid value (auto, cuda, sim, none); "
                  "device buffers are not supported", name);

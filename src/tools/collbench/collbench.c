@@ -754,10 +754,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: cannot set STRATA_ALGO: %s\n", opts.prog, strerror(errno));
         return 2;
     }
-    /* the same for the device layer of --device sim|cuda (host leaves STRATA_DEVICE as it is:
-     * the buffers are host memory whatever layer strata has) */
-    if (opts.device != CB_DEVICE_HOST &&
-        setenv("STRATA_DEVICE", cb_device_name(opts.device), 1) != 0) {
+    /* the same for the device layer: sim or cuda for --device sim|cuda; none for host, so that
+     * an inherited STRATA_DEVICE=sim cannot turn --mem-alloc's buffers into device memory */
+    if (setenv("STRATA_DEVICE", opts.device == CB_DEVICE_HOST ? "none"
+                                                              : cb_device_name(opts.device),
+               1) != 0) {
         fprintf(stderr, "%s: cannot set STRATA_DEVICE: %s\n", opts.prog, strerror(errno));
         return 2;
     }
