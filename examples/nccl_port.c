@@ -13,7 +13,8 @@
  *     ring shift with strataSend/strataRecv in a group, all on the rank's stream, which the host
  *     synchronizes once at the end (the calls are ordered on the stream, nothing in between).
  * Ranks take devices round-robin, so with fewer GPUs than ranks several ranks share one (strata
- * allows that; NCCL needs one GPU per rank unless its multi-rank-per-GPU mode is enabled).
+ * allows that; NCCL up to 2.29 refuses it ("Duplicate GPU detected"), 2.30 only with its
+ * experimental NCCL_MULTI_RANK_GPU_ENABLE=1, so with NCCL run it with one GPU per rank).
  *
  * Usage: nccl_port [nranks] (default 4). Prints one line per part; exits 0 when every element
  * is right, 1 when some are wrong, 2 when a call fails, 77 (automake's SKIP) without a GPU.
@@ -152,11 +153,15 @@ static void *rank_thread(void *arg)
     int          next = (a->rank + 1) % nranks, prev = (a->rank + nranks - 1) % nranks;
 
     CUDACHECK(cudaSetDevice(a->rank % ndevices));
-    STRATACHECK(strataCommInitRank(&comm, nranks, a->id, a->rank));
-    CUDACHECK(cudaStreamCreate(&stream));
+    /* Ranks as threads that may share one GPU: a non-blocking stream, and every synchronous
+     * cudaMalloc/cudaMemcpy before the first collective. A blocking stream held by one rank's
+     * queued collective would stall another thread's synchronous copy until that collective,
+     * which needs the other thread, completed (NCCL's kernels have the same hazard). */
+    CUDACHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     buff = device_input(a->rank);
     ring = device_input(a->rank);
     CUDACHECK(cudaMalloc((void **)&from_prev, COUNT * sizeof(float)));
+    STRATACHECK(strataCommInitRank(&comm, nranks, a->id, a->rank));
 
     /* buff becomes the sum; ring goes to the next rank, from_prev receives the previous one's */
     STRATACHECK(strataAllReduce(buff, buff, COUNT, strataFloat32, strataSum, comm, stream));

@@ -29,7 +29,13 @@
  *    communicator failed or was aborted): strata never leaves a stream blocked. A failure after
  *    the call returned is the communicator's asynchronous error (strataCommGetAsyncError). A strata
  *    host stream with device buffers, and a stream being captured into a CUDA graph, are
- *    strataInvalidUsage; a stream that is no CUDA stream of the device is strataInvalidArgument.
+ *    strataInvalidUsage; a pointer that is neither a live strata host stream nor, as far as the
+ *    driver can tell, a CUDA stream is strataInvalidArgument (the driver cannot tell every bad
+ *    pointer: pass a cudaStream_t or NULL). Ranks of one process sharing a GPU (strataCommInitAll)
+ *    should use non-blocking streams (cudaStreamNonBlocking) and cudaMemcpyAsync on them: while a
+ *    gate holds one rank's stream, a synchronous cudaMemcpy or the legacy default stream of
+ *    another rank's thread waits behind every blocking stream of the context, that one included,
+ *    and the rank it would feed never comes (NCCL's kernels have the same hazard).
  *  - Errors: every call returns a strataResult_t; strataGetLastError gives a one-line explanation of
  *    the last failure of the calling thread (which argument, which rank, which phase).
  *  - fork(): a launcher may call strataGetUniqueId and then fork its ranks: the bootstrap root
@@ -115,7 +121,7 @@ typedef enum {
 
 /* Where the scalar of strataRedOpCreatePreMulSum lives (ncclScalarResidence_t's values). */
 typedef enum {
-    strataScalarDevice        = 0, /* unsupported for host buffers: returns strataInvalidArgument */
+    strataScalarDevice        = 0, /* not supported yet, for any buffers: strataInvalidArgument */
     strataScalarHostImmediate = 1  /* read once, at creation */
 } strataScalarResidence_t;
 
@@ -236,8 +242,9 @@ STRATA_API strataResult_t strataCommInitRankConfig(strataComm_t *comm, int nrank
 
 /* Creates ndev communicators, ranks 0..ndev-1, all in this process (one thread per rank during
  * init). devlist: rank i's device (its ordinal is made current in rank i's init thread; each
- * must exist, else strataInvalidArgument); NULL: every rank on the caller's current device (or
- * none), so several ranks may share one GPU, which NCCL refuses.
+ * must exist, else strataInvalidArgument; entries may repeat: several ranks may share one GPU,
+ * which NCCL refuses). NULL: rank i on device i, as in NCCL (strataInvalidArgument when fewer
+ * than ndev devices exist); when no device is current in the caller, ranks on host buffers.
  * Drive the ndev communicators from one thread inside strataGroupStart/strataGroupEnd.
  * Returns strataInvalidArgument for NULL comms or ndev < 1; otherwise as strataCommInitRank. */
 STRATA_API strataResult_t strataCommInitAll(strataComm_t *comms, int ndev, const int *devlist);
@@ -329,7 +336,9 @@ STRATA_API strataResult_t strataRedOpDestroy(strataRedOp_t op, strataComm_t comm
  *   strataRemoteError: a peer disconnected or failed.
  *   strataInvalidUsage also when the ranks' calls do not match: every rank must make the same
  *     collective with the same count, datatype, op (avg and a premultiplied sum count as one on
- *     floating types; each rank may use its own scalar) and root. With STRATA_CHECK_MISMATCH=1
+ *     floating types; each rank may use its own scalar) and root, all on host buffers or all
+ *     on device buffers (device calls the hierarchical algorithm runs on the GPU read the node's
+ *     device windows, host calls the host windows). With STRATA_CHECK_MISMATCH=1
  *     (default) every rank checks this next to the data transfer and, on a mismatch, every rank
  *     returns strataInvalidUsage and strataGetLastError names both calls ("AllReduce #3 count 1000
  *     float sum on rank 0 vs AllReduce #3 count 1024 float sum on rank 1"), however far the data

@@ -422,6 +422,13 @@ STRATA_API strataResult_t strataCommInitAll(strataComm_t *comms, int ndev,
         st_error(ST_SUB_INIT, "strataCommInitAll: ndev %d is below 1", ndev);
         return strataInvalidArgument;
     }
+    if (devlist == NULL && st_dev() != NULL && st_dev()->current() >= 0 &&
+        ndev > st_dev()->count()) {
+        st_error(ST_SUB_INIT, "strataCommInitAll: devlist NULL means devices 0..%d, as in NCCL, "
+                 "and there are %d: pass a devlist (ranks may share a GPU: {0, 0, ...})",
+                 ndev - 1, st_dev()->count());
+        return strataInvalidArgument;
+    }
     if (devlist != NULL) {
         const st_dev_ops_t *dev = st_dev();
 
@@ -448,9 +455,10 @@ STRATA_API strataResult_t strataCommInitAll(strataComm_t *comms, int ndev,
         comms[i]       = NULL;
         jobs[i].comm   = &comms[i];
         jobs[i].id     = id;
-        /* NULL devlist: every rank on the caller's device (several ranks may share one GPU) */
+        /* NULL devlist: rank i on device i (NCCL's rule), or no device at all when none is
+         * current in the caller (ranks on host buffers) */
         jobs[i].dev    = (devlist != NULL) ? devlist[i]
-                         : (st_dev() != NULL ? st_dev()->current() : -1);
+                         : (st_dev() != NULL && st_dev()->current() >= 0 ? i : -1);
         jobs[i].nranks = ndev;
         jobs[i].rank   = i;
         jobs[i].result = strataSystemError;
@@ -763,11 +771,16 @@ static strataResult_t st_api_mem_check(st_coll_args_t *args, const char *fn,
 
     args->mem = ST_MEM_HOST;
     if (dev != NULL) {
-        n = st_api_touched(args, bufs, names);
-        for (int i = 0; i < n; i++) {
-            on_dev[i] = (bufs[i] != NULL &&
-                         dev->ptr_type(bufs[i], &devno[i]) == ST_DEV_PTR_DEVICE);
-            ndev += on_dev[i];
+        int all = st_api_touched(args, bufs, names);
+
+        /* a NULL buffer is no kind of memory: the caller's NULL check names it */
+        for (int i = 0; i < all; i++) {
+            if (bufs[i] != NULL) {
+                bufs[n]  = bufs[i];
+                names[n] = names[i];
+                on_dev[n] = (dev->ptr_type(bufs[n], &devno[n]) == ST_DEV_PTR_DEVICE);
+                ndev += on_dev[n++];
+            }
         }
     }
     if (ndev > 0 && ndev < n) {
