@@ -1,5 +1,5 @@
 #!/bin/bash
-# gpu_check.sh: the GPU check of strata's device path (issue 18; ../shared/GPU.md 4.4), one
+# gpu_check.sh: the GPU check of strata's device path (issue 18), one
 # prepared run of at most 8 minutes on a GPU machine (one H200 here, several ranks sharing it):
 #   0 env          nvidia-smi (compute mode must be Default, MIG off, clocks, ECC), driver,
 #                  uname -r, the binaries' libraries, CUDA attributes (tests/gpu/dev_probe
@@ -15,7 +15,7 @@
 #                  stream_sync); every dtype x op at 4 ranks; examples/nccl_port
 #   6 performance  all-reduce busbw 4 B..1 GiB at 2, 4, 8 ranks; the HBM traffic the algorithm
 #                  moves as a fraction of the copy anchor (copy path: (5m+1)S bytes per all-reduce
-#                  of S bytes per rank over m ranks, GPU.md 3.3); 8-byte all-reduce latency, 2 ranks
+#                  of S bytes per rank over m ranks); 8-byte all-reduce latency, 2 ranks
 # Each step: PASS, FAIL or SKIP with a reason, and its time; a failing step never stops the run.
 # The issue's targets are printed as ratios (measured / target), never as the run's verdict.
 #
@@ -223,7 +223,7 @@ if step_on 0; then
     else
         dets dev_probe_quick "tests/gpu/dev_probe is not built"
     fi
-    # torch and NCCL of the image (GPU.md 5.2: torch.cuda.nccl.version() is the compile-time one)
+    # torch and NCCL of the image (torch.cuda.nccl.version() is the version torch was compiled with, not the library loaded)
     if command -v python3 >/dev/null; then
         run 60 "$out/torch.txt" python3 -c '
 import json
@@ -417,6 +417,9 @@ if step_on 6; then
         fails=() notrun=() rows="" hbm=""
         # a run's status into fails or notrun
         perf_rc() { case $1 in 0) ;; 125) notrun+=("$2") ;; *) fails+=("$2: status $1") ;; esac; }
+        # a dry run's figures are the simulated device's: their keys say so, so that nothing
+        # reading the JSON can take them for a GPU's
+        k=""; [ "$dry" = 1 ] && k="sim_dry_run_"
         if [ "$dry" = 1 ]; then
             ranks="2 4" sz=(-b 4 -e 64K -f 16 -n 2 -w 1) lat=(-n 20 -w 2) lim=30
         else
@@ -442,10 +445,10 @@ if step_on 6; then
                   printf ", {\"ranks\": %d, \"bytes\": %d, \"time_us\": %s, \"algbw\": %s, \"busbw\": %s, \"time_us_in_place\": %s, \"busbw_in_place\": %s, \"hbm_model_bytes\": %.0f, \"hbm_GBps\": %.2f, \"hbm_of_copy\": %s}", m, S, $2, $3, $4, $6, $8, model, rate, frac }')
             hbm+=$(cb_rows "$f" | awk -v m="$m" -v a="${anchor:-0}" '$1 >= 64 * 1048576 && a > 0 && $2 > 0 { printf " %s:%.4f", m, (5 * m + 1) * $1 / ($2 * 1e-6) / 1e9 / a }')
         done
-        det allreduce "[${rows#, }]"
-        dets hbm_model "copy path: (5m+1)S bytes of HBM traffic per all-reduce of S bytes per rank over m ranks on one GPU (copy-in 2S, reduce-scatter S+S/m, all-gather 2S per rank; GPU.md 3.3); hbm_of_copy = model / time / the copy anchor of step 1 (${anchor:-none} GB/s)"
-        detn allreduce_8B_2ranks_us "$lat_us"
-        detn allreduce_8B_2ranks_sync_each_us "$lat_z1_us"
+        det "${k}allreduce" "[${rows#, }]"
+        dets "${k}hbm_model" "copy path: (5m+1)S bytes of HBM traffic per all-reduce of S bytes per rank over m ranks on one GPU (copy-in 2S, reduce-scatter S+S/m, all-gather 2S per rank); hbm_of_copy = model / time / the copy anchor of step 1 (${anchor:-none} GB/s)"
+        detn "${k}allreduce_8B_2ranks_us" "$lat_us"
+        detn "${k}allreduce_8B_2ranks_sync_each_us" "$lat_z1_us"
         dets latency_note "allreduce_8B_2ranks_us: collbench's time (calls queued back to back on the stream, one stream_sync, average per call, as nccl-tests); _sync_each_us: -z 1, each call on the legacy default stream followed by stream_sync"
         # the least fraction from 64 MiB on, per number of ranks and over all
         hbm_min=$(for x in $hbm; do echo "${x#*:}"; done | sort -g | head -1)
@@ -454,7 +457,7 @@ if step_on 6; then
             v=$(for x in $hbm; do [ "${x%%:*}" = "$m" ] && echo "${x#*:}"; done | sort -g | head -1)
             per_m+="$sep\"$m\": $(json_num "$v")" sep=", "
         done
-        det hbm_of_copy_from_64MiB "{$per_m}"
+        det "${k}hbm_of_copy_from_64MiB" "{$per_m}"
         if [ ${#fails[@]} -gt 0 ]; then
             end FAIL "$(IFS=';'; echo "${fails[*]}")"
         elif [ ${#notrun[@]} -gt 0 ]; then

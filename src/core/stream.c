@@ -7,7 +7,7 @@
  * compute meanwhile. The thread sleeps on a condition variable while the queue is empty.
  *
  * A device queue is the same queue, one per communicator, for its calls on device buffers; it
- * orders them on the user's CUDA streams as NCCL does (GPU.md 2.3). At the call, the caller's
+ * orders them on the user's CUDA streams as NCCL does. At the call, the caller's
  * thread records an event on the user's stream (the point where the inputs are ready) and
  * enqueues behind it a wait on a gate word (dev.h wait_value: the stream stops there), then
  * queues the item and returns. The queue's thread waits for the event (sleeping), runs the
