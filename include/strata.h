@@ -265,7 +265,10 @@ STRATA_API strataResult_t strataCommFinalize(strataComm_t comm);
 
 /* Frees comm and everything it holds. Waits for queued work only as long as the communicator's
  * deadline, and never for dead peers. comm must not be used afterwards.
- * Returns strataInvalidUsage for NULL comm. */
+ * Returns strataInvalidUsage for NULL comm, and when queued work is still there at the deadline
+ * (a call on device buffers starts only once its CUDA stream reaches it: destroying before the
+ * stream can get there waits out the deadline; strataCommAbort does not wait, and releases the
+ * stream): comm is then left allocated, unusable, and the message says what was queued. */
 STRATA_API strataResult_t strataCommDestroy(strataComm_t comm);
 
 /* Frees comm at once, abandoning queued and in-flight operations: a call blocked on comm in

@@ -591,8 +591,12 @@ static strataResult_t st_api_destroy(strataComm_t comm, int force, const char *f
         /* Something still uses comm: freeing it would be a use after free. */
         comm->state = ST_COMM_ABORTED;
         st_comm_unregister(comm);
-        st_error(ST_SUB_INIT, "%s: %s is still in use by another thread; abandoned", fn,
-                 comm->name);
+        int queued = __atomic_load_n(&comm->queued, __ATOMIC_SEQ_CST);
+
+        st_error(ST_SUB_INIT, "%s: %s is still in use after %g s (%d call(s) queued%s, or another "
+                 "thread's); abandoned", fn, comm->name, force ? 5.0 : comm->timeout, queued,
+                 comm->devq != NULL && queued > 0 ? ": a call on device buffers waits until its "
+                 "CUDA stream reaches it" : "");
         return strataInvalidUsage;
     }
     st_comm_unregister(comm);
