@@ -201,7 +201,6 @@ static char *st_hier_ring_res(const st_hier_t *h, size_t k)
     return st_hier_res(h, h->l, k);
 }
 
-static const char *const st_hier_phases[4];
 
 /* ---- device steps: queued on the windows' device stream, then awaited -------------------- */
 
@@ -460,6 +459,25 @@ static st_status_t st_hier_ring_progress(st_hier_t *h, st_hier_slot_t *s, st_hie
     return ST_OK;
 }
 
+/* Device buffers: copies chunk k's owned shards from the res slot to the pinned host copy the
+ * ring works on (to_host), or back, and awaits the copies. */
+static st_status_t st_hier_mirror(st_hier_t *h, size_t k, int to_host)
+{
+    size_t len = st_hier_chunk_len(h, k);
+
+    for (int o = 0; o < h->nowned; o++) {
+        size_t off, cnt;
+        char  *dev, *host;
+
+        st_hier_shard(h, len, h->owned[o], &off, &cnt);
+        dev  = st_hier_res(h, h->l, k) + off * h->es;
+        host = st_hier_ring_res(h, k) + off * h->es;
+        ST_CHECK(st_hier_dcopy(h, to_host ? host : dev, to_host ? dev : host, cnt * h->es));
+    }
+    return st_hier_dsync(h, to_host ? "copying the owned shards to host memory"
+                                    : "copying the all-reduced shards back to the device");
+}
+
 static st_status_t st_hier_inter_start(st_hier_t *h, size_t k)
 {
     st_hier_slot_t *s = &h->slots[k % (size_t)h->depth];
@@ -469,14 +487,7 @@ static st_status_t st_hier_inter_start(st_hier_t *h, size_t k)
     s->k      = k;
     s->left   = h->nowned;
     if (h->dev != NULL) { /* the owned shards to the pinned host copy the ring works on */
-        for (int o = 0; o < h->nowned; o++) {
-            size_t off, cnt;
-
-            st_hier_shard(h, len, h->owned[o], &off, &cnt);
-            ST_CHECK(st_hier_dcopy(h, st_hier_ring_res(h, k) + off * h->es,
-                                   st_hier_res(h, h->l, k) + off * h->es, cnt * h->es));
-        }
-        ST_CHECK(st_hier_dsync(h, "copying the owned shards to host memory"));
+        ST_CHECK(st_hier_mirror(h, k, 1));
     }
     if (h->inter_active++ == 0) {
         h->t_inter_since = st_time_now();
@@ -517,16 +528,7 @@ static st_status_t st_hier_inter_progress(st_hier_t *h)
             }
         }
         if (s->left == 0 && h->dev != NULL) { /* the all-reduced shards back to the res slot */
-            size_t len = st_hier_chunk_len(h, s->k);
-
-            for (int o = 0; o < h->nowned; o++) {
-                size_t off, cnt;
-
-                st_hier_shard(h, len, h->owned[o], &off, &cnt);
-                ST_CHECK(st_hier_dcopy(h, st_hier_res(h, h->l, s->k) + off * h->es,
-                                       st_hier_ring_res(h, s->k) + off * h->es, cnt * h->es));
-            }
-            ST_CHECK(st_hier_dsync(h, "copying the all-reduced shards back to the device"));
+            ST_CHECK(st_hier_mirror(h, s->k, 0));
         }
         if (s->left == 0) {
             s->active = 0;
@@ -562,7 +564,7 @@ static st_status_t st_hier_deliver(st_hier_t *h, size_t k)
                    st_hier_res(h, lr, k) + (a - first) * h->es, (b - a) * h->es);
         }
     }
-    return h->dev != NULL ? st_hier_dsync(h, st_hier_phases[3]) : ST_OK;
+    return ST_OK;
 }
 
 /* ---- the op --------------------------------------------------------------------------------- */
@@ -590,7 +592,7 @@ static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
     return status;
 }
 
-static const char *const st_hier_phases[4] = {"copy-in", "intra reduce-scatter",
+static const char *const st_hier_phases[] = {"copy-in", "intra reduce-scatter",
                                              "inter-node all-reduce", "intra all-gather"};
 
 static void st_hier_blocked(st_hier_t *h, int phase, int laggard_lr)
@@ -693,6 +695,9 @@ static st_status_t st_hier_progress(st_op_t *op)
         if (h->deliver) {
             t0 = st_time_now();
             ST_CHECK(st_hier_deliver(h, h->ag_k));
+            if (h->dev != NULL) {
+                ST_CHECK(st_hier_dsync(h, st_hier_phases[3]));
+            }
             h->t_busy[2] += st_time_now() - t0;
         }
         st_intra_publish(intra, ST_INTRA_AG, h->base + ++h->ag_k);

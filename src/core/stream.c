@@ -103,6 +103,17 @@ static int st_stream_register(struct st_stream *s, int add)
  * queued: its collective could then only wait out the deadline (its peers have given up), and
  * every later item as long again, so a synchronize after a failure would take the deadline times
  * the queue's length. Such items fail at once, saying why. */
+/* Calls that will never run: their collectives count as finished, so that the communicators'
+ * later collectives do not wait for them (issue order, st_comm_order_*; idempotent). */
+static void st_stream_not_run(const st_coll_args_t *args, int nargs)
+{
+    for (int i = 0; i < nargs; i++) {
+        if (!st_coll_info(args[i].type)->p2p) {
+            st_comm_order_done(args[i].comm, args[i].seq);
+        }
+    }
+}
+
 static st_status_t st_stream_runnable(st_stream_item_t *item)
 {
     for (int i = 0; i < item->nargs; i++) {
@@ -126,11 +137,7 @@ static st_status_t st_stream_runnable(st_stream_item_t *item)
                 st_log_append_error("%s", msg);
                 st_debug(ST_SUB_COLL, "%s", msg);
             }
-            for (int j = 0; j < item->nargs; j++) { /* none of them runs: later calls go on */
-                if (!st_coll_info(item->args[j].type)->p2p) {
-                    st_comm_order_done(item->args[j].comm, item->args[j].seq);
-                }
-            }
+            st_stream_not_run(item->args, item->nargs);
             return ST_ERR_USAGE;
         }
     }
@@ -557,11 +564,12 @@ static st_status_t st_devq_copies_wait(st_devq_t *dq, const st_coll_args_t *a,
  * union, so the algorithm sees the same aliasing as the caller made. */
 static st_status_t st_devq_stage(st_devq_t *dq, const st_coll_args_t *args, int nargs)
 {
-    const st_dev_ops_t *dev = dq->dev;
-    st_coll_args_t     *host;
-    st_devq_span_t     *sp;
+    const st_dev_ops_t *dev  = dq->dev;
+    st_coll_args_t     *host = NULL;
+    st_devq_span_t     *sp   = NULL;
     size_t              total = 0;
     st_status_t         status;
+    int                 ran = 0; /* the calls were handed to st_coll_run */
 
     if (dq->copy_stream == NULL) {
         status = dev->set_current(dq->comm->dev_id);
@@ -571,7 +579,7 @@ static st_status_t st_devq_stage(st_devq_t *dq, const st_coll_args_t *args, int 
         if (status != ST_OK) {
             st_error(ST_SUB_COLL, "%s rank %d: the device queue cannot use device %d",
                      dq->comm->name, dq->comm->rank, dq->comm->dev_id);
-            return status;
+            goto out;
         }
     }
     host = calloc((size_t)nargs, sizeof(*host));
@@ -636,13 +644,9 @@ static st_status_t st_devq_stage(st_devq_t *dq, const st_coll_args_t *args, int 
     }
     status = st_devq_copies_wait(dq, &args[0], "copying the device buffers in");
     if (status != ST_OK) {
-        for (int i = 0; i < nargs; i++) { /* they never run: later calls go on */
-            if (!st_coll_info(args[i].type)->p2p) {
-                st_comm_order_done(args[i].comm, args[i].seq);
-            }
-        }
         goto out;
     }
+    ran    = 1;
     status = st_coll_run(host, nargs);
     if (status != ST_OK) {
         goto out;
@@ -658,6 +662,9 @@ static st_status_t st_devq_stage(st_devq_t *dq, const st_coll_args_t *args, int 
     }
     status = st_devq_copies_wait(dq, &args[0], "copying the results out to the device buffers");
 out:
+    if (!ran) {
+        st_stream_not_run(args, nargs); /* failed before running: later calls go on */
+    }
     free(host);
     free(sp);
     return status;
@@ -691,16 +698,14 @@ static st_status_t st_devq_run(st_devq_t *dq, st_stream_item_t *item)
             status = dq->dev->set_current(comm->dev_id);
             if (status == ST_OK) {
                 status = st_coll_run(item->args, 1); /* hier over the device windows */
+            } else {
+                st_stream_not_run(item->args, 1);
             }
         } else if (status == ST_OK) {
             status = st_devq_stage(dq, item->args, item->nargs);
         }
     } else {
-        for (int i = 0; i < item->nargs; i++) { /* never run: later calls go on */
-            if (!st_coll_info(item->args[i].type)->p2p) {
-                st_comm_order_done(item->args[i].comm, item->args[i].seq);
-            }
-        }
+        st_stream_not_run(item->args, item->nargs);
     }
     if (status != ST_OK) {
         for (int i = 0; i < item->nargs; i++) {
