@@ -201,7 +201,6 @@ static char *st_hier_ring_res(const st_hier_t *h, size_t k)
     return st_hier_res(h, h->l, k);
 }
 
-
 /* ---- device steps: queued on the windows' device stream, then awaited -------------------- */
 
 static st_status_t st_hier_dcopy(st_hier_t *h, void *dst, const void *src, size_t bytes)
