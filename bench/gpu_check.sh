@@ -420,6 +420,8 @@ if step_on 6; then
         # a dry run's figures are the simulated device's: their keys say so, so that nothing
         # reading the JSON can take them for a GPU's
         k=""; [ "$dry" = 1 ] && k="sim_dry_run_"
+        # nor divided by a GPU's copy bandwidth (a dry run on a GPU machine measures one)
+        [ "$dry" = 1 ] && anchor=""
         if [ "$dry" = 1 ]; then
             ranks="2 4" sz=(-b 4 -e 64K -f 16 -n 2 -w 1) lat=(-n 20 -w 2) lim=30
         else

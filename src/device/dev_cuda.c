@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
 
 #include "base/log.h"
 
@@ -629,8 +630,11 @@ err_free:
     return status;
 }
 
-/* Takes ptr's entry out of the table (unlink 1) or only finds it; NULL when ptr is not one. */
-static st_cuda_shared_t *st_cuda_shared_find(const void *ptr, int unlink)
+/* Takes ptr's entry out of the table (unlink 1) or only finds it; NULL when ptr is not one.
+ * *handle_p (may be NULL) gets its handle while the table's lock is held: without unlink the
+ * entry may be freed by another thread as soon as this returns. */
+static st_cuda_shared_t *st_cuda_shared_find(const void *ptr, int unlink,
+                                             CUmemGenericAllocationHandle *handle_p)
 {
     st_cuda_shared_t **pp, *sh = NULL;
 
@@ -638,6 +642,9 @@ static st_cuda_shared_t *st_cuda_shared_find(const void *ptr, int unlink)
     for (pp = &st_cuda.shared; *pp != NULL; pp = &(*pp)->next) {
         if ((*pp)->ptr == ptr) {
             sh = *pp;
+            if (handle_p != NULL) {
+                *handle_p = sh->handle;
+            }
             if (unlink) {
                 *pp = sh->next;
             }
@@ -661,7 +668,7 @@ static st_status_t st_cuda_mem_free_shared(void *ptr)
     if (!st_cuda_ready()) {
         return st_cuda_not_ready("mem_free_shared");
     }
-    sh = st_cuda_shared_find(ptr, 1);
+    sh = st_cuda_shared_find(ptr, 1, NULL);
     if (sh == NULL) {
         st_error(ST_CUDA_SUB, "cuda mem_free_shared: %p is not shareable memory of this process",
                  ptr);
@@ -691,17 +698,18 @@ static st_status_t st_cuda_mem_export(void *ptr, int *fd_p)
     if (!st_cuda_ready()) {
         return st_cuda_not_ready("mem_export");
     }
-    sh = st_cuda_shared_find(ptr, 0);
+    sh = st_cuda_shared_find(ptr, 0, &handle);
     if (sh == NULL) {
         st_error(ST_CUDA_SUB, "cuda mem_export: %p does not start a shareable allocation", ptr);
         return ST_ERR_INVALID;
     }
-    handle = sh->handle;
-    res    = ST_CU(cuMemExportToShareableHandle)(&fd, handle,
-                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    res = ST_CU(cuMemExportToShareableHandle)(&fd, handle,
+                                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     if (res != CUDA_SUCCESS) {
         return st_cuda_fail(res, "cuMemExportToShareableHandle(%p, POSIX fd)", ptr);
     }
+    /* the driver does not promise close-on-exec; an exec'd child must not keep the memory */
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
     *fd_p = fd;
     return ST_OK;
 }
@@ -793,9 +801,8 @@ static st_status_t st_cuda_host_alloc(size_t bytes, void **ptr_p)
         return ST_ERR_INVALID;
     }
     res = ST_CU(cuMemHostAlloc)(&p, bytes, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
-    if (res != CUDA_SUCCESS) {
-        st_cuda_fail(res, "cuMemHostAlloc(%zu bytes, devicemap|portable)", bytes);
-        return ST_ERR_NO_MEMORY;
+    if (res != CUDA_SUCCESS) { /* out of memory, or no context current: said as it is */
+        return st_cuda_fail(res, "cuMemHostAlloc(%zu bytes, devicemap|portable)", bytes);
     }
     memset(p, 0, bytes);
     *ptr_p = p;

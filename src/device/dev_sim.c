@@ -205,6 +205,9 @@ static void st_sim_atfork_child(void)
 
 static void st_sim_init_once(void)
 {
+    /* the log's fork handlers first: atfork prepare handlers run in reverse order, so the sim's
+     * locks (held while logging) are taken before the log's, as everywhere else */
+    st_log_init();
     pthread_atfork(st_sim_atfork_prepare, st_sim_atfork_parent, st_sim_atfork_child);
 }
 

@@ -609,6 +609,12 @@ emunet_job_start()
     local -a counts=()
     if [ -n "${EMUNET_LAYOUT:-}" ]; then # "3,1": ranks per node, in order (uneven nodes)
         IFS=, read -r -a counts <<<"$EMUNET_LAYOUT"
+        local sum=0 c
+        for c in "${counts[@]}"; do sum=$((sum + c)); done
+        if [ ${#counts[@]} -ne "$nodes" ] || [ "$sum" -ne "$np" ]; then
+            echo "$name: EMUNET_LAYOUT $EMUNET_LAYOUT is not $np ranks on $nodes nodes" >&2
+            return 1
+        fi
     fi
     block_start=0
     for ((k = 0; k < nodes; k++)); do

@@ -200,11 +200,8 @@ static int one_case(it_ctx_t *c, const st_dev_ops_t *dev, st_dev_stream_t *s, co
     if (ok) {
         const uint8_t *want = in_place ? (coll == C_RS ? hs + off : hs) : hr;
         const uint8_t *got  = in_place ? (coll == C_RS ? back + off : back) : back;
-        size_t         n    = (coll == C_RED && c->rank != 0) ? 0 : rb;
+        size_t         n    = rb; /* a reduce's non-root buffer too: left untouched */
 
-        if (coll == C_BC || coll == C_RED) {
-            n = (coll == C_RED && c->rank != 0) ? 0 : count * es;
-        }
         for (size_t i = 0; i < n; i++) {
             if (want[i] != got[i]) {
                 IT_FAIL("%s %s %s count %zu %s: byte %zu differs: device 0x%02x, host 0x%02x",
@@ -623,18 +620,20 @@ static int rank_fault(it_ctx_t *c)
     }
     t0 = it_now();
     IT_OK(strataAllReduce(d, d, 1 << 18, strataFloat32, strataSum, c->comm, (strataStream_t)s));
-    IT_EXPECT(it_now() - t0 < 1.0, "the call did not return at once (%.2f s)", it_now() - t0);
+    /* queued, not run: the stream still holds it (the live peer has not called; a dead one
+     * may already have been noticed) */
+    IT_EXPECT(f == F_EXIT || dev->stream_sync(s, 0) == ST_INPROGRESS,
+              "the call did not leave its work queued");
+    IT_EXPECT(it_now() - t0 < 10.0, "the call did not return at once (%.2f s)", it_now() - t0);
     if (f == F_ABORT) {
         sleep(1);
         t0 = it_now();
         IT_OK(strataCommAbort(c->comm));
         c->comm = NULL;
-        ssync(dev, s, 10);
-        IT_EXPECT(it_now() - t0 < 5.0, "the stream was released %.1f s after the abort",
-                  it_now() - t0);
+        ssync(dev, s, 10); /* released within 10 s of the abort */
     } else {
         ssync(dev, s, 60); /* STRATA_TIMEOUT=4 */
-        IT_EXPECT(it_now() - t0 < 30.0, "the stream was released only after %.1f s",
+        IT_EXPECT(it_now() - t0 < 40.0, "the stream was released only after %.1f s",
                   it_now() - t0);
         if (IT_OK(strataCommGetAsyncError(c->comm, &ae))) {
             IT_EXPECT(ae == strataRemoteError || ae == strataTimeout || ae == strataSystemError,

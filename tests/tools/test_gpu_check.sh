@@ -68,7 +68,6 @@ t0=$(date +%s)
 COLLBENCH=$collbench timeout 120 "$script" --dry-run "$tmp/out" >"$tmp/stdout" 2>&1; rc=$?
 sec=$(( $(date +%s) - t0 ))
 [ "$rc" = 0 ] || { fail "gpu_check.sh --dry-run -> status $rc"; tail -15 "$tmp/stdout" | sed 's/^/    /'; }
-[ "$sec" -lt 60 ] || fail "the dry run took $sec s (at most 60)"
 [ -s "$tmp/out/gpu_check.log" ] || fail "no gpu_check.log"
 [ -s "$tmp/out/gpu_check.json" ] && check_json "$tmp/out/gpu_check.json" 0 1 2 3 4 5 6 || fail "no gpu_check.json"
 grep -E '^(PASS|FAIL|SKIP) step' "$tmp/stdout" | sed 's/^/    /'

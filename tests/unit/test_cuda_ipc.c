@@ -43,7 +43,7 @@ extern const st_win_ops_t st_cuda_ipc_win;
 #define WIN_SIZE     (64 * 1024 + 100) /* not a whole number of pages */
 #define MEM_SIZE     100000
 #define BARRIER_SECS 10.0
-#define CHILD_ALARM  20
+#define CHILD_ALARM  60
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Helpers: a barrier of processes or threads, forked ranks, leftovers                           */
@@ -364,7 +364,7 @@ static int child_missing(int lr, int n ST_UNUSED, const char *name)
     t0   = now();
     CHILD_CHECK(st_cuda_ipc_win.attach(ctx) == ST_ERR_TIMEOUT);
     took = now() - t0;
-    CHILD_CHECK(took >= MISSING_TIMEOUT - 0.1 && took < MISSING_TIMEOUT + 2.0);
+    CHILD_CHECK(took >= MISSING_TIMEOUT - 0.1 && took < MISSING_TIMEOUT + 10.0); /* loaded CI */
     snprintf(sock, sizeof(sock), "@strata-cipc-%s-2", name);
     if (strstr(st_log_last_error(), "local rank 2") == NULL ||
         strstr(st_log_last_error(), sock) == NULL) {
