@@ -1,6 +1,6 @@
 /*
  * transport.c - the table of builtin transports. The only file of the library that tests which
- * optional transports were built (HAVE_VERBS, HAVE_CUDA).
+ * optional transports were built (HAVE_VERBS).
  */
 #include "config.h"
 #include "transports/transport.h"
@@ -11,11 +11,18 @@
 #include "device/dev.h"
 
 extern const st_net_ops_t st_ucx_net;
+#ifdef HAVE_VERBS
+extern const st_net_ops_t st_verbs_net;
+#endif
 
 /* A transport that needs an optional library is listed under the HAVE_* that configure defines
- * for it (m4/strata_<dep>.m4), before UCX when it should be preferred; none is written yet (the
- * verbs transport is issue 19: HAVE_VERBS says only that libibverbs' headers were found). */
+ * for it (m4/strata_<dep>.m4), before UCX when it should be preferred. verbs comes first: under
+ * STRATA_NET=auto it opens where an active HCA port exists and otherwise stands aside (said at
+ * INFO) for UCX. */
 const st_net_ops_t *const st_net_transports[] = {
+#ifdef HAVE_VERBS
+    &st_verbs_net,
+#endif
     &st_ucx_net,
     NULL
 };

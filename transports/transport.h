@@ -2,7 +2,7 @@
  * transport.h - the two transport interfaces of strata (docs/architecture.md):
  *
  *  net    (inter-node messages): endpoints to peers, nonblocking tagged send/recv of chunks,
- *         memory registration, progress. Implemented by transports/ucx (and verbs).
+ *         memory registration, progress. Implemented by transports/ucx and transports/verbs.
  *  window (intra-node load/store): every local rank exposes a region its node peers map and read
  *         or write directly, with sequence-number flags inside it for ordering.
  *         Implemented by transports/shm (host memory) and transports/cuda_ipc (device memory).
@@ -129,6 +129,12 @@ typedef struct st_net_ops {
     /* Prepares event_fd for a blocking poll(): ST_OK when armed (safe to sleep), ST_INPROGRESS
      * when events are pending (progress again instead of sleeping). */
     st_status_t (*arm)(st_net_ctx_t *ctx);
+    /* The devices rails may use when STRATA_RAIL_IFNAMES is unset, comma-separated in the
+     * syntax open() takes in st_net_config_t.devices (verbs: "=mlx5_0:1,=mlx5_1:1", every active
+     * HCA port passing STRATA_IB_HCA): rail l opens the l-th modulo their number. Not
+     * collective, no context needed. ST_ERR_UNSUPPORTED when the transport has no such list
+     * (UCX: rails need STRATA_RAIL_IFNAMES), ST_ERR_NO_DEVICE when it has none. */
+    st_status_t (*rail_devices)(char *buf, size_t len);
 } st_net_ops_t;
 
 /* ---- window transports ---------------------------------------------------------------------- */

@@ -254,14 +254,21 @@ st_status_t st_comm_agree(st_comm_t *comm, st_status_t status)
     return st_comm_agree_with(comm, status, &value, 1);
 }
 
-/* The interface of rail `rail` from STRATA_RAIL_IFNAMES (the rail-th of the list, modulo its
- * length) into buf; 0 when the list is empty. */
-static int st_comm_rail_ifname(int rail, char *buf, size_t len)
+/* The device of rail `rail` into buf: the rail-th entry (modulo their number) of
+ * STRATA_RAIL_IFNAMES, or where that is unset of the transport's own list (net->rail_devices:
+ * the verbs transport's active HCA ports, one rail per HCA) when it has two or more; 0 when
+ * there is none (every rail uses the transport's default devices). */
+static int st_comm_rail_ifname(const st_net_ops_t *net, int rail, char *buf, size_t len)
 {
     const char *list = st_core_config.rail_ifnames;
+    char        devs[256];
     int         n = 0, pick;
     const char *p;
 
+    if ((list == NULL || list[0] == '\0') && net != NULL &&
+        net->rail_devices(devs, sizeof(devs)) == ST_OK && strchr(devs, ',') != NULL) {
+        list = devs;
+    }
     if (list == NULL || list[0] == '\0') {
         return 0;
     }
@@ -290,8 +297,8 @@ static void st_comm_path(const st_comm_t *comm, st_net_ctx_t *ctx, int rail, int
     char mine[96], theirs[64];
     int  peer_rail = st_topo_local_rank(comm->topo, r);
 
-    if (rail >= 0 && st_comm_rail_ifname(rail, mine, sizeof(mine)) &&
-        st_comm_rail_ifname(peer_rail, theirs, sizeof(theirs))) {
+    if (rail >= 0 && st_comm_rail_ifname(comm->net, rail, mine, sizeof(mine)) &&
+        st_comm_rail_ifname(comm->net, peer_rail, theirs, sizeof(theirs))) {
         snprintf(buf, len, "rail %d (interface %.48s) to rank %d (node %.64s, rail %d, "
                  "interface %.48s)",
                  rail, mine, r, comm->peers[r].node_id, peer_rail, theirs);
@@ -508,7 +515,8 @@ static st_status_t st_comm_wireup(st_comm_t *comm, st_net_ctx_t *ctx, st_net_ep_
     return status;
 }
 
-/* Rails: with STRATA_RAIL_IFNAMES set and several nodes, this rank opens a second net context
+/* Rails: with STRATA_RAIL_IFNAMES set (or, unset, a transport with several devices of its own:
+ * verbs with two HCAs) and several nodes, this rank opens a second net context
  * limited to its rail's interface (rail = local rank), publishes its network-only address
  * (an all-gather over the default endpoints), connects every peer on another node through it and
  * checks each connection with one message each way (st_comm_wireup); only when every rank's
@@ -526,7 +534,7 @@ static st_status_t st_comm_open_rails(st_comm_t *comm)
     char            ifname[64], why[256], path[384];
     int             rail = st_topo_local_rank(comm->topo, comm->rank);
 
-    if (comm->nnodes == 1 || !st_comm_rail_ifname(rail, ifname, sizeof(ifname))) {
+    if (comm->nnodes == 1 || !st_comm_rail_ifname(comm->net, rail, ifname, sizeof(ifname))) {
         return ST_OK;
     }
     memset(&cfg, 0, sizeof(cfg));
@@ -535,8 +543,8 @@ static st_status_t st_comm_open_rails(st_comm_t *comm)
     cfg.devices = ifname;
     snprintf(cfg.name, sizeof(cfg.name), "%s", comm->name);
     memset(&mine, 0, sizeof(mine));
-    /* a network interface name (an RDMA device:port such as mlx5_0:1 is not checked here) */
-    if (strchr(ifname, ':') == NULL) {
+    /* a network interface name (an HCA port of the verbs transport, mlx5_0:1, is not one) */
+    if (strchr(ifname, ':') == NULL && strcmp(comm->net->name, "verbs") != 0) {
         st_socket_if_state_t state = st_socket_if_state(ifname, why, sizeof(why));
 
         if (state != ST_SOCKET_IF_UP) {

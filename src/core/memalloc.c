@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "base/log.h"
+#include "base/memreg.h"
 #include "base/param.h"
 #include "base/status.h"
 #include "device/dev.h"
@@ -45,7 +46,16 @@ STRATA_API strataResult_t strataMemAlloc(void **ptr, size_t size)
         st_error(ST_SUB_SHM, "strataMemAlloc: size is 0");
         return strataInvalidArgument;
     }
-    return st_status_to_result(st_memalloc_win(st_memalloc_type())->mem_alloc(size, ptr));
+    {
+        st_mem_type_t type = st_memalloc_type();
+        st_status_t   status = st_memalloc_win(type)->mem_alloc(size, ptr);
+
+        /* host memory is what an HCA can register whole (transports/verbs: zero-copy) */
+        if (status == ST_OK && type == ST_MEM_HOST) {
+            st_memreg_add(*ptr, size);
+        }
+        return st_status_to_result(status);
+    }
 }
 
 STRATA_API strataResult_t strataMemFree(void *ptr)
@@ -63,6 +73,9 @@ STRATA_API strataResult_t strataMemFree(void *ptr)
         if (dev != NULL && dev->ptr_type(ptr, NULL) == ST_DEV_PTR_DEVICE &&
             st_memalloc_win(ST_MEM_CUDA) != NULL) {
             type = ST_MEM_CUDA;
+        }
+        if (type == ST_MEM_HOST) {
+            st_memreg_del(ptr); /* registrations of it go first (their pages are pinned) */
         }
         return st_status_to_result(st_memalloc_win(type)->mem_free(ptr));
     }

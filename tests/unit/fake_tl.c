@@ -440,6 +440,13 @@ static int fake_net_event_fd(st_net_ctx_t *ctx)
     return ctx->efd;
 }
 
+static st_status_t fake_net_rail_devices(char *buf, size_t len)
+{
+    (void)len;
+    buf[0] = '\0';
+    return ST_ERR_UNSUPPORTED;
+}
+
 static st_status_t fake_net_arm(st_net_ctx_t *ctx)
 {
     eventfd_t   v;
@@ -482,6 +489,7 @@ const st_net_ops_t fake_net = {
     .progress   = fake_net_progress,
     .event_fd   = fake_net_event_fd,
     .arm        = fake_net_arm,
+    .rail_devices = fake_net_rail_devices,
 };
 
 /* ---- window ---------------------------------------------------------------------------------- */

@@ -3,7 +3,8 @@
  * builtin ones of this build (st_transports_builtin) and the fakes of fake_tl.c, in one process
  * (ranks are threads; UCX's gtest runs its tests over every transport the same way). A transport
  * that joins the tables (verbs) is covered by adding nothing here; a window of device memory
- * (cuda_ipc) is passed over, the battery's buffers being host memory.
+ * (cuda_ipc) is passed over, the battery's buffers being host memory. The verbs transport runs on
+ * mock_ibv.c, an in-process stand-in for libibverbs with two HCAs.
  *
  * Each battery runs NRANKS ranks through the public API, initialised over the pair
  * (st_comm_init_rank_tl), on one node and on two (each rank thread takes its node's identity:
@@ -40,6 +41,9 @@
 #include "core/init.h"
 #include "engine/op.h"
 #include "tests/unit/fake_tl.h"
+#ifdef HAVE_VERBS
+#include "tests/unit/mock_ibv.h"
+#endif
 #include "topo/node.h"
 
 #define NRANKS 4
@@ -518,6 +522,12 @@ static void test_rail_outcomes(void **state)
 
 int main(void)
 {
+    /* ranks are threads here, and their nodes' links must stay on lo */
+    setenv("STRATA_SOCKET_IFNAME", "lo", 0);
+#ifdef HAVE_VERBS
+    /* the verbs transport runs on the in-process stand-in (mock_ibv.c): two HCAs */
+    st_verbs_ibv_override(mock_ibv_table(2, 0));
+#endif
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fake_net_fake_window),
         cmocka_unit_test(test_builtin_net_fake_window),

@@ -627,6 +627,12 @@ static st_status_t st_ucx_arm(st_net_ctx_t *ctx)
     return (status == UCS_ERR_BUSY) ? ST_INPROGRESS : st_ucx_status(status);
 }
 
+static st_status_t st_ucx_rail_devices(char *buf, size_t len ST_UNUSED)
+{
+    buf[0] = '\0'; /* UCX's devices are network interfaces: rails name them (RAIL_IFNAMES) */
+    return ST_ERR_UNSUPPORTED;
+}
+
 const st_net_ops_t st_ucx_net = {
     .name       = "ucx",
     .config     = NULL,
@@ -646,4 +652,5 @@ const st_net_ops_t st_ucx_net = {
     .progress   = st_ucx_progress,
     .event_fd   = st_ucx_event_fd,
     .arm        = st_ucx_arm,
+    .rail_devices = st_ucx_rail_devices,
 };
