@@ -56,9 +56,12 @@ typedef struct st_net_config {
 typedef struct st_request {
     volatile int done;   /* 0 while in flight; 1 when complete (successfully or not) */
     st_status_t  status; /* ST_OK, ST_ERR_REMOTE (peer failed), ST_ERR_CANCELED,
-                          * ST_ERR_TRUNCATED (a receive), ST_ERR_IO */
+                          * ST_ERR_TRUNCATED (a receive; a send too where the transport
+                          * knows, verbs), ST_ERR_IO */
     size_t       len;    /* bytes received (irecv); for a truncated receive, the bytes sent
-                          * when the transport knows them (else 0) */
+                          * when the transport knows them (else 0); for a send that a
+                          * transport failed as truncated (ST_ERR_TRUNCATED: verbs fails both
+                          * sides), the bytes the receive takes when known (else 0) */
     int          orphan; /* set by a forced cancel: the transport will never complete it (its
                           * connection was closed where no failure can be reported); what it
                           * refers to must live until the context is closed */

@@ -54,6 +54,9 @@ st_status_t st_rail_test(st_rail_xfer_t *x)
                         (x->req.status == ST_OK && x->req.len != x->len))) {
         return ST_ERR_USAGE;
     }
+    if (x->is_send && x->req.status == ST_ERR_TRUNCATED) {
+        return ST_ERR_USAGE; /* a transport that fails both sides (verbs) */
+    }
     if (x->req.status == ST_ERR_CANCELED) {
         return ST_ERR_REMOTE; /* cancelled because the communicator is failing: a peer's doing */
     }
@@ -103,6 +106,23 @@ st_status_t st_rail_fail(const st_op_t *op, const st_rail_xfer_t *x, st_status_t
     va_start(ap, where);
     vsnprintf(place, sizeof(place), where, ap);
     va_end(ap);
+    if (status == ST_ERR_USAGE && x->is_send) {
+        char takes[48];
+
+        if (x->req.len > 0 && x->req.len < x->len) {
+            snprintf(takes, sizeof(takes), "%zu B", x->req.len);
+        } else {
+            snprintf(takes, sizeof(takes), "less than %zu B", x->len);
+        }
+        st_error(st_tag_is_p2p(x->tag) ? ST_SUB_P2P : ST_SUB_COLL,
+                 "%s #%llu (%s) rank %d: %s: sent %zu B to rank %d, whose receive takes %s: %s",
+                 op->coll, (unsigned long long)op->seq, op->comm->name, op->comm->rank, place,
+                 x->len, x->peer, takes,
+                 st_tag_is_p2p(x->tag) ? "the send and receive counts differ"
+                                       : "do all ranks call the same collective with the same "
+                                         "count and datatype?");
+        return status;
+    }
     if (status == ST_ERR_USAGE) {
         char sent[48];
 

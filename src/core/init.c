@@ -47,6 +47,7 @@ typedef struct st_rank_record {
     int32_t       color;       /* split only */
     int32_t       key;         /* split only */
     int32_t       rank;        /* rank in the parent (split) or the id */
+    char          net[16];     /* the net transport the rank opened (STRATA_NET=auto may differ) */
     uint32_t      addr_len[2]; /* ST_NET_ADDR_ALL, ST_NET_ADDR_NET_ONLY */
     uint8_t       addr[2][ST_ADDR_MAX];
 } st_rank_record_t;
@@ -143,6 +144,7 @@ static st_status_t st_comm_open_net(st_comm_t *comm, st_rank_record_t *rec)
     }
     rec->pid = (uint32_t)getpid();
     st_comm_pidns(rec->pidns, sizeof(rec->pidns));
+    snprintf(rec->net, sizeof(rec->net), "%s", comm->net->name);
     for (int scope = 0; scope < 2; scope++) {
         len = ST_ADDR_MAX;
         status = comm->net->address(comm->net_ctx, (st_net_addr_scope_t)scope, rec->addr[scope],
@@ -566,6 +568,12 @@ static st_status_t st_comm_open_rails(st_comm_t *comm)
                      comm->net->name);
             status = ST_ERR_INVALID;
         }
+    } else if (status == ST_ERR_NO_DEVICE) {
+        /* the transport said why at INFO (verbs: no active HCA port of that name) */
+        st_error(ST_SUB_INIT, "%s rank %d: rail %d's device '%s' (STRATA_RAIL_IFNAMES, or the "
+                 "transport's list) is no usable %s device here (STRATA_DEBUG=INFO says why)",
+                 comm->name, comm->rank, rail, ifname, comm->net->name);
+        status = ST_ERR_INVALID;
     }
 agree_open:
     ST_CHECK_GOTO(st_comm_agree(comm, status), status, out);
@@ -664,6 +672,17 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
         comm->peers[r].same_pidns = recs[r]->pidns[0] != '\0' &&
                                     strncmp(recs[r]->pidns, recs[comm->rank]->pidns,
                                             sizeof(recs[r]->pidns)) == 0;
+    }
+    for (int r = 0; r < comm->nranks; r++) {
+        /* every rank sees every record, so all of them fail here alike */
+        if (strncmp(recs[r]->net, comm->net->name, sizeof(recs[r]->net)) != 0) {
+            st_error(ST_SUB_INIT, "%s: rank %d (node %s) opened net transport '%.16s', rank %d "
+                     "(node %s) '%s': set STRATA_NET to the same transport on every rank (auto "
+                     "takes verbs only where an active HCA port exists)", comm->name, r,
+                     comm->peers[r].node_id, recs[r]->net, comm->rank,
+                     comm->peers[comm->rank].node_id, comm->net->name);
+            return ST_ERR_USAGE;
+        }
     }
     for (int r = 0; r < comm->nranks; r++) {
         int remote = st_topo_node(comm->topo, r) != comm->node;

@@ -300,7 +300,11 @@ static void st_exec_notice_error(st_op_t *op)
 /* An op that failed because a peer broke its connections: when that peer (or another) reported
  * a mismatch first, the mismatch is the cause every rank must see (the peer that found it
  * cancels its transfers after ST_EXEC_CANCEL_GRACE_S, which a rank still in its own agreement on
- * a loaded machine sees as a broken connection). Caller holds comm->lock. */
+ * a loaded machine sees as a broken connection). Likewise when the peer the op waited for is the
+ * one that reported why the communicator cannot complete: it closed its connections because of
+ * that cause (another rank's death), which its notice names and the broken connection does not
+ * (a transport that reports a closed connection at once, as verbs does, fails the transfer
+ * before the deadline would). Caller holds comm->lock. */
 static st_status_t st_exec_adopt_notice(st_op_t *op, st_status_t status)
 {
     st_comm_t *comm = op->comm;
@@ -309,11 +313,16 @@ static st_status_t st_exec_adopt_notice(st_op_t *op, st_status_t status)
         return status;
     }
     st_comm_notice_poll(comm);
-    if (comm->notice_at <= 0 || st_exec_notice_status(comm) != ST_ERR_USAGE) {
+    if (comm->notice_at <= 0) {
         return status;
     }
+    if (st_exec_notice_status(comm) != ST_ERR_USAGE) {
+        if (status == ST_ERR_TIMEOUT || op->wait_peer < 0 || op->wait_peer != comm->notice_rank) {
+            return status;
+        }
+    }
     st_exec_notice_error(op);
-    return ST_ERR_USAGE;
+    return st_exec_notice_status(comm);
 }
 
 static st_status_t st_exec_doomed(st_op_t *op, double now)

@@ -504,6 +504,22 @@ void fv_signal_fd(pid_t pid, int fd, uint32_t serial)
             fd_cache[i].serial == serial)
             lfd = fd_cache[i].lfd;
     if (lfd < 0) {
+        /* first drop the descriptors of channels and contexts that are gone (the caller holds
+         * the fabric lock): a process that makes and destroys contexts in a loop must not see
+         * its descriptor count grow */
+        for (unsigned i = 0; i < FV_FD_CACHE; i++) {
+            int live = 0;
+            if (fd_cache[i].lfd <= 0)
+                continue;
+            for (unsigned k = 0; k < FV_MAX_CHANS && !live; k++)
+                live = fv_seg->chans[k].serial == fd_cache[i].serial;
+            for (unsigned k = 0; k < FV_MAX_CTXS && !live; k++)
+                live = fv_seg->ctxs[k].serial == fd_cache[i].serial;
+            if (!live) {
+                close(fd_cache[i].lfd);
+                fd_cache[i].lfd = -1;
+            }
+        }
         int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
         if (pfd >= 0) {
             lfd = (int)syscall(SYS_pidfd_getfd, pfd, fd, 0);

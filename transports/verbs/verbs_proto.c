@@ -632,7 +632,7 @@ static void st_vb_send_match(st_net_ep_t *ep, st_vb_op_t *op, const st_vb_ctl_t 
                 "on rank %d: truncated on both sides", ep->ctx->name, ep->ctx->rank, op->len,
                 (unsigned long long)op->tag, (unsigned long long)ctl->total, ep->peer);
         (void)st_vb_ctl_send(ep, &t);
-        st_vb_op_done(op, ST_ERR_TRUNCATED, op->len);
+        st_vb_op_done(op, ST_ERR_TRUNCATED, ctl->total); /* len: what the receive takes */
         return;
     }
     if (op->len > 0 && ctl->slot != ST_VB_ANY_SLOT) {
