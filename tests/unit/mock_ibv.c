@@ -613,6 +613,7 @@ static int mock_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
         struct ibv_wc      wc;
         uint32_t           len = 0;
         enum ibv_wc_status status;
+        int                to_err;
 
         if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) {
             *bad = wr;
@@ -620,9 +621,7 @@ static int mock_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
             return EINVAL;
         }
         status = (qp->state == IBV_QPS_ERR) ? IBV_WC_WR_FLUSH_ERR : mock_exec(m, wr, &len);
-        if (status != IBV_WC_SUCCESS && qp->state != IBV_QPS_ERR) {
-            mock_qp_err(m);
-        }
+        to_err = (status != IBV_WC_SUCCESS && qp->state != IBV_QPS_ERR);
         if (status != IBV_WC_SUCCESS || (wr->send_flags & IBV_SEND_SIGNALED)) {
             memset(&wc, 0, sizeof(wc));
             wc.wr_id    = wr->wr_id;
@@ -632,6 +631,11 @@ static int mock_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
             wc.qp_num   = qp->qp_num;
             wc.vendor_err = (status == IBV_WC_SUCCESS) ? 0 : 0x81;
             mock_cq_push((mock_cq_t *)qp->send_cq, &wc);
+        }
+        /* as on hardware, the failing request completes first, then the queue's others are
+         * flushed: the first error a poller sees is the cause */
+        if (to_err) {
+            mock_qp_err(m);
         }
     }
     pthread_mutex_unlock(&mock_lock);

@@ -14,9 +14,9 @@
  *          part, tag, addr, rkey, part length, buffer length}; the target is the user's buffer
  *          when it is registered (strataMemAlloc memory, zero-copy), else a bounce buffer.
  *   isend: matched to the oldest CTS of part 0 with its tag (queued either way, so any posting
- *          order works); each part is one RDMA_WRITE_WITH_IMM (imm = slot, part, LAST); a
- *          message longer than the receiver's buffer sends TRUNC instead and both sides fail
- *          with ST_ERR_TRUNCATED.
+ *          order works); each part is RDMA writes, the last WITH_IMM (imm = slot, part, that
+ *          write's offset in the part, LAST); a message longer than the receiver's buffer sends
+ *          TRUNC instead and both sides fail with ST_ERR_TRUNCATED.
  * Every work request is signaled; receive work requests are re-posted as they complete and the
  * peer never has more messages in flight than they cover (the bounds are below).
  */
@@ -50,7 +50,7 @@ extern st_verbs_config_t st_verbs_config;
 
 /* ---- limits and their reasons ---------------------------------------------------------------- */
 #define ST_VB_MAGIC      0x53545642u /* "STVB" */
-#define ST_VB_VERSION    1
+#define ST_VB_VERSION    2 /* 2: imm_data with the write's offset in its part */
 #define ST_VB_MAX_QPS    8
 #define ST_VB_SLOTS      256  /* receive slots per endpoint; slot 0 is the any-source slot */
 #define ST_VB_ANY_SLOT   0
@@ -67,12 +67,23 @@ extern st_verbs_config_t st_verbs_config;
 #define ST_VB_ANY_MAX    4096 /* longest message an any-source receive takes */
 #define ST_VB_CQ_PER_QP  (ST_VB_RQ_DEPTH + ST_VB_SQ_DEPTH)
 
-/* imm_data of a data write (host order before htonl): slot, part modulo 2^14, flags */
-#define ST_VB_IMM_LAST      (1u << 31)
-#define ST_VB_IMM_PART(_i)  (((_i) >> 16) & 0x3fffu)
-#define ST_VB_IMM_SLOT(_i)  ((_i) & 0xffffu)
-#define ST_VB_IMM(_slot, _part, _last) \
-    ((uint32_t)(_slot) | (((uint32_t)(_part) & 0x3fffu) << 16) | ((_last) ? ST_VB_IMM_LAST : 0))
+/* imm_data of a data write (host order before htonl): slot (8 bits), part modulo 64 (6), the
+ * write's offset in its part in 4 KiB units (17), LAST (1). A part may take several writes (a
+ * plain sender's bounce pieces into a zero-copy part, 4 MiB); only the last carries the
+ * immediate, and its byte_len covers that write alone: the offset tells the receiver where the
+ * part, and for LAST the message, ends. So every write but a part's last is a multiple of
+ * 4 KiB, and parts are at most ST_VB_PART_MAX. */
+#define ST_VB_IMM_LAST       (1u << 31)
+#define ST_VB_IMM_SLOT(_i)   ((_i) & 0xffu)
+#define ST_VB_IMM_PART_MASK  0x3fu
+#define ST_VB_IMM_PART(_i)   (((_i) >> 8) & ST_VB_IMM_PART_MASK)
+#define ST_VB_IMM_UNIT       4096u
+#define ST_VB_IMM_WOFF(_i)   ((size_t)(((_i) >> 14) & 0x1ffffu) * ST_VB_IMM_UNIT)
+#define ST_VB_IMM(_slot, _part, _woff, _last)                                                  \
+    ((uint32_t)(_slot) | (((uint32_t)(_part) & ST_VB_IMM_PART_MASK) << 8) |                   \
+     ((uint32_t)((_woff) / ST_VB_IMM_UNIT) << 14) | ((_last) ? ST_VB_IMM_LAST : 0))
+#define ST_VB_PART_MAX       ((size_t)256 << 20) /* offsets < 2^17 units */
+_Static_assert(ST_VB_SLOTS <= 256 && ST_VB_WINDOW < 64, "imm_data fields too narrow");
 
 /* wr_id: kind (4 bits), QP index (4), index (24), endpoint index (16), endpoint generation (16) */
 enum { ST_VB_WR_RECV = 1, ST_VB_WR_CTL = 2, ST_VB_WR_DATA = 3 };

@@ -244,6 +244,7 @@ static int st_vb_recv_issue(st_net_ep_t *ep, st_vb_op_t *op)
         if (ctx->port_attr.max_msg_sz > 0 && op->psize > ctx->port_attr.max_msg_sz) {
             op->psize = ctx->port_attr.max_msg_sz;
         }
+        op->psize = ST_MIN(op->psize, ST_VB_PART_MAX);
         op->nparts = (op->len == 0) ? 1 : (uint32_t)ST_DIV_ROUND_UP(op->len, op->psize);
     }
     while (op->issued < op->nparts && op->issued < op->base + ST_VB_WINDOW && op->last < 0 &&
@@ -365,7 +366,7 @@ static void st_vb_recv_data(st_net_ep_t *ep, uint32_t imm, uint32_t byte_len)
 {
     uint32_t    slot = ST_VB_IMM_SLOT(imm), p;
     st_vb_op_t *op;
-    size_t      off;
+    size_t      off, plen = ST_VB_IMM_WOFF(imm) + byte_len; /* the part's bytes */
 
     if (slot == ST_VB_ANY_SLOT) {
         if (!ep->any_issued) {
@@ -375,7 +376,7 @@ static void st_vb_recv_data(st_net_ep_t *ep, uint32_t imm, uint32_t byte_len)
         }
         ep->any_issued = 0;
         ep->any_full   = 1;
-        ep->any_len    = byte_len;
+        ep->any_len    = plen;
         ep->parts_out--;
         st_vb_any_match(ep->ctx);
         return;
@@ -386,23 +387,23 @@ static void st_vb_recv_data(st_net_ep_t *ep, uint32_t imm, uint32_t byte_len)
                       "receive", ep->peer, slot);
         return;
     }
-    p = op->base + ((ST_VB_IMM_PART(imm) - op->base) & 0x3fffu);
+    p = op->base + ((ST_VB_IMM_PART(imm) - op->base) & ST_VB_IMM_PART_MASK);
     if (p >= op->issued || p - op->base >= ST_VB_WINDOW) {
         st_vb_ep_fail(ep, ST_ERR_INTERNAL, 1, "rank %d wrote part %u of slot %u, which was not "
                       "offered (parts %u..%u)", ep->peer, p, slot, op->base, op->issued);
         return;
     }
     off = (size_t)p * op->psize;
-    if (byte_len > op->psize || off + byte_len > op->len) {
-        st_vb_ep_fail(ep, ST_ERR_INTERNAL, 1, "rank %d wrote %u B into part %u of a %zu B "
-                      "receive", ep->peer, byte_len, p, op->len);
+    if (plen > op->psize || off + plen > op->len) {
+        st_vb_ep_fail(ep, ST_ERR_INTERNAL, 1, "rank %d wrote %zu B into part %u of a %zu B "
+                      "receive", ep->peer, plen, p, op->len);
         return;
     }
     if (op->bufs[p % ST_VB_WINDOW] >= 0) {
         int b = op->bufs[p % ST_VB_WINDOW];
 
-        if (op->req != NULL && byte_len > 0) {
-            memcpy((uint8_t *)op->buf + off, ep->ctx->bufs[b].addr, byte_len);
+        if (op->req != NULL && plen > 0) {
+            memcpy((uint8_t *)op->buf + off, ep->ctx->bufs[b].addr, plen);
         }
         st_vb_buf_put(ep->ctx, b);
         op->bufs[p % ST_VB_WINDOW] = -1;
@@ -416,7 +417,7 @@ static void st_vb_recv_data(st_net_ep_t *ep, uint32_t imm, uint32_t byte_len)
     }
     if (imm & ST_VB_IMM_LAST) {
         op->last  = p;
-        op->total = off + byte_len;
+        op->total = off + plen;
     }
     if (op->last >= 0 && (int64_t)op->base > op->last) {
         st_vb_recv_release(ep, op);
@@ -484,9 +485,12 @@ static int st_vb_part_post(st_net_ep_t *ep, st_vb_cts_t *c)
     int           q = (int)(c->ctl.part % (uint32_t)ep->nqps);
 
     do {
-        size_t             piece_max = op->reg ? (size_t)ctx->port_attr.max_msg_sz
-                                               : st_verbs_config.bounce_size;
-        size_t             piece = ST_MIN(n - c->sent, piece_max ? piece_max : n - c->sent);
+        /* whole 4 KiB units but for the part's last write: its immediate gives its offset */
+        size_t             piece_max = (op->reg && ctx->port_attr.max_msg_sz > 0)
+                                           ? (size_t)ctx->port_attr.max_msg_sz
+                                           : st_verbs_config.bounce_size;
+        size_t             piece = ST_MIN(n - c->sent, ST_MAX(piece_max / ST_VB_IMM_UNIT, 1) *
+                                                           ST_VB_IMM_UNIT);
         int                last_piece = (c->sent + piece >= n);
         struct ibv_send_wr wr, *bad;
         struct ibv_sge     sge;
@@ -524,7 +528,7 @@ static int st_vb_part_post(st_net_ep_t *ep, st_vb_cts_t *c)
         wr.wr.rdma.rkey        = c->ctl.rkey;
         if (last_piece) {
             wr.opcode   = IBV_WR_RDMA_WRITE_WITH_IMM;
-            wr.imm_data = htonl(ST_VB_IMM(c->ctl.slot, c->ctl.part, last_part));
+            wr.imm_data = htonl(ST_VB_IMM(c->ctl.slot, c->ctl.part, c->sent, last_part));
         } else {
             wr.opcode = IBV_WR_RDMA_WRITE;
         }
