@@ -482,65 +482,31 @@ struct fv_rwr *fv_rq_ring(uint32_t qp)
 }
 
 /* Makes another process's eventfd readable. We get our own descriptor of its file with
- * pidfd_getfd (same PID namespace; works across network namespaces and leaves no files behind),
- * cached by the fabric serial of the channel or context, so a reused fd number is never hit. */
-#define FV_FD_CACHE 64
-static struct { pid_t pid; int rfd; uint32_t serial; int lfd; } fd_cache[FV_FD_CACHE];
-static unsigned fd_cache_next;
-static pthread_mutex_t fd_cache_lock = PTHREAD_MUTEX_INITIALIZER;
-
+ * pidfd_getfd (same PID namespace; works across network namespaces and leaves no files behind)
+ * and close it at once: only an armed CQ is signalled (a waiter about to sleep), so this is rare,
+ * and holding no descriptor of other processes keeps every process's descriptor count its own
+ * (strata's lifecycle test counts them). */
 void fv_signal_fd(pid_t pid, int fd, uint32_t serial)
 {
     uint64_t one = 1;
+    (void)serial;
     if (pid == getpid()) {
         if (write(fd, &one, sizeof(one)) < 0)
             FV_DBG("eventfd %d: %s", fd, strerror(errno));
         return;
     }
-    pthread_mutex_lock(&fd_cache_lock);
-    int lfd = -1;
-    for (unsigned i = 0; i < FV_FD_CACHE; i++)
-        if (fd_cache[i].lfd > 0 && fd_cache[i].pid == pid && fd_cache[i].rfd == fd &&
-            fd_cache[i].serial == serial)
-            lfd = fd_cache[i].lfd;
+    int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pfd < 0)
+        return;  /* the owner is gone */
+    int lfd = (int)syscall(SYS_pidfd_getfd, pfd, fd, 0);
+    close(pfd);
     if (lfd < 0) {
-        /* first drop the descriptors of channels and contexts that are gone (the caller holds
-         * the fabric lock): a process that makes and destroys contexts in a loop must not see
-         * its descriptor count grow */
-        for (unsigned i = 0; i < FV_FD_CACHE; i++) {
-            int live = 0;
-            if (fd_cache[i].lfd <= 0)
-                continue;
-            for (unsigned k = 0; k < FV_MAX_CHANS && !live; k++)
-                live = fv_seg->chans[k].serial == fd_cache[i].serial;
-            for (unsigned k = 0; k < FV_MAX_CTXS && !live; k++)
-                live = fv_seg->ctxs[k].serial == fd_cache[i].serial;
-            if (!live) {
-                close(fd_cache[i].lfd);
-                fd_cache[i].lfd = -1;
-            }
-        }
-        int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
-        if (pfd >= 0) {
-            lfd = (int)syscall(SYS_pidfd_getfd, pfd, fd, 0);
-            if (lfd < 0)
-                FV_DBG("pidfd_getfd(%d, %d): %s", (int)pid, fd, strerror(errno));
-            close(pfd);
-        }
-        if (lfd >= 0) {
-            fcntl(lfd, F_SETFD, FD_CLOEXEC);
-            unsigned i = fd_cache_next++ % FV_FD_CACHE;
-            if (fd_cache[i].lfd > 0)
-                close(fd_cache[i].lfd);
-            fd_cache[i].pid = pid;
-            fd_cache[i].rfd = fd;
-            fd_cache[i].serial = serial;
-            fd_cache[i].lfd = lfd;
-        }
+        FV_DBG("pidfd_getfd(%d, %d): %s", (int)pid, fd, strerror(errno));
+        return;
     }
-    if (lfd >= 0 && write(lfd, &one, sizeof(one)) < 0)
+    if (write(lfd, &one, sizeof(one)) < 0)
         FV_DBG("remote eventfd: %s", strerror(errno));
-    pthread_mutex_unlock(&fd_cache_lock);
+    close(lfd);
 }
 
 void fv_async_push(uint32_t ctx, uint32_t type, uint32_t kind, uint32_t idx, uint32_t serial)
