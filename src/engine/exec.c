@@ -300,11 +300,11 @@ static void st_exec_notice_error(st_op_t *op)
 /* An op that failed because a peer broke its connections: when that peer (or another) reported
  * a mismatch first, the mismatch is the cause every rank must see (the peer that found it
  * cancels its transfers after ST_EXEC_CANCEL_GRACE_S, which a rank still in its own agreement on
- * a loaded machine sees as a broken connection). Likewise when the peer the op waited for is the
- * one that reported why the communicator cannot complete: it closed its connections because of
- * that cause (another rank's death), which its notice names and the broken connection does not
- * (a transport that reports a closed connection at once, as verbs does, fails the transfer
- * before the deadline would). Caller holds comm->lock. */
+ * a loaded machine sees as a broken connection). Likewise when the peer the op waited for is
+ * alive (or is the one that sent the notice): it closed its connections because its
+ * communicator failed for the cause the notice names (another rank's death), which the broken
+ * connection does not (a transport that reports a closed connection at once, as verbs does,
+ * fails the transfer before the deadline would). Caller holds comm->lock. */
 static st_status_t st_exec_adopt_notice(st_op_t *op, st_status_t status)
 {
     st_comm_t *comm = op->comm;
@@ -317,7 +317,10 @@ static st_status_t st_exec_adopt_notice(st_op_t *op, st_status_t status)
         return status;
     }
     if (st_exec_notice_status(comm) != ST_ERR_USAGE) {
-        if (status == ST_ERR_TIMEOUT || op->wait_peer < 0 || op->wait_peer != comm->notice_rank) {
+        /* the peer's connection broke, and the peer is alive (it told us why, or it closed its
+         * connections because its communicator failed, which a notice says): the notice */
+        if (status == ST_ERR_TIMEOUT || op->wait_peer < 0 || op->wait_peer >= comm->nranks ||
+            (op->wait_peer != comm->notice_rank && st_comm_peer_exited(comm, op->wait_peer))) {
             return status;
         }
     }

@@ -1050,8 +1050,15 @@ static void test_b21e_unknown_transport(void **state)
     static const b21_case_t net = {"STRATA_NET", "carrierpigeon", 0, "transport"};
     static const b21_case_t tls = {"UCX_TLS", "carrierpigeon", 0, "ucx"};
 
+    const char *chosen = getenv("STRATA_NET");
+
     b21_run(&net);
-    b21_run(&tls);
+    /* UCX's own setting means nothing where the ranks run over verbs (over_verbs.sh) */
+    if (chosen == NULL || strcmp(chosen, "verbs") != 0) {
+        b21_run(&tls);
+    } else {
+        fprintf(stderr, "  UCX_TLS case not run: STRATA_NET=verbs, UCX carries nothing\n");
+    }
 }
 
 int main(void)
