@@ -65,6 +65,10 @@ typedef struct st_request {
     int          orphan; /* set by a forced cancel: the transport will never complete it (its
                           * connection was closed where no failure can be reported); what it
                           * refers to must live until the context is closed */
+    const char  *why;    /* a failed request: the transport's one-line reason (the work
+                          * completion's status and likely cause), valid until its endpoint is
+                          * closed; NULL when it has none (the status says it all). Set by
+                          * isend/irecv. */
     void        *tl_req; /* transport's own handle, for cancel */
     void        *tl_ep;  /* transport's endpoint of the request */
     struct st_request *tl_prev, *tl_next; /* transport's list of requests in flight */

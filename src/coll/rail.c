@@ -142,10 +142,12 @@ st_status_t st_rail_fail(const st_op_t *op, const st_rail_xfer_t *x, st_status_t
                                          "count and datatype?");
         return status;
     }
+    /* the transport's reason (verbs: the work completion's status, QP and likely cause) */
     st_error(st_tag_is_p2p(x->tag) ? ST_SUB_P2P : ST_SUB_COLL,
-             "%s #%llu (%s) rank %d: %s: %s rank %d failed: %s", op->coll,
+             "%s #%llu (%s) rank %d: %s: %s rank %d failed: %s%s%.384s", op->coll,
              (unsigned long long)op->seq, op->comm->name, op->comm->rank, place,
              x->is_send ? "send to" : "receive from", x->peer,
-             st_status_str(x->req.status));
+             st_status_str(x->req.status), x->req.why != NULL ? ": " : "",
+             x->req.why != NULL ? x->req.why : "");
     return status;
 }

@@ -180,7 +180,8 @@ static void st_comm_name_dead(st_comm_t *comm)
 typedef struct st_notice {
     int32_t rank;
     int32_t status;
-    char    msg[232];
+    char    msg[488]; /* a failure's line with its transport's reason (verbs: the work
+                       * completion's status, QP and likely cause) */
 } st_notice_t;
 
 struct st_notice_state {

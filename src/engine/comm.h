@@ -107,7 +107,7 @@ struct st_comm {
     int                  notice_rank;  /* the rank that sent it */
     int                  notice_result; /* its strataResult_t (strataInvalidUsage: a mismatch) */
     int                  not_run_said;  /* queued work skipped after a failure was logged */
-    char                 notice_msg[232];
+    char                 notice_msg[488];
 
     /* The device path (core/stream.c): the device current when the communicator was made (the
      * device its device buffers must be on), -1 when none was; the queue that runs its calls on

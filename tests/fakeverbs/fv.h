@@ -183,6 +183,7 @@ struct fv_config {
     uint64_t max_msg;
     double time_scale;
     int    scramble;
+    int    keep;      /* FAKEVERBS_KEEP: the last process leaves the segment (stats, clean) */
     int    debug;
     /* FAKEVERBS_FAULTS */
     uint64_t send_err_at;  int send_err_status;

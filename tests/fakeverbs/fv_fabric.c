@@ -122,6 +122,7 @@ void fv_read_config(void)
     if (!(fv_cfg.time_scale > 0) || fv_cfg.time_scale > 1e6)
         fv_cfg.time_scale = 1.0;
     fv_cfg.scramble = getenv("FAKEVERBS_SCRAMBLE") && atoi(getenv("FAKEVERBS_SCRAMBLE")) > 0;
+    fv_cfg.keep = getenv("FAKEVERBS_KEEP") && atoi(getenv("FAKEVERBS_KEEP")) > 0;
     const char *down = getenv("FAKEVERBS_PORT_DOWN");
     if (down) {
         char buf[256];
@@ -372,7 +373,7 @@ void fv_detach(void)
         fv_reclaim_dead();
         for (unsigned i = 0; i < FV_MAX_PROCS; i++)
             live += fv_seg->procs[i].pid != 0;
-        if (live == 0) {
+        if (live == 0 && !fv_cfg.keep) {
             /* Last live process of the fabric: remove the name while holding the lock, and mark
              * the segment so that a process that opened it meanwhile moves to a fresh one. */
             fv_seg->dead = 1;

@@ -480,6 +480,7 @@ static st_status_t st_ucx_isend(st_net_ep_t *ep, const void *buf, size_t len, ui
                  ep->ctx->rank, ep->peer);
         req->tl_ep  = ep;
         req->tl_req = NULL;
+        req->why    = NULL;
         req->status = ST_ERR_REMOTE;
         req->done   = 1;
         return ST_OK;
@@ -493,6 +494,7 @@ static st_status_t st_ucx_isend(st_net_ep_t *ep, const void *buf, size_t len, ui
     req->done   = 0;
     req->orphan = 0;
     req->status = ST_INPROGRESS;
+    req->why    = NULL;
     req->tl_ep  = ep;
     req->tl_req = NULL;
     ureq = ucp_tag_send_nbx(ep->ep, buf, len, utag, &param);
@@ -523,6 +525,7 @@ static void st_ucx_recv_start(ucp_request_param_t *param, st_request_t *req, st_
     req->done    = 0;
     req->orphan  = 0;
     req->status  = ST_INPROGRESS;
+    req->why     = NULL;
     req->len     = 0;
     req->tl_ep   = ep;
     req->tl_req  = NULL;
@@ -542,6 +545,7 @@ static st_status_t st_ucx_irecv(st_net_ep_t *ep, void *buf, size_t len, uint64_t
                  ctx->name, ctx->rank, ep->peer);
         req->tl_ep   = ep;
         req->tl_req  = NULL;
+        req->why     = NULL;
         req->tl_prev = req->tl_next = NULL;
         req->len     = 0;
         req->status  = ST_ERR_REMOTE;

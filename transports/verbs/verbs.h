@@ -237,6 +237,7 @@ struct st_net_ep {
     uint8_t           in[sizeof(st_vb_hello_t)];
     size_t            inlen;
     double            hup_at;   /* the peer's socket closed (0: not) */
+    char              why[384]; /* why it failed: the requests' reason (st_request_t.why) */
     int               nqps;
     struct ibv_qp    *qp[ST_VB_MAX_QPS];
     uint32_t          psn[ST_VB_MAX_QPS];

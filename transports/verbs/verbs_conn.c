@@ -113,6 +113,7 @@ void st_vb_ep_fail(st_net_ep_t *ep, st_status_t status, int loud, const char *fm
         va_start(ap, fmt);
         vsnprintf(why, sizeof(why), fmt, ap);
         va_end(ap);
+        snprintf(ep->why, sizeof(ep->why), "%.383s", why);
         if (loud) {
             st_error(ST_SUB_VERBS, "%s rank %d: %s", ctx->name, ctx->rank, why);
         } else {
@@ -535,11 +536,13 @@ static void st_vb_ep_sock_event(st_net_ep_t *ep, uint32_t events)
         ep->hup_at = st_time_now();
         st_vb_sock_close(ep);
         (void)st_vb_cq_poll(ctx, 1 << 20); /* its last messages first */
+        snprintf(ep->why, sizeof(ep->why), "rank %d closed its connection (%s, over %s): it "
+                 "failed or exited", ep->peer, n == 0 ? "end of stream" : strerror(errno),
+                 ctx->hca);
         if (ep->recvs != NULL || ep->inflight_sends > 0 || ep->sends != NULL) {
             st_vb_ep_fail(ep, ST_ERR_REMOTE, 0, NULL);
-            st_warn(ST_SUB_VERBS, "%s rank %d: rank %d's connection closed (%s) with "
-                    "transfers pending on %s: the peer failed or exited", ctx->name, ctx->rank,
-                    ep->peer, n == 0 ? "end of stream" : strerror(errno), ctx->hca);
+            st_warn(ST_SUB_VERBS, "%s rank %d: %s, with transfers pending", ctx->name,
+                    ctx->rank, ep->why);
         } else {
             st_debug(ST_SUB_VERBS, "%s rank %d: rank %d closed its connection", ctx->name,
                      ctx->rank, ep->peer);

@@ -93,6 +93,7 @@ static st_vb_op_t *st_vb_op_new(st_net_ep_t *ep, st_request_t *req, int is_send,
     req->orphan  = 0;
     req->status  = ST_INPROGRESS;
     req->len     = 0;
+    req->why     = NULL;
     req->tl_req  = op;
     req->tl_ep   = ep;
     req->tl_prev = req->tl_next = NULL;
@@ -107,6 +108,8 @@ static void st_vb_op_done(st_vb_op_t *op, st_status_t status, size_t len)
     if (req != NULL) {
         req->status = status;
         req->len    = len;
+        req->why    = (status != ST_OK && status != ST_ERR_CANCELED && op->ep != NULL &&
+                       op->ep->why[0] != '\0') ? op->ep->why : NULL;
         req->tl_req = NULL;
         __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
     }
@@ -117,6 +120,7 @@ static void st_vb_req_fail_now(st_request_t *req, st_net_ep_t *ep, st_status_t s
 {
     req->orphan  = 0;
     req->tl_req  = NULL;
+    req->why     = (ep->why[0] != '\0') ? ep->why : NULL;
     req->tl_ep   = ep;
     req->tl_prev = req->tl_next = NULL;
     req->len     = 0;
@@ -921,11 +925,13 @@ static void st_vb_wc(st_net_ctx_t *ctx, const struct ibv_wc *wc)
         if (ep->state != ST_VB_EP_FAILED) {
             int local = (wc->status == IBV_WC_LOC_PROT_ERR || wc->status == IBV_WC_LOC_LEN_ERR);
 
+            /* status first: the line travels in failure notices, which keep its start */
             st_vb_ep_fail(ep, local ? ST_ERR_IO : ST_ERR_REMOTE, 1,
-                          "work completion error on %s:%u QP 0x%x to rank %d (%s, LID %u): %s "
-                          "(status %d, vendor error 0x%x, %s): %s", ctx->hca, ctx->port,
-                          wc->qp_num, ep->peer, ep->paddr.hca, ep->paddr.lid,
+                          "%s (work completion status %d, vendor error 0x%x) on %s:%u QP 0x%x "
+                          "to rank %d (%s, LID %u), %s: %s",
                           ctx->ibv->wc_status_str(wc->status), (int)wc->status, wc->vendor_err,
+                          ctx->hca, ctx->port, wc->qp_num, ep->peer, ep->paddr.hca,
+                          ep->paddr.lid,
                           kind == ST_VB_WR_RECV ? "receive"
                                                 : (kind == ST_VB_WR_CTL ? "control message"
                                                                         : "RDMA write"),
