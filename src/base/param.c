@@ -83,7 +83,8 @@ static const st_config_field_t st_core_config_fields[] = {
     {"RAIL_SHARES", "", "share of the inter-node bytes each rail carries, as weights per "
      "STRATA_RAIL_IFNAMES entry (2,1: two thirds on the first); empty: even, or the tuning's",
      offsetof(st_core_config_t, rail_shares), ST_CFG_STRING},
-    {"NET", "auto", "net transport: auto or a name (ucx)",
+    {"NET", "auto", "net transport: auto (verbs where an active HCA port exists, else ucx), "
+     "verbs or ucx",
      offsetof(st_core_config_t, net), ST_CFG_STRING},
     /* Cost of the check, `collbench all_reduce -np 4` on one node (2 shared cores), medians of 3
      * alternating runs with CHECK_MISMATCH=0 / 1: 8 B (-n 2000 -w 100) 48.9 / 58.9 us

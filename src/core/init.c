@@ -124,6 +124,9 @@ static st_status_t st_comm_open_net(st_comm_t *comm, st_rank_record_t *rec)
         }
         status = (*tl)->open(&cfg, &comm->net_ctx);
         if (status == ST_OK) {
+            /* an earlier transport's reason to stand aside (verbs without an HCA, said at INFO)
+             * is no error of this init */
+            st_log_clear_error();
             comm->net = *tl;
             break;
         }

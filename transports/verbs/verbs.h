@@ -313,6 +313,7 @@ struct st_net_ctx {
     struct ibv_mr          **slabs;
     void                   **slab_mem;
     int                      nslabs;
+    double                   slab_retry_at; /* a registration failed: no new slab before */
     /* registrations of strataMemAlloc memory (the lock: strataMemFree's thread drops them) */
     pthread_mutex_t          reg_lock;
     st_vb_reg_t             *regs;

@@ -120,6 +120,16 @@ void st_vb_ep_fail(st_net_ep_t *ep, st_status_t status, int loud, const char *fm
             st_debug(ST_SUB_VERBS, "%s rank %d: %s", ctx->name, ctx->rank, why);
         }
     }
+    /* Tell the peer why before closing: its error then carries this side's reason (a work
+     * completion's status and QP) instead of only "closed its connection". */
+    if (fmt != NULL && ep->state == ST_VB_EP_READY && ep->fd >= 0) {
+        uint8_t frame[1 + sizeof(ep->why)];
+        size_t  n = strnlen(ep->why, sizeof(ep->why) - 1);
+
+        frame[0] = 'E';
+        memcpy(frame + 1, ep->why, n);
+        (void)!send(ep->fd, frame, 1 + n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
     ep->state = ST_VB_EP_FAILED;
     memset(&attr, 0, sizeof(attr));
     attr.qp_state = IBV_QPS_ERR;
@@ -524,10 +534,28 @@ static void st_vb_ep_sock_event(st_net_ep_t *ep, uint32_t events)
         return;
     }
     if (ep->state == ST_VB_EP_READY) {
-        uint8_t byte;
+        char frame[1 + sizeof(ep->why)];
 
-        n = recv(ep->fd, &byte, 1, MSG_DONTWAIT);
+        n = recv(ep->fd, frame, sizeof(frame) - 1, MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            return;
+        }
+        if (n > 1 && frame[0] == 'E') { /* the peer failed the connection and said why */
+            frame[n] = '\0';
+            for (char *c = frame + 1; *c != '\0'; c++) {
+                *c = (*c < 0x20 || *c > 0x7e) ? '?' : *c;
+            }
+            ep->hup_at = st_time_now();
+            st_vb_sock_close(ep);
+            (void)st_vb_cq_poll(ctx, 1 << 20);
+            snprintf(ep->why, sizeof(ep->why), "rank %d failed the connection: %.340s", ep->peer,
+                     frame + 1);
+            if (ep->recvs != NULL || ep->inflight_sends > 0 || ep->sends != NULL) {
+                st_vb_ep_fail(ep, ST_ERR_REMOTE, 0, NULL);
+                st_warn(ST_SUB_VERBS, "%s rank %d: %s", ctx->name, ctx->rank, ep->why);
+            } else {
+                ep->state = ST_VB_EP_FAILED;
+            }
             return;
         }
         /* The peer closed its end: its process exited or failed, or it closed the connection.

@@ -130,9 +130,9 @@ typedef struct st_vb_port {
     int                port;
 } st_vb_port_t;
 
-/* Lists the active ports passing STRATA_IB_HCA and `devices` (NULL: any), in device order, into
- * ports (capacity cap); writes why none passes into why. Returns the count, -1 when the library
- * cannot be loaded or lists no device. */
+/* Lists the active ports passing STRATA_IB_HCA and `devices` (NULL: any; one entry of a rail
+ * list, "=mlx5_1:1"), in device order, into ports (capacity cap); writes why a port was passed
+ * over into why. Returns the count. */
 static int st_vb_ports(const st_ibv_t *ibv, struct ibv_device **list, int ndev,
                        const char *devices, st_vb_port_t *ports, int cap, char *why, size_t len)
 {
@@ -161,8 +161,7 @@ static int st_vb_ports(const st_ibv_t *ibv, struct ibv_device **list, int ndev,
             struct ibv_port_attr pattr;
 
             if (!st_vb_hca_match(st_verbs_config.hca, name, p) ||
-                (devices != NULL && devices[0] != '\0' &&
-                 !st_vb_hca_match(devices[0] == '=' ? devices : devices, name, p))) {
+                (devices != NULL && devices[0] != '\0' && !st_vb_hca_match(devices, name, p))) {
                 continue;
             }
             if (ibv->query_port(dctx, (uint8_t)p, &pattr) != 0) {
@@ -234,12 +233,15 @@ st_status_t st_vb_ctx_open(const st_net_config_t *cfg, st_net_ctx_t **ctx_p)
 
     if (st_verbs_ibv_get(&ibv, why, sizeof(why)) != ST_OK) {
         st_info(ST_SUB_VERBS, "verbs not used: %s", why);
+        st_log_append_error("verbs: %s", why); /* for init's message under STRATA_NET=verbs */
         return ST_ERR_NO_DEVICE;
     }
     list = ibv->get_device_list(&ndev);
     if (list == NULL || ndev == 0) {
         st_info(ST_SUB_VERBS, "verbs not used: no RDMA device (ibv_get_device_list: %s)",
                 list == NULL ? strerror(errno) : "empty");
+        st_log_append_error("verbs: no RDMA device (ibv_get_device_list: %s)",
+                            list == NULL ? strerror(errno) : "empty");
         if (list != NULL) {
             ibv->free_device_list(list);
         }
@@ -252,6 +254,11 @@ st_status_t st_vb_ctx_open(const st_net_config_t *cfg, st_net_ctx_t **ctx_p)
                 st_verbs_config.hca ? st_verbs_config.hca : "",
                 (cfg->devices && cfg->devices[0]) ? " among " : "",
                 cfg->devices ? cfg->devices : "", why[0] ? ": " : "", why);
+        st_log_append_error("verbs: no active HCA port%s%s%s%s",
+                            (st_verbs_config.hca && st_verbs_config.hca[0]) ? " in STRATA_IB_HCA="
+                                                                            : "",
+                            st_verbs_config.hca ? st_verbs_config.hca : "", why[0] ? ": " : "",
+                            why);
         ibv->free_device_list(list);
         return ST_ERR_NO_DEVICE;
     }
@@ -284,6 +291,12 @@ st_status_t st_vb_ctx_open(const st_net_config_t *cfg, st_net_ctx_t **ctx_p)
         goto err_close;
     }
     ctx->gid_index = st_vb_pick_gid(ctx, &ctx->gid);
+    if (ctx->gid_index == 0 && st_verbs_config.gid_index < 0 &&
+        ctx->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET) {
+        st_warn(ST_SUB_VERBS, "%s:%u (RoCE) has no IPv4-mapped GID: using GID index 0, often a "
+                "link-local or RoCE v1 GID that routers drop (RETRY_EXC later); set "
+                "STRATA_IB_GID_INDEX (`show_gids` lists them)", ctx->hca, ctx->port);
+    }
     if (ctx->gid_index < 0) {
         st_error(ST_SUB_VERBS, "%s:%u has no GID %d (STRATA_IB_GID_INDEX; `show_gids` or "
                  "`ibv_devinfo -v` lists them)", ctx->hca, ctx->port, st_verbs_config.gid_index);
@@ -348,9 +361,11 @@ st_status_t st_vb_ctx_open(const st_net_config_t *cfg, st_net_ctx_t **ctx_p)
     }
     snprintf(ctx->addr.hca, sizeof(ctx->addr.hca), "%.31s", ctx->hca);
     ctx->addr.oob = sa;
-    ctx->maxbufs = (int)ST_MAX(ST_VB_WINDOW, st_verbs_config.bounce_max /
-                                                 ST_MAX(st_verbs_config.bounce_size, 4096));
-    st_debug(ST_SUB_VERBS, "%s rank %d: %s:%u (%s, LID %u, GID index %d, MTU %d), listener %s",
+    /* at least one slab (verbs_mem.c: 8 buffers), whatever STRATA_IB_BOUNCE_MAX says */
+    ctx->maxbufs = (int)ST_MAX(8, st_verbs_config.bounce_max /
+                                      ST_MAX(st_verbs_config.bounce_size, 4096));
+    st_info(ST_SUB_VERBS, "%s rank %d: verbs on %s:%u (%s, LID %u, GID index %d, MTU %d), "
+            "handshakes over %s",
              ctx->name, ctx->rank, ctx->hca, ctx->port,
              ctx->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB",
              ctx->port_attr.lid, ctx->gid_index, 128 << ctx->port_attr.active_mtu, ifname);

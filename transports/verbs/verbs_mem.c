@@ -65,7 +65,8 @@ static int st_vb_slab_add(st_net_ctx_t *ctx)
     struct ibv_mr  *mr, **slabs;
     st_vb_buf_t    *bufs;
 
-    if (ctx->nbufs + ST_VB_SLAB > ST_MAX(ctx->maxbufs, ST_VB_SLAB)) {
+    if (ctx->nbufs + ST_VB_SLAB > ctx->maxbufs ||
+        (ctx->slab_retry_at > 0 && st_time_now() < ctx->slab_retry_at)) {
         return -1;
     }
     bufs     = realloc(ctx->bufs, (size_t)(ctx->nbufs + ST_VB_SLAB) * sizeof(*bufs));
@@ -90,6 +91,9 @@ static int st_vb_slab_add(st_net_ctx_t *ctx)
     mr = st_vb_mr_reg(ctx, mem, len, "bounce buffers");
     if (mr == NULL) {
         free(mem);
+        /* parts wait for the buffers the pool has; another slab is tried a second later (the
+         * error line above once a second at most, not at every progress call) */
+        ctx->slab_retry_at = st_time_now() + 1.0;
         return -1;
     }
     ctx->slabs[ctx->nslabs]    = mr;

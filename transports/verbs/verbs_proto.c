@@ -838,7 +838,9 @@ void st_vb_cancel(st_net_ctx_t *ctx ST_UNUSED, st_request_t *req, int force)
         st_vb_q_del(&ep->recvs, &ep->recvs_tail, op);
         st_vb_op_done(op, ST_ERR_CANCELED, 0);
     } else if (op->reg == NULL && op->len > 0) {
-        /* its parts land in bounce buffers: the request completes now, the op drains alone */
+        /* its parts land in bounce buffers: the request completes now, the op drains alone (the
+         * message its CTS asked for is taken and dropped: cancels come from a failing
+         * communicator, whose later receives never run) */
         op->req->status = ST_ERR_CANCELED;
         op->req->tl_req = NULL;
         __atomic_store_n(&op->req->done, 1, __ATOMIC_RELEASE);
