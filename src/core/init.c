@@ -260,19 +260,32 @@ st_status_t st_comm_agree(st_comm_t *comm, st_status_t status)
 }
 
 /* The device of rail `rail` into buf: the rail-th entry (modulo their number) of
- * STRATA_RAIL_IFNAMES, or where that is unset of the transport's own list (net->rail_devices:
- * the verbs transport's active HCA ports, one rail per HCA) when it has two or more; 0 when
- * there is none (every rail uses the transport's default devices). */
-static int st_comm_rail_ifname(const st_net_ops_t *net, int rail, char *buf, size_t len)
+ * STRATA_RAIL_IFNAMES, or where that is unset the transport's own list (net->rail_devices: the
+ * verbs transport's active HCA ports, one rail per HCA) when it has two or more: there the
+ * entry of the rank's nearest NIC from the topology (nic: topo.h's record, "" when unknown;
+ * NCCL's GPU -> NIC affinity), else the rail-th. 0 when there is none (every rail uses the
+ * transport's default devices). */
+static int st_comm_rail_ifname(const st_net_ops_t *net, int rail, const char *nic, char *buf,
+                               size_t len)
 {
     const char *list = st_core_config.rail_ifnames;
-    char        devs[256];
+    char        devs[1024];
     int         n = 0, pick;
     const char *p;
 
     if ((list == NULL || list[0] == '\0') && net != NULL &&
         net->rail_devices(devs, sizeof(devs)) == ST_OK && strchr(devs, ',') != NULL) {
         list = devs;
+        for (p = list; nic != NULL && nic[0] != '\0' && *p != '\0';) {
+            size_t tok = strcspn(p, ","), skip = (*p == '=');
+            size_t name = strcspn(p + skip, ",:");
+
+            if (name == strlen(nic) && strncmp(p + skip, nic, name) == 0) {
+                snprintf(buf, len, "%.*s", (int)tok, p);
+                return 1;
+            }
+            p += tok + (p[tok] == ',');
+        }
     }
     if (list == NULL || list[0] == '\0') {
         return 0;
@@ -302,8 +315,11 @@ static void st_comm_path(const st_comm_t *comm, st_net_ctx_t *ctx, int rail, int
     char mine[96], theirs[64];
     int  peer_rail = st_topo_local_rank(comm->topo, r);
 
-    if (rail >= 0 && st_comm_rail_ifname(comm->net, rail, mine, sizeof(mine)) &&
-        st_comm_rail_ifname(comm->net, peer_rail, theirs, sizeof(theirs))) {
+    if (rail >= 0 &&
+        st_comm_rail_ifname(comm->net, rail, st_topo_rec(comm->topo, comm->rank)->nic, mine,
+                            sizeof(mine)) &&
+        st_comm_rail_ifname(comm->net, peer_rail, st_topo_rec(comm->topo, r)->nic, theirs,
+                            sizeof(theirs))) {
         snprintf(buf, len, "rail %d (interface %.48s) to rank %d (node %.64s, rail %d, "
                  "interface %.48s)",
                  rail, mine, r, comm->peers[r].node_id, peer_rail, theirs);
@@ -539,7 +555,9 @@ static st_status_t st_comm_open_rails(st_comm_t *comm)
     char            ifname[64], why[256], path[384];
     int             rail = st_topo_local_rank(comm->topo, comm->rank);
 
-    if (comm->nnodes == 1 || !st_comm_rail_ifname(comm->net, rail, ifname, sizeof(ifname))) {
+    if (comm->nnodes == 1 ||
+        !st_comm_rail_ifname(comm->net, rail, st_topo_rec(comm->topo, comm->rank)->nic, ifname,
+                             sizeof(ifname))) {
         return ST_OK;
     }
     memset(&cfg, 0, sizeof(cfg));

@@ -38,7 +38,7 @@
 
 extern const st_net_ops_t st_verbs_net;
 
-#define MAXR   3
+#define MAXR   6
 #define WAIT_S 5.0 /* longest a test waits for anything: then it fails, naming what is pending */
 
 static const st_net_ops_t *const ops = &st_verbs_net;
@@ -413,11 +413,11 @@ static void test_rail_devices(void **state)
 
 /* ---- 3. connections: transitions, PSNs, several QPs --------------------------------------- */
 
-static void check_connection(int qps_per_conn)
+static void check_connection(int n, int qps_per_conn)
 {
     world_t          w;
     mock_ibv_stats_t before, after;
-    const int        n = 3, nqps = n * (n - 1) * qps_per_conn;
+    const int        nqps = n * (n - 1) * qps_per_conn;
     uint32_t         psn0 = 0;
     int              distinct = 0;
 
@@ -455,19 +455,71 @@ static void check_connection(int qps_per_conn)
             }
         }
     }
+    /* a CQ takes 32 QPs (verbs_dev.c): more peers get more CQs, all polled and armed */
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(w.ctx[i]->ncqs, ST_DIV_ROUND_UP((n - 1) * qps_per_conn, 32));
+    }
     world_close(&w, 0, 1.0);
 }
 
 static void test_connection(void **state)
 {
-    check_connection(1);
+    check_connection(3, 1);
+}
+
+/* 6 ranks x 8 QPs per connection: 40 QPs per context, two CQs each */
+/* A plain-memory send into a zero-copy receive writes each 1 MiB part in 256 pieces of 4 KiB:
+ * more than the send queue holds. Data must leave QP 0 room for control messages, so that a
+ * receive posted in the other direction meanwhile still sends its CTS (and both complete). */
+static void test_sq_reserve(void **state)
+{
+    const size_t big = 2u << 20;
+    world_t      w;
+    uint8_t     *src = malloc(big), *zdst = aligned_alloc(4096, big), *back = malloc(64);
+    uint8_t      msg[64];
+    st_request_t rs, rr, rs2, rr2;
+
+    st_verbs_config.bounce_size = 4096;
+    st_verbs_config.zc_part     = 1u << 20;
+    world_up(&w, 2);
+    assert_true(src != NULL && zdst != NULL && back != NULL);
+    st_memreg_add(zdst, big);
+    fill(src, big, 91);
+    fill(msg, sizeof(msg), 92);
+    assert_int_equal(ops->irecv(w.ep[1][0], zdst, big, 9, NULL, &rr), ST_OK);
+    assert_int_equal(ops->isend(w.ep[0][1], src, big, 9, NULL, &rs), ST_OK);
+    /* rank 0 takes the CTSs (the parts fill its QP 0), then posts a receive from rank 1 */
+    ops->progress(w.ctx[1]);
+    ops->progress(w.ctx[0]);
+    assert_int_equal(ops->irecv(w.ep[0][1], back, sizeof(msg), 10, NULL, &rr2), ST_OK);
+    assert_int_equal(ops->isend(w.ep[1][0], msg, sizeof(msg), 10, NULL, &rs2), ST_OK);
+    WAIT(&w, &rs, &rr, &rs2, &rr2);
+    assert_int_equal(rs.status, ST_OK);
+    assert_int_equal(rr.status, ST_OK);
+    assert_int_equal(rr.len, big);
+    assert_int_equal(rs2.status, ST_OK);
+    assert_int_equal(rr2.status, ST_OK);
+    assert_int_equal(diff_at(zdst, big, 91), -1);
+    assert_int_equal(diff_at(back, sizeof(msg), 92), -1);
+    world_close(&w, 0, 1.0);
+    st_memreg_del(zdst);
+    free(src);
+    free(zdst);
+    free(back);
+}
+
+static void test_connection_two_cqs(void **state)
+{
+    check_connection(6, 8);
+    st_verbs_config.qps_per_conn = 1;
 }
 
 static void test_connection_two_qps(void **state)
 {
     mock_ibv_stats_t before = mock_ibv_stats(), after;
 
-    check_connection(2);
+    check_connection(3, 2);
+    st_verbs_config.qps_per_conn = 1;
     after = mock_ibv_stats();
     /* every part of the six 6-part messages arrived as a write with immediate, striped over
      * the two QPs of its connection (the mock refuses a write whose PSN does not follow) */
@@ -1037,6 +1089,8 @@ int main(void)
         cmocka_unit_test_setup(test_rail_devices, setup),
         cmocka_unit_test_setup(test_connection, setup),
         cmocka_unit_test_setup(test_connection_two_qps, setup),
+        cmocka_unit_test_setup(test_connection_two_cqs, setup),
+        cmocka_unit_test_setup(test_sq_reserve, setup),
         cmocka_unit_test_setup(test_sizes, setup),
         cmocka_unit_test_setup(test_tag_order, setup),
         cmocka_unit_test_setup(test_self, setup),

@@ -60,12 +60,20 @@ extern st_verbs_config_t st_verbs_config;
  * parts a finished message left unused (<= (WINDOW-1) * MAX_PARTS, discarded by the sender but
  * consuming a receive each), data writes into this side's parts (<= MAX_PARTS) and TRUNCs
  * (<= MAX_PARTS): 192 at most, so 256 receive work requests never run out. The send queue holds
- * data writes (<= the peer's MAX_PARTS) and control messages (CTS and TRUNC, <= 2 * MAX_PARTS). */
+ * data writes (a part may be several: pieces of bounce_size when it is sent from plain memory)
+ * and control messages (CTS and TRUNC, <= 2 * MAX_PARTS + 1): data stops short of
+ * ST_VB_CTL_RESERVE entries on QP 0, which carries the control messages. */
 #define ST_VB_RQ_DEPTH   256
 #define ST_VB_SQ_DEPTH   256
 #define ST_VB_CTL_SIZE   64   /* bytes of a control message buffer */
 #define ST_VB_ANY_MAX    4096 /* longest message an any-source receive takes */
 #define ST_VB_CQ_PER_QP  (ST_VB_RQ_DEPTH + ST_VB_SQ_DEPTH)
+#define ST_VB_MAX_CQS    64
+/* Send queue entries of QP 0 that data writes leave to control messages: a part written through
+ * bounce buffers is several writes (a zero-copy part of zc_part bytes from plain memory: one per
+ * bounce_size), so data alone could fill the queue; CTSs (<= MAX_PARTS + the any-source slot)
+ * and TRUNCs (<= the peer's MAX_PARTS) always find room. */
+#define ST_VB_CTL_RESERVE (2 * ST_VB_MAX_PARTS + 2)
 
 /* imm_data of a data write (host order before htonl): slot (8 bits), part modulo 64 (6), the
  * write's offset in its part in 4 KiB units (17), LAST (1). A part may take several writes (a
@@ -239,6 +247,7 @@ struct st_net_ep {
     double            hup_at;   /* the peer's socket closed (0: not) */
     char              why[384]; /* why it failed: the requests' reason (st_request_t.why) */
     int               nqps;
+    int               cqi;      /* the CQ (ctx->cqs) of its QPs */
     struct ibv_qp    *qp[ST_VB_MAX_QPS];
     uint32_t          psn[ST_VB_MAX_QPS];
     int               sq_used[ST_VB_MAX_QPS];
@@ -262,11 +271,11 @@ struct st_net_ep {
     /* send side */
     st_vb_sslot_t     sslot[ST_VB_SLOTS];
     st_vb_op_t       *sends, *sends_tail; /* sends not yet matched, in posting order */
+    st_vb_op_t       *msends, *msends_tail; /* sends matched, their writes not all complete */
     st_vb_cts_t      *cts0, *cts0_tail;   /* part-0 CTSs not yet matched, in arrival order */
     st_vb_cts_t      *waitq, *waitq_tail; /* matched parts waiting for resources */
     st_vb_part_t     *parts;              /* [ST_VB_SQ_DEPTH * nqps] */
     int               part_free;
-    int               inflight_sends;     /* sends matched and not complete */
 };
 
 typedef struct st_vb_pend {
@@ -276,7 +285,8 @@ typedef struct st_vb_pend {
     size_t   inlen;
 } st_vb_pend_t;
 
-#define ST_VB_MAX_PEND 64
+#define ST_VB_READY_BYTE 0x01 /* the handshake's last message, initiator to acceptor */
+#define ST_VB_MAX_PEND 512 /* handshakes accepted and not yet matched; more wait in the backlog */
 
 struct st_net_ctx {
     const st_ibv_t          *ibv;
@@ -291,10 +301,13 @@ struct st_net_ctx {
     struct ibv_context      *dev;
     struct ibv_pd           *pd;
     struct ibv_comp_channel *channel;
-    struct ibv_cq           *cq;
+    /* CQs, all on the channel, added as peers are (a CQ of cq_len entries takes
+     * cq_len / ST_VB_CQ_PER_QP QPs: a communicator of any size fits in ST_VB_MAX_CQS of them) */
+    struct ibv_cq           *cqs[ST_VB_MAX_CQS];
+    int                      cq_qps[ST_VB_MAX_CQS];     /* QPs on each */
+    unsigned                 cq_unacked[ST_VB_MAX_CQS]; /* events to acknowledge on each */
+    int                      ncqs;
     int                      cq_len;
-    int                      cq_users;   /* QPs on the CQ */
-    unsigned                 unacked;    /* CQ events to acknowledge */
     int                      epfd;
     int                      lfd;        /* out-of-band listener */
     st_vb_addr_t             addr;
@@ -303,6 +316,8 @@ struct st_net_ctx {
     uint16_t                *ep_gen;
     uint32_t                 neps;
     st_vb_pend_t             pend[ST_VB_MAX_PEND]; /* accepted sockets not yet matched */
+    int                      listen_paused;        /* pend is full: the listener is not watched */
+    int                      recv_bufs;            /* bounce buffers receives hold */
     /* any-source receive */
     st_vb_op_t              *any_op;
     uint64_t                 any_tag;
@@ -323,6 +338,15 @@ struct st_net_ctx {
 
 /* verbs_dev.c */
 st_status_t st_vb_ctx_open(const st_net_config_t *cfg, st_net_ctx_t **ctx_p);
+/* The index of a CQ with room for nqps more QPs, a new one if needed; -1 (logged) when none. */
+int         st_vb_cq_get(st_net_ctx_t *ctx, int nqps);
+/* Takes the completion channel's events (non-blocking), acknowledging each CQ's once it has
+ * ack_at of them (1: all; ibv_ack_cq_events takes a mutex, so not one by one). */
+void        st_vb_channel_drain(st_net_ctx_t *ctx, unsigned ack_at);
+/* Marks ep ready (both sides at RTS). */
+void        st_vb_ep_set_ready(st_net_ep_t *ep);
+/* Resumes accepting handshakes once a pending slot is free again. */
+void        st_vb_listen_resume(st_net_ctx_t *ctx);
 void        st_vb_ctx_close(st_net_ctx_t *ctx);
 void        st_vb_ctx_describe(st_net_ctx_t *ctx, char *buf, size_t len);
 st_status_t st_vb_rail_devices(char *buf, size_t len);

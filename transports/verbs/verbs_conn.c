@@ -34,6 +34,19 @@
 
 #define ST_VB_EPDATA(_ep) ((UINT64_C(4) << 60) | ((uint64_t)(_ep)->idx << 16) | (_ep)->gen)
 
+/* TCP keepalive on an out-of-band socket: a node that crashed (no FIN from a dead kernel) is seen
+ * within about 10 s even by a rank that only waits to receive. */
+static void st_vb_keepalive(int fd)
+{
+    int one = 1, idle = 5, intvl = 1, cnt = 5;
+
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+}
+
 static const char *st_vb_state_str(st_vb_ep_state_t state)
 {
     switch (state) {
@@ -150,8 +163,8 @@ static st_status_t st_vb_qp_create(st_net_ep_t *ep, int q)
     int                     ret;
 
     memset(&init, 0, sizeof(init));
-    init.send_cq          = ctx->cq;
-    init.recv_cq          = ctx->cq;
+    init.send_cq          = ctx->cqs[ep->cqi];
+    init.recv_cq          = ctx->cqs[ep->cqi];
     init.qp_type          = IBV_QPT_RC;
     init.cap.max_send_wr  = ST_VB_SQ_DEPTH;
     init.cap.max_recv_wr  = ST_VB_RQ_DEPTH;
@@ -281,15 +294,20 @@ static st_status_t st_vb_hello_take(st_net_ep_t *ep, const st_vb_hello_t *h)
     for (int q = 0; q < ep->nqps; q++) {
         status = st_vb_qp_connect(ep, q, h->qpn[q], h->psn[q]);
         if (status != ST_OK) {
-            st_vb_ep_fail(ep, status, 0, NULL);
+            st_vb_ep_fail(ep, status, 0, "QP 0x%x on %s could not be connected to rank %d "
+                          "(RTR/RTS refused: the error before says why)", ep->qp[q]->qp_num,
+                          ep->ctx->hca, ep->peer);
             return status;
         }
     }
     return ST_OK;
 }
 
-static void st_vb_ep_set_ready(st_net_ep_t *ep)
+void st_vb_ep_set_ready(st_net_ep_t *ep)
 {
+    if (ep->state == ST_VB_EP_READY) {
+        return;
+    }
     ep->state = ST_VB_EP_READY;
     st_debug(ST_SUB_VERBS, "%s rank %d: connected to rank %d (%d QP%s, first 0x%x)",
              ep->ctx->name, ep->ctx->rank, ep->peer, ep->nqps, ep->nqps > 1 ? "s" : "",
@@ -306,6 +324,7 @@ static void st_vb_ep_accept(st_net_ep_t *ep, st_vb_pend_t *pend)
     memcpy(&h, pend->in, sizeof(h));
     ep->fd   = pend->fd;
     pend->fd = -1;
+    st_vb_listen_resume(ctx);
     (void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, ep->fd, NULL);
     {
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = ST_VB_EPDATA(ep)};
@@ -336,11 +355,9 @@ st_status_t st_vb_connect(st_net_ctx_t *ctx, int peer, const void *addr, size_t 
                  sizeof(st_vb_addr_t));
         return ST_ERR_INVALID;
     }
-    if ((ctx->cq_users + nqps) * ST_VB_CQ_PER_QP > ctx->cq_len) {
-        st_error(ST_SUB_VERBS, "%s rank %d: %s's completion queue (%d entries) cannot take "
-                 "another %d QP%s for rank %d (%d per QP): fewer STRATA_IB_QPS_PER_CONN",
-                 ctx->name, ctx->rank, ctx->hca, ctx->cq_len, nqps, nqps > 1 ? "s" : "", peer,
-                 ST_VB_CQ_PER_QP);
+    int          cqi = st_vb_cq_get(ctx, nqps);
+
+    if (cqi < 0) {
         return ST_ERR_NO_MEMORY;
     }
     ep = calloc(1, sizeof(*ep));
@@ -360,6 +377,7 @@ st_status_t st_vb_connect(st_net_ctx_t *ctx, int peer, const void *addr, size_t 
     ep->flags = flags;
     ep->fd    = -1;
     ep->nqps  = nqps;
+    ep->cqi   = cqi;
     ep->paddr.hca[sizeof(ep->paddr.hca) - 1] = '\0';
     ST_CHECK_GOTO(st_vb_ep_slot(ctx, ep), status, err_free);
     ep->mem_len = (size_t)nqps * per_qp + (size_t)ST_VB_SQ_DEPTH * ST_VB_CTL_SIZE +
@@ -388,7 +406,7 @@ st_status_t st_vb_connect(st_net_ctx_t *ctx, int peer, const void *addr, size_t 
     for (int q = 0; q < nqps; q++) {
         ST_CHECK_GOTO(st_vb_qp_create(ep, q), status, err_qps);
     }
-    ctx->cq_users += nqps;
+    ctx->cq_qps[cqi] += nqps;
 
     if (peer == ctx->rank && ep->paddr.nonce == ctx->addr.nonce) {
         for (int q = 0; q < nqps; q++) {
@@ -399,7 +417,6 @@ st_status_t st_vb_connect(st_net_ctx_t *ctx, int peer, const void *addr, size_t 
     } else if (ctx->rank < peer) {
         int fd = socket(ep->paddr.oob.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
                         0);
-        int one = 1;
         struct epoll_event ev = {.events = EPOLLOUT | EPOLLIN | EPOLLRDHUP,
                                  .data.u64 = ST_VB_EPDATA(ep)};
 
@@ -408,7 +425,7 @@ st_status_t st_vb_connect(st_net_ctx_t *ctx, int peer, const void *addr, size_t 
             status = ST_ERR_IO;
             goto err_users;
         }
-        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        st_vb_keepalive(fd);
         if (connect(fd, &ep->paddr.oob.sa, ep->paddr.oob.sa.sa_family == AF_INET6
                                               ? sizeof(struct sockaddr_in6)
                                               : sizeof(struct sockaddr_in)) != 0 &&
@@ -447,7 +464,7 @@ st_status_t st_vb_connect(st_net_ctx_t *ctx, int peer, const void *addr, size_t 
     return ST_OK;
 
 err_users:
-    ctx->cq_users -= nqps;
+    ctx->cq_qps[cqi] -= nqps;
 err_qps:
     if (ep->fd >= 0) {
         close(ep->fd);
@@ -511,9 +528,14 @@ static void st_vb_ep_sock_event(st_net_ep_t *ep, uint32_t events)
             if (ep->inlen < want) {
                 return;
             }
+            if (ep->state == ST_VB_EP_WAIT_READY && ep->in[0] != ST_VB_READY_BYTE) {
+                st_vb_ep_fail(ep, ST_ERR_REMOTE, 1, "rank %d failed the verbs handshake "
+                              "(0x%02x instead of its ready message)", ep->peer, ep->in[0]);
+                return;
+            }
             if (ep->state == ST_VB_EP_WAIT_REPLY) {
                 st_vb_hello_t h;
-                uint8_t       ready = 1;
+                uint8_t       ready = ST_VB_READY_BYTE;
 
                 memcpy(&h, ep->in, sizeof(h));
                 if (st_vb_hello_take(ep, &h) != ST_OK ||
@@ -536,21 +558,38 @@ static void st_vb_ep_sock_event(st_net_ep_t *ep, uint32_t events)
     if (ep->state == ST_VB_EP_READY) {
         char frame[1 + sizeof(ep->why)];
 
-        n = recv(ep->fd, frame, sizeof(frame) - 1, MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        ssize_t off = 0;
+
+        int     err;
+
+        n   = recv(ep->fd, frame, sizeof(frame) - 1, MSG_DONTWAIT);
+        err = errno;
+        if (n < 0 && (err == EAGAIN || err == EINTR)) {
             return;
         }
-        if (n > 1 && frame[0] == 'E') { /* the peer failed the connection and said why */
+        while (off < n && frame[off] == ST_VB_READY_BYTE) {
+            off++; /* the initiator's READY, when its first message made this side ready */
+        }
+        if (n > 0 && off == n) {
+            return;
+        }
+        if (n > off && frame[off] != 'E') {
+            st_vb_ep_fail(ep, ST_ERR_REMOTE, 1, "rank %d sent %zd unexpected bytes (0x%02x...) "
+                          "on the verbs connection: is it the same strata version?", ep->peer,
+                          n - off, (unsigned)(uint8_t)frame[off]);
+            return;
+        }
+        if (n > off) { /* 'E': the peer failed the connection and said why */
             frame[n] = '\0';
-            for (char *c = frame + 1; *c != '\0'; c++) {
+            for (char *c = frame + off + 1; *c != '\0'; c++) {
                 *c = (*c < 0x20 || *c > 0x7e) ? '?' : *c;
             }
             ep->hup_at = st_time_now();
             st_vb_sock_close(ep);
             (void)st_vb_cq_poll(ctx, 1 << 20);
             snprintf(ep->why, sizeof(ep->why), "rank %d failed the connection: %.340s", ep->peer,
-                     frame + 1);
-            if (ep->recvs != NULL || ep->inflight_sends > 0 || ep->sends != NULL) {
+                     frame + off + 1);
+            if (ep->recvs != NULL || ep->msends != NULL || ep->sends != NULL) {
                 st_vb_ep_fail(ep, ST_ERR_REMOTE, 0, NULL);
                 st_warn(ST_SUB_VERBS, "%s rank %d: %s", ctx->name, ctx->rank, ep->why);
             } else {
@@ -565,9 +604,9 @@ static void st_vb_ep_sock_event(st_net_ep_t *ep, uint32_t events)
         st_vb_sock_close(ep);
         (void)st_vb_cq_poll(ctx, 1 << 20); /* its last messages first */
         snprintf(ep->why, sizeof(ep->why), "rank %d closed its connection (%s, over %s): it "
-                 "failed or exited", ep->peer, n == 0 ? "end of stream" : strerror(errno),
+                 "failed or exited", ep->peer, n == 0 ? "end of stream" : strerror(err),
                  ctx->hca);
-        if (ep->recvs != NULL || ep->inflight_sends > 0 || ep->sends != NULL) {
+        if (ep->recvs != NULL || ep->msends != NULL || ep->sends != NULL) {
             st_vb_ep_fail(ep, ST_ERR_REMOTE, 0, NULL);
             st_warn(ST_SUB_VERBS, "%s rank %d: %s, with transfers pending", ctx->name,
                     ctx->rank, ep->why);
@@ -596,6 +635,7 @@ static void st_vb_pend_event(st_net_ctx_t *ctx, st_vb_pend_t *pend)
         (void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, pend->fd, NULL);
         close(pend->fd);
         pend->fd = -1;
+        st_vb_listen_resume(ctx);
         return;
     }
     pend->inlen += (size_t)n;
@@ -609,6 +649,7 @@ static void st_vb_pend_event(st_net_ctx_t *ctx, st_vb_pend_t *pend)
         (void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, pend->fd, NULL);
         close(pend->fd);
         pend->fd = -1;
+        st_vb_listen_resume(ctx);
         return;
     }
     for (uint32_t i = 0; i < ctx->neps; i++) {
@@ -624,24 +665,37 @@ static void st_vb_pend_event(st_net_ctx_t *ctx, st_vb_pend_t *pend)
     (void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, pend->fd, NULL);
 }
 
+void st_vb_listen_resume(st_net_ctx_t *ctx)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = UINT64_C(3) << 60};
+
+    if (ctx->listen_paused) {
+        ctx->listen_paused = 0;
+        (void)epoll_ctl(ctx->epfd, EPOLL_CTL_MOD, ctx->lfd, &ev);
+    }
+}
+
 static void st_vb_accept(st_net_ctx_t *ctx)
 {
     for (;;) {
-        int fd = accept4(ctx->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), slot = -1, one = 1;
+        int fd, slot = -1;
 
-        if (fd < 0) {
-            return;
-        }
         for (int i = 0; i < ST_VB_MAX_PEND && slot < 0; i++) {
             slot = (ctx->pend[i].fd < 0) ? i : -1;
         }
         if (slot < 0) {
-            st_warn(ST_SUB_VERBS, "%s rank %d: more than %d verbs handshakes pending; one "
-                    "dropped", ctx->name, ctx->rank, ST_VB_MAX_PEND);
-            close(fd);
-            continue;
+            /* full: the rest wait in the kernel's backlog until a handshake is matched */
+            struct epoll_event ev = {.events = 0, .data.u64 = UINT64_C(3) << 60};
+
+            (void)epoll_ctl(ctx->epfd, EPOLL_CTL_MOD, ctx->lfd, &ev);
+            ctx->listen_paused = 1;
+            return;
         }
-        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        fd = accept4(ctx->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            return;
+        }
+        st_vb_keepalive(fd);
         ctx->pend[slot].fd    = fd;
         ctx->pend[slot].inlen = 0;
         ctx->pend[slot].gen++;
@@ -708,21 +762,10 @@ int st_vb_conn_progress(st_net_ctx_t *ctx)
         uint64_t d = evs[i].data.u64;
 
         switch (d >> 60) {
-        case 1: /* completion channel: drain its events; the caller polls the CQ */
-        {
-            struct ibv_cq *cq;
-            void          *cqctx;
-
-            while (ctx->ibv->get_cq_event(ctx->channel, &cq, &cqctx) == 0) {
-                ctx->unacked++;
-            }
-            if (ctx->unacked >= 64) {
-                ctx->ibv->ack_cq_events(ctx->cq, ctx->unacked);
-                ctx->unacked = 0;
-            }
+        case 1: /* completion channel: drain its events; the caller polls the CQs */
+            st_vb_channel_drain(ctx, 64);
             did = 1;
             break;
-        }
         case 2:
             st_vb_async_events(ctx);
             did = 1;
@@ -760,11 +803,11 @@ void st_vb_disconnect(st_net_ep_t *ep, int force, double timeout)
     double        start = st_time_now();
 
     if (!force && ep->state == ST_VB_EP_READY) {
-        while ((ep->inflight_sends > 0 || ep->sends != NULL) && ep->state == ST_VB_EP_READY &&
+        while ((ep->msends != NULL || ep->sends != NULL) && ep->state == ST_VB_EP_READY &&
                st_time_now() - start < timeout) {
             (void)st_vb_progress(ctx);
         }
-        if (ep->inflight_sends > 0 || ep->sends != NULL) {
+        if (ep->msends != NULL || ep->sends != NULL) {
             st_warn(ST_SUB_VERBS, "%s rank %d: closing the connection to rank %d took over %g s;"
                     " dropping it", ctx->name, ctx->rank, ep->peer, timeout);
         }
@@ -777,7 +820,7 @@ void st_vb_disconnect(st_net_ep_t *ep, int force, double timeout)
             ctx->ibv->destroy_qp(ep->qp[q]);
         }
     }
-    ctx->cq_users -= ep->nqps;
+    ctx->cq_qps[ep->cqi] -= ep->nqps;
     for (int i = 0; i < ST_VB_SQ_DEPTH * ep->nqps; i++) {
         if (ep->parts[i].buf >= 0) {
             st_vb_buf_put(ctx, ep->parts[i].buf);

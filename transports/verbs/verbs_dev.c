@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -87,12 +88,34 @@ const char *st_vb_wc_hint(enum ibv_wc_status status)
     }
 }
 
-/* Picks the IPv4-mapped GID (::ffff:a.b.c.d, RoCE v2 on Linux) of the port, or index 0. */
+/* The GID type sysfs gives for index i of the port: 2 "RoCE v2", 1 another ("IB/RoCE v1"), 0
+ * unknown (no sysfs entry: a stand-in, an old kernel). */
+static int st_vb_gid_type(const st_net_ctx_t *ctx, int i)
+{
+    char  path[256], type[32] = "";
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%u/gid_attrs/types/%d",
+             ctx->hca, ctx->port, i);
+    f = fopen(path, "r");
+    if (f == NULL) {
+        return 0;
+    }
+    if (fgets(type, sizeof(type), f) == NULL) {
+        type[0] = '\0';
+    }
+    fclose(f);
+    return (strncmp(type, "RoCE v2", 7) == 0) ? 2 : 1;
+}
+
+/* Picks the port's IPv4-mapped GID (::ffff:a.b.c.d) of type RoCE v2 (mlx5 lists each address
+ * twice, the RoCE v1 entry first: the type decides, as NCCL's GID selection does), an
+ * IPv4-mapped one of unknown type, or index 0. */
 static int st_vb_pick_gid(st_net_ctx_t *ctx, union ibv_gid *gid_p)
 {
     static const uint8_t v4map[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     union ibv_gid        gid;
-    int                  n = ctx->port_attr.gid_tbl_len;
+    int                  n = ctx->port_attr.gid_tbl_len, fallback = -1;
 
     if (st_verbs_config.gid_index >= 0) {
         if (ctx->ibv->query_gid(ctx->dev, ctx->port, st_verbs_config.gid_index, gid_p) != 0) {
@@ -103,9 +126,19 @@ static int st_vb_pick_gid(st_net_ctx_t *ctx, union ibv_gid *gid_p)
     for (int i = 0; i < n && i < 256; i++) {
         if (ctx->ibv->query_gid(ctx->dev, ctx->port, i, &gid) == 0 &&
             memcmp(gid.raw, v4map, sizeof(v4map)) == 0) {
-            *gid_p = gid;
-            return i;
+            int type = st_vb_gid_type(ctx, i);
+
+            if (type == 2) {
+                *gid_p = gid;
+                return i;
+            }
+            if (fallback < 0) { /* no RoCE v2 entry: the first IPv4-mapped one */
+                fallback = i;
+            }
         }
+    }
+    if (fallback >= 0 && ctx->ibv->query_gid(ctx->dev, ctx->port, fallback, gid_p) == 0) {
+        return fallback;
     }
     if (ctx->ibv->query_gid(ctx->dev, ctx->port, 0, gid_p) != 0) {
         memset(gid_p, 0, sizeof(*gid_p));
@@ -207,6 +240,67 @@ st_status_t st_vb_rail_devices(char *buf, size_t len)
                                 i ? "," : "", ports[i].name, ports[i].port);
     }
     return (n > 0) ? ST_OK : ST_ERR_NO_DEVICE;
+}
+
+int st_vb_cq_get(st_net_ctx_t *ctx, int nqps)
+{
+    struct ibv_cq *cq;
+    int            i;
+
+    for (i = 0; i < ctx->ncqs; i++) {
+        if ((ctx->cq_qps[i] + nqps) * ST_VB_CQ_PER_QP <= ctx->cq_len) {
+            return i;
+        }
+    }
+    if (ctx->ncqs == ST_VB_MAX_CQS || nqps * ST_VB_CQ_PER_QP > ctx->cq_len) {
+        st_error(ST_SUB_VERBS, "%s rank %d: %s has %d completion queues of %d entries, room for "
+                 "%d QPs each: no room for %d more (fewer STRATA_IB_QPS_PER_CONN)", ctx->name,
+                 ctx->rank, ctx->hca, ctx->ncqs, ctx->cq_len, ctx->cq_len / ST_VB_CQ_PER_QP,
+                 nqps);
+        errno = ENOSPC;
+        return -1;
+    }
+    cq = ctx->ibv->create_cq(ctx->dev, ctx->cq_len, ctx, ctx->channel, 0);
+    if (cq == NULL) {
+        int err = errno;
+
+        st_error(ST_SUB_VERBS, "ibv_create_cq(%s, %d) failed: %s%s", ctx->hca, ctx->cq_len,
+                 strerror(err), err == ENOMEM ? " (is `ulimit -l` too small?)" : "");
+        errno = err;
+        return -1;
+    }
+    if (ctx->ibv->req_notify_cq(cq, 0) != 0) {
+        st_error(ST_SUB_VERBS, "ibv_req_notify_cq(%s) failed", ctx->hca);
+        ctx->ibv->destroy_cq(cq);
+        errno = EIO;
+        return -1;
+    }
+    ctx->cqs[i]        = cq;
+    ctx->cq_qps[i]     = 0;
+    ctx->cq_unacked[i] = 0;
+    ctx->ncqs++;
+    return i;
+}
+
+void st_vb_channel_drain(st_net_ctx_t *ctx, unsigned ack_at)
+{
+    struct ibv_cq *cq;
+    void          *cqctx;
+
+    while (ctx->ibv->get_cq_event(ctx->channel, &cq, &cqctx) == 0) {
+        int i = 0;
+
+        while (i < ctx->ncqs - 1 && ctx->cqs[i] != cq) {
+            i++;
+        }
+        ctx->cq_unacked[i]++;
+    }
+    for (int i = 0; i < ctx->ncqs; i++) {
+        if (ctx->cq_unacked[i] > 0 && ctx->cq_unacked[i] >= ack_at) {
+            ctx->ibv->ack_cq_events(ctx->cqs[i], ctx->cq_unacked[i]);
+            ctx->cq_unacked[i] = 0;
+        }
+    }
 }
 
 static st_status_t st_vb_epoll_add(st_net_ctx_t *ctx, int fd, uint64_t data, uint32_t events)
@@ -318,18 +412,12 @@ st_status_t st_vb_ctx_open(const st_net_config_t *cfg, st_net_ctx_t **ctx_p)
     }
     (void)fcntl(ctx->channel->fd, F_SETFL, fcntl(ctx->channel->fd, F_GETFL) | O_NONBLOCK);
     (void)fcntl(ctx->dev->async_fd, F_SETFL, fcntl(ctx->dev->async_fd, F_GETFL) | O_NONBLOCK);
-    ctx->cq_len = ST_MIN(ctx->dev_attr.max_cqe > 0 ? ctx->dev_attr.max_cqe : 4096, 65536);
-    ctx->cq = ibv->create_cq(ctx->dev, ctx->cq_len, ctx, ctx->channel, 0);
-    if (ctx->cq == NULL) {
-        st_error(ST_SUB_VERBS, "ibv_create_cq(%s, %d) failed: %s%s", ctx->hca, ctx->cq_len,
-                 strerror(errno), errno == ENOMEM ? " (is `ulimit -l` too small?)" : "");
+    /* 32 QPs per CQ (16 Ki entries), more CQs as peers come (st_vb_cq_get) */
+    ctx->cq_len = ST_MIN(ctx->dev_attr.max_cqe > 0 ? ctx->dev_attr.max_cqe : 4096,
+                         32 * ST_VB_CQ_PER_QP);
+    if (st_vb_cq_get(ctx, 0) < 0) {
         status = (errno == ENOMEM) ? ST_ERR_NO_MEMORY : ST_ERR_IO;
         goto err_channel;
-    }
-    if (ibv->req_notify_cq(ctx->cq, 0) != 0) {
-        st_error(ST_SUB_VERBS, "ibv_req_notify_cq(%s) failed", ctx->hca);
-        status = ST_ERR_IO;
-        goto err_cq;
     }
     ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (ctx->epfd < 0) {
@@ -377,7 +465,7 @@ err_listen:
 err_ep:
     close(ctx->epfd);
 err_cq:
-    ibv->destroy_cq(ctx->cq);
+    ibv->destroy_cq(ctx->cqs[0]);
 err_channel:
     ibv->destroy_comp_channel(ctx->channel);
 err_pd:
@@ -400,10 +488,12 @@ void st_vb_ctx_close(st_net_ctx_t *ctx)
     }
     st_vb_bufs_free(ctx);
     st_vb_regs_free(ctx);
-    if (ctx->unacked > 0) {
-        ibv->ack_cq_events(ctx->cq, ctx->unacked);
+    for (int i = 0; i < ctx->ncqs; i++) {
+        if (ctx->cq_unacked[i] > 0) {
+            ibv->ack_cq_events(ctx->cqs[i], ctx->cq_unacked[i]);
+        }
+        ibv->destroy_cq(ctx->cqs[i]);
     }
-    ibv->destroy_cq(ctx->cq);
     ibv->destroy_comp_channel(ctx->channel);
     ibv->dealloc_pd(ctx->pd);
     ibv->close_device(ctx->dev);

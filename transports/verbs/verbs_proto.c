@@ -219,6 +219,7 @@ static void st_vb_recv_release(st_net_ep_t *ep, st_vb_op_t *op)
         if (op->bufs[p % ST_VB_WINDOW] >= 0) {
             st_vb_buf_put(ep->ctx, op->bufs[p % ST_VB_WINDOW]);
             op->bufs[p % ST_VB_WINDOW] = -1;
+            ep->ctx->recv_bufs--;
         }
     }
     if (op->slot > 0 && ep->rslot[op->slot] == op) {
@@ -265,11 +266,16 @@ static int st_vb_recv_issue(st_net_ep_t *ep, st_vb_op_t *op)
             ctl.addr = (uintptr_t)(ep->mem + ST_VB_ANY_OFF(ep));
             ctl.rkey = ep->mr->rkey;
         } else {
-            int b = st_vb_buf_get(ctx);
+            int b;
 
-            if (b < 0) {
+            /* receives hold at most half the pool: sends, which free theirs at their own
+             * completion, always find buffers, so no two ranks' receives starve each other's
+             * sends (every rank's receives waiting for data its peers cannot send) */
+            if (ctx->recv_bufs >= ST_MAX(ctx->maxbufs / 2, ST_VB_WINDOW) ||
+                (b = st_vb_buf_get(ctx)) < 0) {
                 break;
             }
+            ctx->recv_bufs++;
             op->bufs[p % ST_VB_WINDOW] = b;
             ctl.addr = (uintptr_t)ctx->bufs[b].addr;
             ctl.rkey = ctx->bufs[b].rkey;
@@ -283,6 +289,11 @@ static int st_vb_recv_issue(st_net_ep_t *ep, st_vb_op_t *op)
         ctl.total = op->len;
         ctl.psize = op->psize;
         if (st_vb_ctl_send(ep, &ctl) != ST_OK) {
+            if (op->bufs[p % ST_VB_WINDOW] >= 0) { /* not issued: release_recv skips it */
+                st_vb_buf_put(ctx, op->bufs[p % ST_VB_WINDOW]);
+                op->bufs[p % ST_VB_WINDOW] = -1;
+                ctx->recv_bufs--;
+            }
             return 0; /* the endpoint failed: its ops are completed */
         }
         op->issued++;
@@ -410,6 +421,7 @@ static void st_vb_recv_data(st_net_ep_t *ep, uint32_t imm, uint32_t byte_len)
             memcpy((uint8_t *)op->buf + off, ep->ctx->bufs[b].addr, plen);
         }
         st_vb_buf_put(ep->ctx, b);
+        ep->ctx->recv_bufs--;
         op->bufs[p % ST_VB_WINDOW] = -1;
     }
     ep->parts_out--;
@@ -471,8 +483,12 @@ static void st_vb_waitq_append(st_net_ep_t *ep, st_vb_cts_t *c)
 static void st_vb_send_finish_check(st_net_ep_t *ep, st_vb_op_t *op)
 {
     if (op->final && op->done_wr == op->posted) {
-        ep->sslot[op->slot].op = NULL;
-        ep->inflight_sends--;
+        /* the slot may serve the receiver's next message already (its CTS came before this
+         * send's last completion): only this send's own claim goes */
+        if (ep->sslot[op->slot].op == op) {
+            ep->sslot[op->slot].op = NULL;
+        }
+        st_vb_q_del(&ep->msends, &ep->msends_tail, op);
         st_vb_op_done(op, ST_OK, op->len);
     }
 }
@@ -500,7 +516,8 @@ static int st_vb_part_post(st_net_ep_t *ep, st_vb_cts_t *c)
         struct ibv_sge     sge;
         int                pi, b = -1, ret;
 
-        if (ep->sq_used[q] >= ST_VB_SQ_DEPTH || ep->part_free < 0) {
+        if (ep->sq_used[q] >= ST_VB_SQ_DEPTH - (q == 0 ? ST_VB_CTL_RESERVE : 0) ||
+            ep->part_free < 0) {
             return 0;
         }
         memset(&wr, 0, sizeof(wr));
@@ -647,13 +664,15 @@ static void st_vb_send_match(st_net_ep_t *ep, st_vb_op_t *op, const st_vb_ctl_t 
         op->reg = st_vb_reg_find(ep->ctx, op->buf, op->len);
     }
     s->op = op;
-    ep->inflight_sends++;
+    st_vb_q_append(&ep->msends, &ep->msends_tail, op);
     st_vb_send_part(ep, op, ctl);
-    while (s->parts != NULL && ep->state == ST_VB_EP_READY) {
+    while (s->parts != NULL) {
         st_vb_cts_t *c = s->parts;
 
         s->parts = c->next;
-        st_vb_send_part(ep, op, &c->ctl);
+        if (ep->state != ST_VB_EP_FAILED) {
+            st_vb_send_part(ep, op, &c->ctl);
+        }
         free(c);
     }
     s->parts_tail = NULL;
@@ -870,19 +889,19 @@ void st_vb_ep_flush_ops(st_net_ep_t *ep, st_status_t status)
         free(c);
     }
     ep->waitq = ep->waitq_tail = NULL;
-    for (int s = 0; s < ST_VB_SLOTS; s++) {
-        st_vb_op_t *op = ep->sslot[s].op;
+    while (ep->msends != NULL) {
+        st_vb_op_t *op = ep->msends;
 
-        if (op != NULL) {
-            ep->sslot[s].op = NULL;
-            for (int i = 0; i < ST_VB_SQ_DEPTH * ep->nqps; i++) {
-                if (ep->parts[i].op == op) {
-                    ep->parts[i].op = NULL; /* its completion (flushed) frees the record */
-                }
+        st_vb_q_del(&ep->msends, &ep->msends_tail, op);
+        for (int i = 0; i < ST_VB_SQ_DEPTH * ep->nqps; i++) {
+            if (ep->parts[i].op == op) {
+                ep->parts[i].op = NULL; /* its completion (flushed) frees the record */
             }
-            ep->inflight_sends--;
-            st_vb_op_done(op, status, 0);
         }
+        st_vb_op_done(op, status, 0);
+    }
+    for (int s = 0; s < ST_VB_SLOTS; s++) {
+        ep->sslot[s].op       = NULL;
         ep->sslot[s].finished = 1;
     }
     ep->any_issued = 0;
@@ -941,8 +960,13 @@ static void st_vb_wc(st_net_ctx_t *ctx, const struct ibv_wc *wc)
         }
         return;
     }
-    if (kind != ST_VB_WR_RECV || idx >= ST_VB_RQ_DEPTH || q >= ep->nqps) {
+    if (kind != ST_VB_WR_RECV || idx >= ST_VB_RQ_DEPTH || q >= ep->nqps ||
+        ep->state == ST_VB_EP_FAILED) {
         return;
+    }
+    if (ep->state == ST_VB_EP_WAIT_READY) {
+        /* the initiator's first message: it is at RTS, so the READY byte is news no more */
+        st_vb_ep_set_ready(ep);
     }
     if (wc->opcode == IBV_WC_RECV) {
         st_vb_ctl_t ctl;
@@ -968,23 +992,26 @@ int st_vb_cq_poll(st_net_ctx_t *ctx, int max)
     struct ibv_wc wcs[32];
     int           total = 0, n;
 
-    do {
-        n = ctx->ibv->poll_cq(ctx->cq, 32, wcs);
-        if (n < 0) {
-            st_error(ST_SUB_VERBS, "%s rank %d: ibv_poll_cq on %s failed (%d): the completion "
-                     "queue overran", ctx->name, ctx->rank, ctx->hca, n);
-            for (uint32_t i = 0; i < ctx->neps; i++) {
-                if (ctx->eps[i] != NULL) {
-                    st_vb_ep_fail(ctx->eps[i], ST_ERR_IO, 0, NULL);
+    for (int c = 0; c < ctx->ncqs; c++) {
+        do {
+            n = ctx->ibv->poll_cq(ctx->cqs[c], 32, wcs);
+            if (n < 0) {
+                st_error(ST_SUB_VERBS, "%s rank %d: ibv_poll_cq on %s failed (%d): the "
+                         "completion queue overran", ctx->name, ctx->rank, ctx->hca, n);
+                for (uint32_t i = 0; i < ctx->neps; i++) {
+                    if (ctx->eps[i] != NULL) {
+                        st_vb_ep_fail(ctx->eps[i], ST_ERR_IO, 0, "%s's completion queue "
+                                      "overran (ibv_poll_cq %d)", ctx->hca, n);
+                    }
                 }
+                return total;
             }
-            return total;
-        }
-        for (int i = 0; i < n; i++) {
-            st_vb_wc(ctx, &wcs[i]);
-        }
-        total += n;
-    } while (n == 32 && total < max);
+            for (int i = 0; i < n; i++) {
+                st_vb_wc(ctx, &wcs[i]);
+            }
+            total += n;
+        } while (n == 32 && total < max);
+    }
     return total;
 }
 
@@ -1004,7 +1031,8 @@ st_status_t st_vb_progress(st_net_ctx_t *ctx)
             if (ep->waitq != NULL) {
                 st_vb_waitq_run(ep);
             }
-            if (ep->recvs != NULL) {
+            if (ep->recvs != NULL ||
+                (ctx->any_tag_set && !ep->any_issued && !ep->any_full)) {
                 st_vb_recvs_issue(ep);
             }
         }
@@ -1017,18 +1045,11 @@ st_status_t st_vb_progress(st_net_ctx_t *ctx)
 
 st_status_t st_vb_arm(st_net_ctx_t *ctx)
 {
-    struct ibv_cq *cq;
-    void          *cqctx;
-
-    while (ctx->ibv->get_cq_event(ctx->channel, &cq, &cqctx) == 0) {
-        ctx->unacked++;
-    }
-    if (ctx->unacked > 0) {
-        ctx->ibv->ack_cq_events(ctx->cq, ctx->unacked);
-        ctx->unacked = 0;
-    }
-    if (ctx->ibv->req_notify_cq(ctx->cq, 0) != 0) {
-        return ST_INPROGRESS;
+    st_vb_channel_drain(ctx, 1);
+    for (int c = 0; c < ctx->ncqs; c++) {
+        if (ctx->ibv->req_notify_cq(ctx->cqs[c], 0) != 0) {
+            return ST_INPROGRESS;
+        }
     }
     /* completions that arrived before the CQ was armed raise no event: take them now */
     return (st_vb_progress(ctx) == ST_OK) ? ST_INPROGRESS : ST_OK;
