@@ -41,16 +41,10 @@ if [ -z "$collbench" ] || [ ! -x "$collbench" ]; then
 fi
 collbench=$(cd "$(dirname "$collbench")" && pwd)/$(basename "$collbench")
 build=$(dirname "$collbench")
-lib=$build/tests/fakeverbs/libibverbs.so.1
-ctl=$build/tests/fakeverbs/fakeverbs-ctl
-if [ ! -f "$lib" ] || [ ! -x "$ctl" ]; then
-    echo "SKIP: the stand-in libibverbs is not built ($lib): configure found no <infiniband/verbs.h>"
-    exit 77
-fi
-if ! why=$("$ctl" probe 2>&1); then
-    echo "SKIP: the stand-in cannot run here: $why"
-    exit 77
-fi
+# shellcheck source=../fakeverbs/standin.sh
+. "$here/../fakeverbs/standin.sh"
+standin_locate "$build" || exit 77
+lib=$standin_lib ctl=$standin_ctl
 
 parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(collectives kill retry_exc)
@@ -75,10 +69,7 @@ cleanup()
     [ ${#wrappers[@]} -gt 0 ] && kill -KILL "${wrappers[@]}" 2>/dev/null
     wait 2>/dev/null
     emunet_down "$EMUNET_ID"
-    for f in "${fabrics[@]}"; do
-        "$ctl" clean "$f" >/dev/null 2>&1
-        rm -f /dev/shm/fakeverbs-"$f"*
-    done
+    [ ${#fabrics[@]} -gt 0 ] && standin_clean "${fabrics[@]}"
     emunet_shm_cleanup "$shmsnap"
     rm -rf "$logdir"
     exit "$rc"

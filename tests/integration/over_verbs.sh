@@ -11,22 +11,16 @@
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=$(cd "$(dirname "${COLLBENCH:-$here/../../collbench}")" && pwd)
-lib=$build/tests/fakeverbs/libibverbs.so.1
-ctl=$build/tests/fakeverbs/fakeverbs-ctl
-if [ ! -f "$lib" ] || [ ! -x "$ctl" ]; then
-    echo "SKIP: the stand-in libibverbs is not built ($lib): configure found no <infiniband/verbs.h>"
-    exit 77
-fi
-if ! why=$("$ctl" probe 2>&1); then
-    echo "SKIP: the stand-in cannot run here: $why"
-    exit 77
-fi
+# shellcheck source=../fakeverbs/standin.sh
+. "$here/../fakeverbs/standin.sh"
+standin_locate "$build" || exit 77
+lib=$standin_lib
 suites=("$@")
 [ ${#suites[@]} -gt 0 ] || suites=(test_colls test_cases test_faults test_comms test_errors
                                     test_mismatch test_order test_progress test_lifecycle)
 export STRATA_NET=verbs STRATA_IBVERBS_LIB=$lib FAKEVERBS_FABRIC="itv$$" FAKEVERBS_NDEV=2
 export FAKEVERBS_TIME_SCALE=0.01
-trap '"$ctl" clean "$FAKEVERBS_FABRIC" >/dev/null 2>&1; rm -f /dev/shm/fakeverbs-"$FAKEVERBS_FABRIC"*' EXIT
+trap 'standin_clean "$FAKEVERBS_FABRIC"' EXIT
 fail=0
 for s in "${suites[@]}"; do
     bin=$build/tests/integration/$s

@@ -13,11 +13,14 @@ top=$(cd "$here/../.." && pwd)
 collbench=${COLLBENCH:-$top/collbench}
 [ -x "$collbench" ] || { echo "SKIP: collbench is not built ($collbench)"; exit 77; }
 build=$(cd "$(dirname "$collbench")" && pwd)
-lib=$build/tests/fakeverbs/libibverbs.so.1
-ctl=$build/tests/fakeverbs/fakeverbs-ctl
+# shellcheck source=../fakeverbs/standin.sh
+. "$here/../fakeverbs/standin.sh"
+standin_locate "$build" 1
+have_standin=$?
+lib=$standin_lib
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/verbsfb.XXXXXX") || exit 99
 fabric="vfb$$"
-trap 'rm -rf "$tmp"; [ -x "$ctl" ] && "$ctl" clean "$fabric" >/dev/null 2>&1; rm -f /dev/shm/fakeverbs-"$fabric"*' EXIT
+trap 'rm -rf "$tmp"; standin_clean "$fabric"' EXIT
 export STRATA_SOCKET_IFNAME=lo STRATA_DEBUG=INFO STRATA_DEBUG_SUBSYS=VERBS,INIT
 unset STRATA_NET STRATA_IBVERBS_LIB
 fails=0
@@ -52,7 +55,7 @@ else
     echo "ok: STRATA_NET=verbs without libibverbs fails naming it"
 fi
 
-if [ -f "$lib" ] && [ -x "$ctl" ] && "$ctl" probe >/dev/null 2>&1; then
+if [ "$have_standin" = 0 ]; then
     # 3. HCAs whose ports are all DOWN: auto falls back, naming the ports
     if run down STRATA_IBVERBS_LIB="$lib" FAKEVERBS_FABRIC="$fabric" \
            FAKEVERBS_PORT_DOWN=fake0,fake1; then

@@ -678,6 +678,25 @@ static void st_vb_send_match(st_net_ep_t *ep, st_vb_op_t *op, const st_vb_ctl_t 
     s->parts_tail = NULL;
 }
 
+/* Keeps a copy of ctl at the end of the list (head, tail) until its send comes. */
+static void st_vb_cts_keep(st_net_ep_t *ep, const st_vb_ctl_t *ctl, st_vb_cts_t **head,
+                           st_vb_cts_t **tail)
+{
+    st_vb_cts_t *c = calloc(1, sizeof(*c));
+
+    if (c == NULL) {
+        st_vb_ep_fail(ep, ST_ERR_NO_MEMORY, 1, "out of memory for a CTS of rank %d", ep->peer);
+        return;
+    }
+    c->ctl = *ctl;
+    if (*tail != NULL) {
+        (*tail)->next = c;
+    } else {
+        *head = c;
+    }
+    *tail = c;
+}
+
 static void st_vb_cts_take(st_net_ep_t *ep, const st_vb_ctl_t *ctl)
 {
     st_vb_sslot_t *s = &ep->sslot[ctl->slot];
@@ -699,20 +718,7 @@ static void st_vb_cts_take(st_net_ep_t *ep, const st_vb_ctl_t *ctl)
         if (op != NULL) {
             st_vb_send_match(ep, op, ctl);
         } else {
-            st_vb_cts_t *c = calloc(1, sizeof(*c));
-
-            if (c == NULL) {
-                st_vb_ep_fail(ep, ST_ERR_NO_MEMORY, 1, "out of memory for a CTS of rank %d",
-                              ep->peer);
-                return;
-            }
-            c->ctl = *ctl;
-            if (ep->cts0_tail != NULL) {
-                ep->cts0_tail->next = c;
-            } else {
-                ep->cts0 = c;
-            }
-            ep->cts0_tail = c;
+            st_vb_cts_keep(ep, ctl, &ep->cts0, &ep->cts0_tail);
         }
         return;
     }
@@ -722,20 +728,7 @@ static void st_vb_cts_take(st_net_ep_t *ep, const st_vb_ctl_t *ctl)
     if (s->op != NULL) {
         st_vb_send_part(ep, s->op, ctl);
     } else {
-        st_vb_cts_t *c = calloc(1, sizeof(*c));
-
-        if (c == NULL) {
-            st_vb_ep_fail(ep, ST_ERR_NO_MEMORY, 1, "out of memory for a CTS of rank %d",
-                          ep->peer);
-            return;
-        }
-        c->ctl = *ctl;
-        if (s->parts_tail != NULL) {
-            s->parts_tail->next = c;
-        } else {
-            s->parts = c;
-        }
-        s->parts_tail = c;
+        st_vb_cts_keep(ep, ctl, &s->parts, &s->parts_tail);
     }
 }
 
