@@ -134,7 +134,16 @@ static st_status_t st_comm_open_net(st_comm_t *comm, st_rank_record_t *rec)
     if (comm->net == NULL) {
         if (want != NULL && strcmp(want, "auto") != 0 && st_net_find(comm->tl->net, want) ==
                                                              NULL) {
-            st_error(ST_SUB_INIT, "STRATA_NET '%s' names no transport of this build", want);
+            char names[128];
+            size_t off = 0;
+
+            names[0] = '\0';
+            for (const st_net_ops_t *const *t = comm->tl->net; *t != NULL; t++) {
+                off += (size_t)snprintf(names + off, off < sizeof(names) ? sizeof(names) - off : 0,
+                                        "%s%s", off ? ", " : "", (*t)->name);
+            }
+            st_error(ST_SUB_INIT, "STRATA_NET '%s' names no transport of this build (auto, %s)",
+                     want, names);
             return ST_ERR_INVALID;
         }
         char why[256];

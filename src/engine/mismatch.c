@@ -58,7 +58,7 @@ typedef struct st_check_notice {
 
 struct st_check {
     st_comm_t      *comm;
-    char            failure[192]; /* why a transfer of the check failed; logged by exec only
+    char            failure[512]; /* why a transfer of the check failed; logged by exec only
                                    * when it is the error that stands (st_check_report) */
     uint64_t        seq;
     int             nrounds;
@@ -167,12 +167,15 @@ static inline int st_check_peer(const st_check_t *check, int round, int dir)
 
 /* A transfer of the check failed: kept, not logged. The data part usually fails on the same
  * peer, and its error (naming the phase) is the one the user should read. */
-static void st_check_fail(st_check_t *check, const char *what, int peer, st_status_t status)
+/* why: the transport's reason (st_request_t.why), or NULL. */
+static void st_check_fail(st_check_t *check, const char *what, int peer, st_status_t status,
+                          const char *why)
 {
     if (check->failure[0] == '\0') {
         snprintf(check->failure, sizeof(check->failure), "mismatch check of collective #%llu on "
-                 "%s rank %d: %s rank %d failed: %s", (unsigned long long)check->seq,
-                 check->comm->name, check->comm->rank, what, peer, st_status_str(status));
+                 "%s rank %d: %s rank %d failed: %s%s%.300s", (unsigned long long)check->seq,
+                 check->comm->name, check->comm->rank, what, peer, st_status_str(status),
+                 why != NULL ? ": " : "", why != NULL ? why : "");
     }
 }
 
@@ -193,7 +196,7 @@ static st_status_t st_check_send(st_check_t *check, int round)
                               sizeof(check->out[round]), st_check_tag(check->seq, (unsigned)round),
                               NULL, &check->sreq[round]);
     if (status != ST_OK) {
-        st_check_fail(check, "send to", st_check_peer(check, round, +1), status);
+        st_check_fail(check, "send to", st_check_peer(check, round, +1), status, NULL);
         return status;
     }
     check->sposted[round] = 1;
@@ -212,7 +215,7 @@ static st_status_t st_check_start(st_check_t *check)
         status = comm->net->irecv(comm->eps[from], &check->in[k], sizeof(check->in[k]),
                                   st_check_tag(check->seq, (unsigned)k), NULL, &check->rreq[k]);
         if (status != ST_OK) {
-            st_check_fail(check, "receive from", from, status);
+            st_check_fail(check, "receive from", from, status, NULL);
             return status;
         }
         check->rposted[k] = 1;
@@ -321,7 +324,8 @@ st_status_t st_check_progress(st_check_t *check, st_op_t *op, int data_done)
         if (check->rreq[k].status != ST_OK || check->rreq[k].len != sizeof(check->in[k])) {
             /* a wrong length (ST_OK): a message of another build or protocol */
             st_check_fail(check, "receive from", st_check_peer(check, k, -1),
-                          check->rreq[k].status != ST_OK ? check->rreq[k].status : ST_ERR_INTERNAL);
+                          check->rreq[k].status != ST_OK ? check->rreq[k].status : ST_ERR_INTERNAL,
+                          check->rreq[k].status != ST_OK ? check->rreq[k].why : NULL);
             return check->result = (check->rreq[k].status == ST_OK) ? ST_ERR_INTERNAL
                                                                     : ST_ERR_REMOTE;
         }
@@ -340,7 +344,8 @@ st_status_t st_check_progress(st_check_t *check, st_op_t *op, int data_done)
         if (check->sposted[k] && check->sreq[k].done) {
             check->sposted[k] = 0;
             if (check->sreq[k].status != ST_OK) {
-                st_check_fail(check, "send to", st_check_peer(check, k, +1), check->sreq[k].status);
+                st_check_fail(check, "send to", st_check_peer(check, k, +1), check->sreq[k].status,
+                              check->sreq[k].why);
                 return check->result = ST_ERR_REMOTE;
             }
         }

@@ -242,7 +242,7 @@ struct st_net_ep {
     st_vb_ep_state_t  state;
     st_vb_addr_t      paddr;
     int               fd;       /* out-of-band socket, -1: none */
-    uint8_t           in[sizeof(st_vb_hello_t)];
+    uint8_t           in[400];  /* handshake bytes so far, or a refusal's text */
     size_t            inlen;
     double            hup_at;   /* the peer's socket closed (0: not) */
     char              why[384]; /* why it failed: the requests' reason (st_request_t.why) */
@@ -328,7 +328,7 @@ struct st_net_ctx {
     struct ibv_mr          **slabs;
     void                   **slab_mem;
     int                      nslabs;
-    double                   slab_retry_at; /* a registration failed: no new slab before */
+    char                     bounce_why[384]; /* why the pool cannot grow (registration) */
     /* registrations of strataMemAlloc memory (the lock: strataMemFree's thread drops them) */
     pthread_mutex_t          reg_lock;
     st_vb_reg_t             *regs;

@@ -135,7 +135,7 @@ void st_vb_ep_fail(st_net_ep_t *ep, st_status_t status, int loud, const char *fm
     }
     /* Tell the peer why before closing: its error then carries this side's reason (a work
      * completion's status and QP) instead of only "closed its connection". */
-    if (fmt != NULL && ep->state == ST_VB_EP_READY && ep->fd >= 0) {
+    if (fmt != NULL && ep->state != ST_VB_EP_CONNECTING && ep->fd >= 0) {
         uint8_t frame[1 + sizeof(ep->why)];
         size_t  n = strnlen(ep->why, sizeof(ep->why) - 1);
 
@@ -285,11 +285,11 @@ static st_status_t st_vb_hello_take(st_net_ep_t *ep, const st_vb_hello_t *h)
     if (h->magic != ST_VB_MAGIC || h->version != ST_VB_VERSION || h->from_rank != ep->peer ||
         h->to_rank != ep->ctx->rank || h->to_nonce != ep->ctx->addr.nonce ||
         h->from_nonce != ep->paddr.nonce || h->nqps != ep->nqps) {
-        st_vb_ep_fail(ep, ST_ERR_REMOTE, 1, "rank %d's verbs handshake does not match (version "
+        st_vb_ep_fail(ep, ST_ERR_USAGE, 1, "rank %d's verbs handshake does not match (version "
                       "%u, ranks %d->%d, %u QPs; expected %d->%d, %d QPs: same STRATA_IB_* on "
                       "every rank?)", ep->peer, h->version, h->from_rank, h->to_rank, h->nqps,
                       ep->peer, ep->ctx->rank, ep->nqps);
-        return ST_ERR_REMOTE;
+        return ST_ERR_USAGE;
     }
     for (int q = 0; q < ep->nqps; q++) {
         status = st_vb_qp_connect(ep, q, h->qpn[q], h->psn[q]);
@@ -523,6 +523,17 @@ static void st_vb_ep_sock_event(st_net_ep_t *ep, uint32_t events)
         size_t want = (ep->state == ST_VB_EP_WAIT_REPLY) ? sizeof(st_vb_hello_t) : 1;
 
         n = recv(ep->fd, ep->in + ep->inlen, want - ep->inlen, MSG_DONTWAIT);
+        if (n > 0 && ep->in[0] == 'E') {
+            /* a refusal ('E' and its reason; a hello starts with the magic's 'B'): the rest of
+             * it, then the peer's close */
+            ssize_t more;
+
+            ep->inlen += (size_t)n;
+            more = recv(ep->fd, ep->in + ep->inlen, sizeof(ep->in) - 1 - ep->inlen,
+                        MSG_DONTWAIT);
+            ep->inlen += (more > 0) ? (size_t)more : 0;
+            n = 0;
+        }
         if (n > 0) {
             ep->inlen += (size_t)n;
             if (ep->inlen < want) {
@@ -548,6 +559,15 @@ static void st_vb_ep_sock_event(st_net_ep_t *ep, uint32_t events)
             return;
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            return;
+        }
+        if (ep->inlen > 1 && ep->in[0] == 'E') { /* the peer refused, and said why */
+            ep->in[ST_MIN(ep->inlen, sizeof(ep->in) - 1)] = '\0';
+            for (uint8_t *c = ep->in + 1; *c != '\0'; c++) {
+                *c = (*c < 0x20 || *c > 0x7e) ? '?' : *c;
+            }
+            st_vb_ep_fail(ep, ST_ERR_REMOTE, 1, "rank %d refused the verbs handshake: %.200s",
+                          ep->peer, (const char *)ep->in + 1);
             return;
         }
         st_vb_ep_fail(ep, ST_ERR_REMOTE, 1, "rank %d closed the verbs handshake (%s) while %s",

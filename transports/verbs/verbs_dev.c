@@ -326,13 +326,18 @@ st_status_t st_vb_ctx_open(const st_net_config_t *cfg, st_net_ctx_t **ctx_p)
     st_status_t         status;
 
     if (st_verbs_ibv_get(&ibv, why, sizeof(why)) != ST_OK) {
-        st_info(ST_SUB_VERBS, "verbs not used: %s", why);
+        if (st_verbs_config.lib != NULL && st_verbs_config.lib[0] != '\0') {
+            st_warn(ST_SUB_VERBS, "verbs not used: %s", why); /* the user named a library */
+        } else {
+            st_info(ST_SUB_VERBS, "verbs not used: %s", why);
+        }
         st_log_append_error("verbs: %s", why); /* for init's message under STRATA_NET=verbs */
         return ST_ERR_NO_DEVICE;
     }
     list = ibv->get_device_list(&ndev);
     if (list == NULL || ndev == 0) {
-        st_info(ST_SUB_VERBS, "verbs not used: no RDMA device (ibv_get_device_list: %s)",
+        st_info(ST_SUB_VERBS, "verbs not used: no RDMA device (ibv_get_device_list: %s; "
+                "`ibv_devices` lists them: is the HCA's kernel driver loaded?)",
                 list == NULL ? strerror(errno) : "empty");
         st_log_append_error("verbs: no RDMA device (ibv_get_device_list: %s)",
                             list == NULL ? strerror(errno) : "empty");

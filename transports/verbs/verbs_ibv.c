@@ -66,9 +66,10 @@ static void st_ibv_load(void)
 
     handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (handle == NULL) {
-        snprintf(st_ibv_why, sizeof(st_ibv_why), "cannot load %s (%s%s)", lib, dlerror(),
+        snprintf(st_ibv_why, sizeof(st_ibv_why), "cannot load %s%s: %s", lib,
                  (st_verbs_config.lib != NULL && st_verbs_config.lib[0] != '\0')
-                     ? ": STRATA_IBVERBS_LIB" : ": is rdma-core (libibverbs1) installed?");
+                     ? " (STRATA_IBVERBS_LIB)" : " (is rdma-core's libibverbs1 installed?)",
+                 dlerror());
         return;
     }
     ST_IBV_SYM(get_device_list, "ibv_get_device_list", "IBVERBS_1.1");

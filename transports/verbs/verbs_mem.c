@@ -65,8 +65,7 @@ static int st_vb_slab_add(st_net_ctx_t *ctx)
     struct ibv_mr  *mr, **slabs;
     st_vb_buf_t    *bufs;
 
-    if (ctx->nbufs + ST_VB_SLAB > ctx->maxbufs ||
-        (ctx->slab_retry_at > 0 && st_time_now() < ctx->slab_retry_at)) {
+    if (ctx->nbufs + ST_VB_SLAB > ctx->maxbufs) {
         return -1;
     }
     bufs     = realloc(ctx->bufs, (size_t)(ctx->nbufs + ST_VB_SLAB) * sizeof(*bufs));
@@ -91,9 +90,10 @@ static int st_vb_slab_add(st_net_ctx_t *ctx)
     mr = st_vb_mr_reg(ctx, mem, len, "bounce buffers");
     if (mr == NULL) {
         free(mem);
-        /* parts wait for the buffers the pool has; another slab is tried a second later (the
-         * error line above once a second at most, not at every progress call) */
-        ctx->slab_retry_at = st_time_now() + 1.0;
+        /* the pool stays at what it has (a memlock limit does not go away): parts wait for
+         * its buffers, and with none at all the operations fail with this reason */
+        snprintf(ctx->bounce_why, sizeof(ctx->bounce_why), "%.380s", st_log_last_error());
+        ctx->maxbufs = ctx->nbufs;
         return -1;
     }
     ctx->slabs[ctx->nslabs]    = mr;
@@ -117,6 +117,10 @@ int st_vb_buf_get(st_net_ctx_t *ctx)
     int b;
 
     if (ctx->buf_free < 0 && st_vb_slab_add(ctx) != 0) {
+        if (ctx->nbufs == 0 && ctx->bounce_why[0] == '\0') {
+            snprintf(ctx->bounce_why, sizeof(ctx->bounce_why), "%s: no memory for %zu B of "
+                     "bounce buffers", ctx->hca, st_verbs_config.bounce_size * ST_VB_SLAB);
+        }
         return -1;
     }
     b = ctx->buf_free;

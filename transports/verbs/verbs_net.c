@@ -49,19 +49,36 @@ static const st_config_table_t st_verbs_table = {"IB", "verbs transport", st_ver
 
 static st_status_t st_verbs_open(const st_net_config_t *cfg, st_net_ctx_t **ctx_p)
 {
+    static const struct {
+        const char *var;
+        size_t      offset;
+        size_t      min, max;
+    } ranges[] = {
+        /* the fields of the InfiniBand headers they go into: 5-bit timeout, 3-bit retry count,
+         * 4-bit service level, 8-bit traffic class */
+        {"STRATA_IB_TIMEOUT", offsetof(st_verbs_config_t, timeout), 0, 31},
+        {"STRATA_IB_RETRY_CNT", offsetof(st_verbs_config_t, retry_cnt), 0, 7},
+        {"STRATA_IB_SL", offsetof(st_verbs_config_t, sl), 0, 15},
+        {"STRATA_IB_TC", offsetof(st_verbs_config_t, tc), 0, 255},
+        {"STRATA_IB_QPS_PER_CONN", offsetof(st_verbs_config_t, qps_per_conn), 1, ST_VB_MAX_QPS},
+    };
     st_status_t status;
 
     if (st_verbs_config.bounce_size < 4096 || st_verbs_config.zc_part < 4096) {
-        st_error(ST_SUB_VERBS, "STRATA_IB_BOUNCE_SIZE and STRATA_IB_ZC_PART must be at least "
-                 "4k (%zu, %zu)", st_verbs_config.bounce_size, st_verbs_config.zc_part);
+        st_error(ST_SUB_VERBS, "%s=%zu: at least 4k", st_verbs_config.bounce_size < 4096
+                 ? "STRATA_IB_BOUNCE_SIZE" : "STRATA_IB_ZC_PART",
+                 st_verbs_config.bounce_size < 4096 ? st_verbs_config.bounce_size
+                                                    : st_verbs_config.zc_part);
         return ST_ERR_INVALID;
     }
-    if (st_verbs_config.retry_cnt > 7 || st_verbs_config.timeout > 31 ||
-        st_verbs_config.qps_per_conn < 1 || st_verbs_config.qps_per_conn > ST_VB_MAX_QPS) {
-        st_error(ST_SUB_VERBS, "STRATA_IB_RETRY_CNT (%u) must be 0..7, STRATA_IB_TIMEOUT (%u) "
-                 "0..31, STRATA_IB_QPS_PER_CONN (%u) 1..%d", st_verbs_config.retry_cnt,
-                 st_verbs_config.timeout, st_verbs_config.qps_per_conn, ST_VB_MAX_QPS);
-        return ST_ERR_INVALID;
+    for (size_t i = 0; i < ST_ARRAY_SIZE(ranges); i++) {
+        unsigned v = *(const unsigned *)((const char *)&st_verbs_config + ranges[i].offset);
+
+        if (v < ranges[i].min || v > ranges[i].max) {
+            st_error(ST_SUB_VERBS, "%s=%u: must be %zu..%zu", ranges[i].var, v, ranges[i].min,
+                     ranges[i].max);
+            return ST_ERR_INVALID;
+        }
     }
     status = st_vb_ctx_open(cfg, ctx_p);
     if (status == ST_OK) {

@@ -271,8 +271,14 @@ static int st_vb_recv_issue(st_net_ep_t *ep, st_vb_op_t *op)
             /* receives hold at most half the pool: sends, which free theirs at their own
              * completion, always find buffers, so no two ranks' receives starve each other's
              * sends (every rank's receives waiting for data its peers cannot send) */
-            if (ctx->recv_bufs >= ST_MAX(ctx->maxbufs / 2, ST_VB_WINDOW) ||
-                (b = st_vb_buf_get(ctx)) < 0) {
+            if (ctx->recv_bufs >= ST_MAX(ctx->maxbufs / 2, ST_VB_WINDOW)) {
+                break;
+            }
+            if ((b = st_vb_buf_get(ctx)) < 0) {
+                if (ctx->nbufs == 0) { /* none will ever come: registration failed */
+                    st_vb_ep_fail(ep, ST_ERR_NO_MEMORY, 0, "%s", ctx->bounce_why);
+                    return 0;
+                }
                 break;
             }
             ctx->recv_bufs++;
@@ -527,6 +533,10 @@ static int st_vb_part_post(st_net_ep_t *ep, st_vb_cts_t *c)
                 sge.lkey = op->reg->mr->lkey;
             } else {
                 b = st_vb_buf_get(ctx);
+                if (b < 0 && ctx->nbufs == 0) { /* none will ever come: registration failed */
+                    st_vb_ep_fail(ep, ST_ERR_NO_MEMORY, 0, "%s", ctx->bounce_why);
+                    return -1;
+                }
                 if (b < 0) {
                     return 0;
                 }
@@ -939,17 +949,20 @@ static void st_vb_wc(st_net_ctx_t *ctx, const struct ibv_wc *wc)
         if (ep->state != ST_VB_EP_FAILED) {
             int local = (wc->status == IBV_WC_LOC_PROT_ERR || wc->status == IBV_WC_LOC_LEN_ERR);
 
-            /* status first: the line travels in failure notices, which keep its start */
-            st_vb_ep_fail(ep, local ? ST_ERR_IO : ST_ERR_REMOTE, 1,
-                          "%s (work completion status %d, vendor error 0x%x) on %s:%u QP 0x%x "
-                          "to rank %d (%s, LID %u), %s: %s",
-                          ctx->ibv->wc_status_str(wc->status), (int)wc->status, wc->vendor_err,
-                          ctx->hca, ctx->port, wc->qp_num, ep->peer, ep->paddr.hca,
-                          ep->paddr.lid,
-                          kind == ST_VB_WR_RECV ? "receive"
-                                                : (kind == ST_VB_WR_CTL ? "control message"
-                                                                        : "RDMA write"),
-                          st_vb_wc_hint(wc->status));
+            char line[320];
+
+            /* the requests' reason (which travels to every rank in the collective's error and
+             * the failure notices) is the fact; the likely cause is said here, once */
+            snprintf(line, sizeof(line), "%s (work completion status %d, vendor error 0x%x) on "
+                     "%s:%u QP 0x%x to rank %d (%s, LID %u), %s",
+                     ctx->ibv->wc_status_str(wc->status), (int)wc->status, wc->vendor_err,
+                     ctx->hca, ctx->port, wc->qp_num, ep->peer, ep->paddr.hca, ep->paddr.lid,
+                     kind == ST_VB_WR_RECV ? "receive"
+                                           : (kind == ST_VB_WR_CTL ? "control message"
+                                                                   : "RDMA write"));
+            st_error(ST_SUB_VERBS, "%s rank %d: %s: %s", ctx->name, ctx->rank, line,
+                     st_vb_wc_hint(wc->status));
+            st_vb_ep_fail(ep, local ? ST_ERR_IO : ST_ERR_REMOTE, 0, "%s", line);
         }
         return;
     }
