@@ -744,11 +744,21 @@ const st_ibv_t *mock_ibv_table(int ndev, unsigned down_mask)
     for (int d = 0; d < mock_ndev; d++) {
         snprintf(mock_devs[d].name, sizeof(mock_devs[d].name), "mock%d", d);
         snprintf(mock_devs[d].dev.name, sizeof(mock_devs[d].dev.name), "mock%d", d);
+        mock_devs[d].dev.transport_type = IBV_TRANSPORT_IB;
         mock_list[d] = &mock_devs[d].dev;
     }
     mock_list[mock_ndev] = NULL;
     pthread_mutex_unlock(&mock_lock);
     return &mock_table;
+}
+
+void mock_ibv_set_transport(int dev, enum ibv_transport_type type)
+{
+    pthread_mutex_lock(&mock_lock);
+    if (dev >= 0 && dev < 4) {
+        mock_devs[dev].dev.transport_type = type;
+    }
+    pthread_mutex_unlock(&mock_lock);
 }
 
 void mock_ibv_fail_nth(long n, enum ibv_wc_status status)

@@ -34,6 +34,9 @@ void mock_ibv_fail_nth(long n, enum ibv_wc_status status);
 /* reg_mr fails with ENOMEM for the n-th registration from now on (1-based); 0 disables. */
 void mock_ibv_reg_fail_nth(long n);
 
+/* The transport type device dev reports (mock_ibv_table resets every device to IB). */
+void mock_ibv_set_transport(int dev, enum ibv_transport_type type);
+
 /* A copy of the counters. */
 mock_ibv_stats_t mock_ibv_stats(void);
 

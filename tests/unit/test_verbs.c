@@ -382,6 +382,22 @@ static void test_rail_devices(void **state)
     assert_int_equal(ops->rail_devices(buf, sizeof(buf)), ST_OK);
     assert_string_equal(buf, "=mock0:1");
 
+    /* a device that is no InfiniBand/RoCE HCA (EFA, iWARP: no RC with immediate) is passed
+     * over, so STRATA_NET=auto leaves such a host to UCX */
+    st_verbs_ibv_override(mock_ibv_table(2, 0));
+    mock_ibv_set_transport(0, IBV_TRANSPORT_UNSPECIFIED);
+    assert_int_equal(ops->rail_devices(buf, sizeof(buf)), ST_OK);
+    assert_string_equal(buf, "=mock1:1");
+    mock_ibv_set_transport(1, IBV_TRANSPORT_IWARP);
+    assert_int_equal(ops->rail_devices(buf, sizeof(buf)), ST_ERR_NO_DEVICE);
+    capture_begin(&cap);
+    ctx = NULL;
+    assert_int_equal(ops->open(&cfg, &ctx), ST_ERR_NO_DEVICE);
+    capture_end(&cap, log, sizeof(log));
+    assert_null(ctx);
+    assert_non_null(strstr(log, "mock0 is no InfiniBand/RoCE HCA"));
+    assert_non_null(strstr(log, "mock1 is no InfiniBand/RoCE HCA"));
+
     /* STRATA_IB_HCA excludes mock0 */
     st_verbs_ibv_override(mock_ibv_table(2, 0));
     st_verbs_config.hca = (char *)"^mock0";

@@ -181,6 +181,14 @@ static int st_vb_ports(const st_ibv_t *ibv, struct ibv_device **list, int ndev,
         if (name == NULL) {
             continue;
         }
+        /* RC with RDMA write with immediate: InfiniBand and RoCE HCAs (transport IB); not
+         * iWARP (no write with immediate) nor EFA (no RC), which UCX serves instead */
+        if (list[d]->transport_type != IBV_TRANSPORT_IB) {
+            off += (size_t)snprintf(why + off, off < len ? len - off : 0, "%s%s is no "
+                                    "InfiniBand/RoCE HCA (transport %d: iWARP or EFA?)",
+                                    off ? "; " : "", name, (int)list[d]->transport_type);
+            continue;
+        }
         dctx = ibv->open_device(list[d]);
         if (dctx == NULL) {
             off += (size_t)snprintf(why + off, off < len ? len - off : 0, "%s%s cannot be "
