@@ -130,15 +130,22 @@ static void st_vb_req_fail_now(st_request_t *req, st_net_ep_t *ep, st_status_t s
 
 /* ---- posting --------------------------------------------------------------------------------- */
 
+/* Posts receive work request i of QP q (its buffer in ep->mem); ibv_post_recv's errno value. */
+static int st_vb_post_recv(st_net_ep_t *ep, int q, uint32_t i)
+{
+    struct ibv_sge     sge = {.addr   = (uintptr_t)(ep->mem + ST_VB_RECV_OFF(q, i)),
+                              .length = ST_VB_CTL_SIZE,
+                              .lkey   = ep->mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = ST_VB_WRID(ST_VB_WR_RECV, q, i, ep->idx, ep->gen),
+                             .sg_list = &sge, .num_sge = 1}, *bad;
+
+    return ep->ctx->ibv->post_recv(ep->qp[q], &wr, &bad);
+}
+
 st_status_t st_vb_post_recvs(st_net_ep_t *ep, int q)
 {
-    for (int i = 0; i < ST_VB_RQ_DEPTH; i++) {
-        struct ibv_sge      sge = {.addr   = (uintptr_t)(ep->mem + ST_VB_RECV_OFF(q, i)),
-                                   .length = ST_VB_CTL_SIZE,
-                                   .lkey   = ep->mr->lkey};
-        struct ibv_recv_wr  wr = {.wr_id = ST_VB_WRID(ST_VB_WR_RECV, q, i, ep->idx, ep->gen),
-                                  .sg_list = &sge, .num_sge = 1}, *bad;
-        int                 ret = ep->ctx->ibv->post_recv(ep->qp[q], &wr, &bad);
+    for (uint32_t i = 0; i < ST_VB_RQ_DEPTH; i++) {
+        int ret = st_vb_post_recv(ep, q, i);
 
         if (ret != 0) {
             st_error(ST_SUB_VERBS, "%s rank %d: ibv_post_recv on QP 0x%x (%s) failed: %s",
@@ -152,12 +159,7 @@ st_status_t st_vb_post_recvs(st_net_ep_t *ep, int q)
 
 static void st_vb_repost(st_net_ep_t *ep, int q, uint32_t i)
 {
-    struct ibv_sge     sge = {.addr   = (uintptr_t)(ep->mem + ST_VB_RECV_OFF(q, i)),
-                              .length = ST_VB_CTL_SIZE,
-                              .lkey   = ep->mr->lkey};
-    struct ibv_recv_wr wr = {.wr_id = ST_VB_WRID(ST_VB_WR_RECV, q, i, ep->idx, ep->gen),
-                             .sg_list = &sge, .num_sge = 1}, *bad;
-    int                ret = ep->ctx->ibv->post_recv(ep->qp[q], &wr, &bad);
+    int ret = st_vb_post_recv(ep, q, i);
 
     if (ret != 0) {
         st_vb_ep_fail(ep, ST_ERR_IO, 1, "re-posting a receive on QP 0x%x (%s) to rank %d "
