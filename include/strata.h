@@ -524,15 +524,16 @@ STRATA_API strataResult_t strataMemFree(void *ptr);
  * in a group of several, the one the engine finished last; a failed call leaves the previous
  * record. For the hierarchical algorithm (algorithm "hier"; all five collectives run as the same
  * three-phase pipeline, see README "Algorithms"): phase 0 is the copy into the node's windows and
- * the intra-node reduce-scatter, phase 1 the inter-node all-reduce of this rank's shards over its
- * rail, phase 2 the intra-node all-gather. seconds[0] and seconds[2]: the time this rank spent
+ * the intra-node reduce-scatter, phase 1 the inter-node step of this rank's shards over its rail
+ * (all-reduce: a ring's all-reduce; reduce-scatter and all-gather: that half of the ring;
+ * broadcast and reduce: a chain over the nodes), phase 2 the intra-node all-gather. seconds[0] and seconds[2]: the time this rank spent
  * copying and reducing in those phases, waits for local peers excluded; seconds[1]: the time
  * during which at least one of this rank's inter-node transfers was in flight (so it includes the
  * wait for the network, which is what it measures). The phases of different chunks overlap, so
  * their sum may exceed totalSeconds. bytes[0] = bytes[2] = the collective's size as nccl-tests
  * counts it (all-reduce, broadcast, reduce: count elements; reduce-scatter: the send buffer;
- * all-gather: the receive buffer); bytes[1]: bytes of the shards this rank all-reduced over the
- * network (0 on one node; on uneven nodes it differs between ranks). Other algorithms ("ring",
+ * all-gather: the receive buffer); bytes[1]: bytes this rank sent over the network in its
+ * inter-node steps (0 on one node; on uneven nodes it differs between ranks). Other algorithms ("ring",
  * "small", "chain", "p2p") set seconds[1] = totalSeconds and bytes[1] = the size, the rest 0.
  * totalSeconds runs from the moment the engine started the call (for a call queued on a host
  * stream: when the stream reached it) to its completion on this rank. Not collective; safe to

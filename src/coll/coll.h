@@ -93,6 +93,9 @@ st_status_t st_ring_create(const st_coll_args_t *args, st_op_t **op_p);   /* AR,
 st_status_t st_chain_create(const st_coll_args_t *args, st_op_t **op_p);  /* bcast, reduce */
 st_status_t st_p2p_create(const st_coll_args_t *args, st_op_t **op_p);    /* send, recv */
 st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p);   /* all five */
+/* Whether hier can take the call: the node's windows exist, and for reduce-scatter and all-gather
+ * a window chunk holds one element of every rank. */
+int st_hier_fits(const st_coll_args_t *args);
 st_status_t st_small_create(const st_coll_args_t *args, st_op_t **op_p);  /* all-reduce */
 /* 1 when the small algorithm can take args (all-reduce, bytes within the windows' small area). */
 int st_small_fits(const st_coll_args_t *args);

@@ -21,16 +21,32 @@
  * chunks overlap. Counters in the windows (coll/intra.h) say how far each rank got; a slot is
  * refilled only when every local rank finished reading what it held depth chunks ago.
  *
- * The five collectives are this one pipeline with different contributions and deliveries:
- *   all-reduce       V = the buffer; contribution: all of it; delivery: all of it.
- *   reduce-scatter   V = the send buffer (nranks blocks); delivery: the rank's own block only.
- *   reduce           delivery on the root only; other ranks' receive buffers are never written.
- *   broadcast        bytes; the root contributes, the shards of other nodes start as zeros, and
- *                    the inter-node all-reduce ORs them: exactly the root's bytes arrive.
- *   all-gather       bytes; rank r contributes its block at its place in V, zeros elsewhere, ORed.
- * Reduce-scatter, broadcast and all-gather thereby move up to twice the bytes an algorithm
- * specialised for them would over the network: a known cost of this composition, traded for one
- * pipeline that handles uneven nodes and any rank numbering.
+ * The five collectives are this pipeline with other contributions, deliveries, chunk layouts and
+ * inter-node steps; each moves over the network no more than its own bytes:
+ *   all-reduce       V = the buffer; linear chunks; inter-node: the ring's reduce-scatter and
+ *                    all-gather halves, 2(N-1)/N of V per node.
+ *   reduce           as all-reduce inside the node; inter-node: a chain over the nodes toward
+ *                    the root's node (node root+N-1 sends its shard to root+N-2, which adds its own
+ *                    and passes it on): V per node instead of the ring's 2(N-1)/N V; delivery on
+ *                    the root only (other ranks' receive buffers are never written).
+ *   broadcast        bytes; the root copies in, the owners on its node take their shards from the
+ *                    root's in slot, and each shard travels a chain over the nodes from the root's
+ *                    node: every node receives V once.
+ *   reduce-scatter   V = the send buffer (nranks blocks of count); chunks BY NODE (below); the
+ *                    ring's reduce-scatter half only: (N-1)/N of V per node, and each node ends
+ *                    with its own ranks' pieces reduced; each rank copies out its own piece.
+ *   all-gather       bytes, V = the receive buffer; chunks by node; each rank copies in its own
+ *                    piece, the owners gather their node's part of their shard from the local in
+ *                    slots, and the ring's all-gather half brings the other nodes' parts: (N-1)/N
+ *                    of V per node; every rank copies the whole chunk out.
+ * Chunks by node: chunk k holds piece k (elements k*c .. k*c+c-1 of each rank's block; c =
+ * the chunk / nranks) of every rank's block, ordered by node, then local rank: node b's ranks'
+ * pieces form one range of the chunk, whatever the rank numbering, and shard j of the chunk is
+ * shard j's share of every node's range. Block b of a shard's ring is then exactly node b's part,
+ * which is what the half ring leaves on node b (reduce-scatter) or starts from there (all-gather).
+ * The order for all-gather (intra-node gather, inter-node all-gather, intra-node copy-out) moves
+ * the same (N-1)/N of V over each node's links as inter-node first would, and keeps the pipeline's
+ * one shape; the slow level carries each byte once either way.
  *
  * Results are bitwise identical on all ranks: every element is reduced at one place in one fixed
  * order (local ranks in order, then around the rail's ring from the block's first sender) and
@@ -61,11 +77,19 @@
 
 typedef enum { ST_HIER_REDUCE = 0, ST_HIER_COPY } st_hier_mode_t;
 
+/* How a chunk lays out V: linear (chunk k = elements k*chunk ..), or by node (the header). */
+typedef enum { ST_HIER_LINEAR = 0, ST_HIER_BYNODE } st_hier_layout_t;
+
+/* The inter-node step of an owned shard: a ring (steps step0 .. step_end - 1 of the all-reduce's
+ * 2(N-1): reduce-scatter [0, N-1), all-gather [N-1, 2(N-1))), or a chain over the nodes
+ * (broadcast, reduce: step 0 receives, step 1 sends). */
+typedef enum { ST_HIER_RING = 0, ST_HIER_CHAIN } st_hier_inter_t;
+
 /* One owned shard's inter-node ring for one chunk. */
 typedef struct st_hier_ring {
     int          j;          /* shard index */
     size_t       off, cnt;   /* the shard in the chunk, elements */
-    int          step;       /* 0 .. 2(N-1) (done) */
+    int          step;       /* step0 .. step_end (done) */
     int          left, right;
     st_rail_xfer_t net[2];   /* the step's transfers: [ST_RAIL_RECV], [ST_RAIL_SEND] */
     char        *tmp;        /* staging for a received block before it is reduced */
@@ -85,6 +109,14 @@ typedef struct st_hier {
     st_intra_t      *intra;
     const st_topo_t *topo;
     st_hier_mode_t   mode;
+    st_hier_layout_t layout;
+    st_hier_inter_t  inter;
+    int              step0, step_end; /* the inter-node steps run (st_hier_inter_t) */
+    int              tag_steps;       /* steps per (chunk, shard) in the tags */
+    int              root_node;       /* broadcast, reduce: the root's node */
+    size_t           block;    /* by node: elements of each rank's block (count) */
+    size_t           piece;    /* by node: elements of a block per chunk (c; the last is shorter) */
+    int             *node_pre; /* by node: [nnodes + 1] ranks on the nodes before node b */
     size_t           es;       /* bytes per element of V */
     size_t           unit;     /* shard and block boundaries fall on multiples of this (elements) */
     size_t           total;    /* elements of V */
@@ -137,9 +169,51 @@ static void st_hier_shard(const st_hier_t *h, size_t len, int j, size_t *off_p, 
     *cnt_p = ST_MIN((u0 + un) * h->unit, len) - *off_p;
 }
 
+/* By node: elements of each rank's piece in chunk k (c; the last chunk's are shorter). */
+static size_t st_hier_piece_len(const st_hier_t *h, size_t k)
+{
+    return ST_MIN(h->piece, h->block - k * h->piece);
+}
+
 static size_t st_hier_chunk_len(const st_hier_t *h, size_t k)
 {
+    if (h->layout == ST_HIER_BYNODE) {
+        return (size_t)h->comm->nranks * st_hier_piece_len(h, k);
+    }
     return ST_MIN(h->chunk, h->total - k * h->chunk);
+}
+
+/* By node: where rank r's piece starts in chunk k (elements). */
+static size_t st_hier_pos(const st_hier_t *h, size_t k, int r)
+{
+    int b = st_topo_node(h->topo, r);
+
+    return (size_t)(h->node_pre[b] + st_topo_local_rank(h->topo, r)) * st_hier_piece_len(h, k);
+}
+
+/* How many ranges shard j of a chunk has: one (linear), or one per node (by node). */
+static int st_hier_nranges(const st_hier_t *h)
+{
+    return h->layout == ST_HIER_BYNODE ? h->nnodes : 1;
+}
+
+/* Range i of shard j of chunk k: its offset in the chunk (elements) and length. Linear: the shard
+ * (i = 0); by node: shard j's share of node i's range, by the same rule as a linear shard. */
+static size_t st_hier_range(const st_hier_t *h, size_t k, int j, int i, size_t *off_p)
+{
+    size_t off, cnt;
+
+    if (h->layout == ST_HIER_LINEAR) {
+        st_hier_shard(h, st_hier_chunk_len(h, k), j, off_p, &cnt);
+        return cnt;
+    }
+    {
+        size_t c = st_hier_piece_len(h, k), first = (size_t)h->node_pre[i] * c;
+
+        st_hier_shard(h, (size_t)(h->node_pre[i + 1] - h->node_pre[i]) * c, j, &off, &cnt);
+        *off_p = first + off;
+        return cnt;
+    }
 }
 
 static inline int st_hier_mod(int x, int n)
@@ -151,25 +225,6 @@ static inline int st_hier_mod(int x, int n)
 static int st_hier_owner(const st_hier_t *h, int node, int j)
 {
     return st_topo_node_rank(h->topo, node, j % st_topo_local_size(h->topo, node));
-}
-
-static void st_hier_or(void *dst, const void *a, const void *b, size_t n)
-{
-    uint8_t       *d = dst;
-    const uint8_t *x = a, *y = b;
-
-    for (size_t i = 0; i < n; i++) {
-        d[i] = x[i] | y[i];
-    }
-}
-
-static void st_hier_combine(const st_hier_t *h, void *dst, const void *in, size_t count)
-{
-    if (h->mode == ST_HIER_REDUCE) {
-        st_reduce_combine(&h->args.redop, dst, dst, in, count);
-    } else {
-        st_hier_or(dst, dst, in, count);
-    }
 }
 
 /* Where chunk k's reduced shards of local rank lr live (offsets relative to the chunk): its res
@@ -254,75 +309,63 @@ static st_status_t st_hier_dsync(st_hier_t *h, const char *phase)
 
 /* ---- copy-in -------------------------------------------------------------------------------- */
 
+/* Copies len elements (pre: prescaled by a premul-sum's scalar) to the in slot. */
+static st_status_t st_hier_put(st_hier_t *h, char *dst, const char *src, size_t len, int pre)
+{
+    if (h->dev != NULL) {
+        const void *srcs = src;
+
+        return pre ? st_hier_djob(h, dst, &srcs, 1, 1, 0, len) : st_hier_dcopy(h, dst, src, len * h->es);
+    }
+    if (pre) {
+        st_reduce_pre(&h->args.redop, dst, src, len);
+    } else {
+        memcpy(dst, src, len * h->es);
+    }
+    return ST_OK;
+}
+
 static st_status_t st_hier_copy_in(st_hier_t *h, size_t k)
 {
     char  *slot = st_hier_in(h, h->l, (int)(k % (size_t)h->depth));
     size_t first = k * h->chunk, len = st_hier_chunk_len(h, k);
 
-    if (h->mode == ST_HIER_REDUCE) {
-        const void *src = h->src + first * h->es;
+    switch (h->args.type) {
+    case ST_COLL_REDUCESCATTER: { /* every rank's piece k, at its place in the by-node chunk */
+        size_t c = st_hier_piece_len(h, k);
 
-        if (h->dev != NULL) {
-            return st_hier_djob(h, slot, &src, 1, 1, 0, len);
+        for (int r = 0; r < h->comm->nranks; r++) {
+            ST_CHECK(st_hier_put(h, slot + st_hier_pos(h, k, r) * h->es,
+                                 h->src + ((size_t)r * h->block + k * h->piece) * h->es, c, 1));
         }
-        st_reduce_pre(&h->args.redop, slot, src, len);
-    } else if (h->args.type == ST_COLL_BROADCAST) {
-        if (h->comm->rank == h->args.root) {
-            if (h->dev != NULL) {
-                return st_hier_dcopy(h, slot, h->src + first, len);
-            }
-            memcpy(slot, h->src + first, len);
-        }
-    } else { /* all-gather: the own block's part of the chunk */
-        size_t blk = h->args.count * st_dtype_size(h->args.dtype);
-        size_t lo = (size_t)h->comm->rank * blk;
-        size_t a = ST_MAX(lo, first), b = ST_MIN(lo + blk, first + len);
-
-        if (a < b) {
-            if (h->dev != NULL) {
-                return st_hier_dcopy(h, slot + (a - first), h->src + (a - lo), b - a);
-            }
-            memcpy(slot + (a - first), h->src + (a - lo), b - a);
-        }
+        return ST_OK;
     }
-    return ST_OK;
+    case ST_COLL_ALLGATHER: /* the own piece k */
+        return st_hier_put(h, slot + st_hier_pos(h, k, h->comm->rank), h->src + k * h->piece,
+                           st_hier_piece_len(h, k), 0);
+    case ST_COLL_BROADCAST:
+        return h->comm->rank == h->args.root ? st_hier_put(h, slot, h->src + first, len, 0) : ST_OK;
+    default: /* all-reduce, reduce */
+        return st_hier_put(h, slot, h->src + first * h->es, len, 1);
+    }
 }
 
 /* ---- reduce-scatter (intra) ----------------------------------------------------------------- */
 
-/* Copy mode: fills [first, first+cnt) of V (bytes) in dst from the local contributors' in slots,
- * zeros where the contributor lives on another node. */
-static st_status_t st_hier_gather_local(st_hier_t *h, char *dst, size_t first, size_t cnt,
-                                        int slot, size_t chunk_first)
+/* All-gather: copies [off, off+cnt) of chunk k (this node's range, by node) to dst from the in
+ * slots of the local ranks whose pieces it holds. */
+static st_status_t st_hier_gather_local(st_hier_t *h, char *dst, size_t k, size_t off, size_t cnt)
 {
-    size_t pos = first, end = first + cnt;
+    size_t c = st_hier_piece_len(h, k), first = (size_t)h->node_pre[h->node] * c;
+    size_t pos = off, end = off + cnt;
+    int    slot = (int)(k % (size_t)h->depth);
 
     while (pos < end) {
-        size_t seg_end;
-        int    r;
+        int    lr      = (int)((pos - first) / c);
+        size_t seg_end = ST_MIN(end, first + (size_t)(lr + 1) * c);
 
-        if (h->args.type == ST_COLL_BROADCAST) {
-            r       = h->args.root;
-            seg_end = end;
-        } else {
-            size_t blk = h->args.count * st_dtype_size(h->args.dtype);
-            r       = (int)(pos / blk);
-            seg_end = ST_MIN(end, (size_t)(r + 1) * blk);
-        }
-        if (st_topo_node(h->topo, r) == h->node) {
-            int         lr  = st_topo_local_rank(h->topo, r);
-            const char *src = st_hier_in(h, lr, slot) + (pos - chunk_first);
-
-            if (h->dev != NULL) {
-                ST_CHECK(st_hier_dcopy(h, dst + (pos - first), src, seg_end - pos));
-            } else {
-                memcpy(dst + (pos - first), src, seg_end - pos);
-            }
-        } else if (h->dev != NULL) {
-            ST_CHECK(h->dev->zero(dst + (pos - first), seg_end - pos, h->intra->dstream));
-        } else {
-            memset(dst + (pos - first), 0, seg_end - pos);
-        }
+        ST_CHECK(st_hier_put(h, dst + (pos - off) * h->es, st_hier_in(h, lr, slot) + pos * h->es,
+                             seg_end - pos, 0));
         pos = seg_end;
     }
     return ST_OK;
@@ -331,24 +374,35 @@ static st_status_t st_hier_gather_local(st_hier_t *h, char *dst, size_t first, s
 static st_status_t st_hier_reduce_scatter(st_hier_t *h, size_t k)
 {
     int          slot = (int)(k % (size_t)h->depth);
-    size_t       len = st_hier_chunk_len(h, k);
     const void **srcs = h->srcs;
+    int          post = (h->nnodes == 1 && h->mode == ST_HIER_REDUCE &&
+                         st_redop_has_post(&h->args.redop));
 
     for (int o = 0; o < h->nowned; o++) {
-        size_t off, cnt;
-        char  *res;
+        for (int i = 0; i < st_hier_nranges(h); i++) {
+            size_t off, cnt = st_hier_range(h, k, h->owned[o], i, &off);
+            char  *res = st_hier_res(h, h->l, k) + off * h->es;
 
-        st_hier_shard(h, len, h->owned[o], &off, &cnt);
-        if (cnt == 0) {
-            continue;
-        }
-        res = st_hier_res(h, h->l, k) + off * h->es;
-        if (h->mode == ST_HIER_REDUCE) {
-            int post = (h->nnodes == 1 && st_redop_has_post(&h->args.redop));
+            if (cnt == 0) {
+                continue;
+            }
+            if (h->args.type == ST_COLL_ALLGATHER) { /* this node's part; the ring brings the rest */
+                if (i == h->node) {
+                    ST_CHECK(st_hier_gather_local(h, res, k, off, cnt));
+                }
+                continue;
+            }
+            if (h->args.type == ST_COLL_BROADCAST) { /* the root's node takes it from the root */
+                if (h->node == h->root_node) {
+                    int rl = st_topo_local_rank(h->topo, h->args.root);
 
+                    ST_CHECK(st_hier_put(h, res, st_hier_in(h, rl, slot) + off * h->es, cnt, 0));
+                }
+                continue;
+            }
             for (int lr = 0; lr < h->m; lr++) {
                 srcs[lr] = h->zc.on ? h->zc.send[lr] + (k * h->chunk + off) * h->es
-                                 : st_hier_in(h, lr, slot) + off * h->es;
+                                    : st_hier_in(h, lr, slot) + off * h->es;
             }
             if (h->dev != NULL) {
                 ST_CHECK(st_hier_djob(h, res, srcs, h->m, 0, post, cnt));
@@ -358,8 +412,6 @@ static st_status_t st_hier_reduce_scatter(st_hier_t *h, size_t k)
             if (post) {
                 st_reduce_post(&h->args.redop, res, cnt);
             }
-        } else {
-            ST_CHECK(st_hier_gather_local(h, res, k * h->chunk + off, cnt, slot, k * h->chunk));
         }
     }
     return ST_OK;
@@ -367,49 +419,101 @@ static st_status_t st_hier_reduce_scatter(st_hier_t *h, size_t k)
 
 /* ---- inter-node ring per shard -------------------------------------------------------------- */
 
-/* Block b of ring r's shard: offset (elements, in the chunk) and count. */
-static size_t st_hier_block(const st_hier_t *h, const st_hier_ring_t *r, int b, size_t *off_p)
+/* Block b of ring r's shard in chunk k: offset (elements, in the chunk) and count. Linear: the
+ * shard cut into N blocks (a chain moves it whole); by node: the shard's part of node b's range. */
+static size_t st_hier_block(const st_hier_t *h, size_t k, const st_hier_ring_t *r, int b,
+                            size_t *off_p)
 {
     size_t off, cnt;
 
+    if (h->layout == ST_HIER_BYNODE) {
+        return st_hier_range(h, k, r->j, b, off_p);
+    }
+    if (h->inter == ST_HIER_CHAIN) {
+        *off_p = r->off;
+        return r->cnt;
+    }
     st_hier_split(r->cnt, h->nnodes, b, h->unit, &off, &cnt);
     *off_p = r->off + off;
     return cnt;
 }
 
+/* One side of an inter-node step: peer -1 when there is nothing to move. */
+typedef struct st_hier_io {
+    int    peer;
+    size_t off, cnt;  /* elements, in the chunk */
+    int    into_tmp;  /* a receive into the staging, reduced into res when it lands */
+} st_hier_io_t;
+
+/* What step r->step of ring r sends and receives (st_hier_inter_t). Ring (Patarasuk and Yuan):
+ * steps < N-1 send block pos-s-1 and receive block pos-s-2 to add to their own; the others
+ * (t = s-(N-1)) send block pos-t and receive block pos-t-1 as it is. Chain, at q = the node's
+ * distance from the root's node: broadcast receives from q-1 (step 0) and sends to q+1 (step 1);
+ * reduce receives from q+1 to add to its own (step 0) and sends to q-1 (step 1). */
+static void st_hier_step_io(const st_hier_t *h, size_t k, const st_hier_ring_t *r,
+                            st_hier_io_t *snd, st_hier_io_t *rcv)
+{
+    int n = h->nnodes, pos = h->node, step = r->step;
+
+    snd->peer = rcv->peer = -1;
+    snd->cnt = rcv->cnt = 0;
+    rcv->into_tmp = 0;
+    if (h->inter == ST_HIER_CHAIN) {
+        int q = st_hier_mod(pos - h->root_node, n), bcast = (h->args.type == ST_COLL_BROADCAST);
+        int recv_from = bcast ? (q > 0 ? r->left : -1) : (q < n - 1 ? r->right : -1);
+        int send_to = bcast ? (q < n - 1 ? r->right : -1) : (q > 0 ? r->left : -1);
+
+        if (step == 0 && recv_from >= 0) {
+            rcv->peer     = recv_from;
+            rcv->cnt      = st_hier_block(h, k, r, 0, &rcv->off);
+            rcv->into_tmp = !bcast;
+        } else if (step == 1 && send_to >= 0) {
+            snd->peer = send_to;
+            snd->cnt  = st_hier_block(h, k, r, 0, &snd->off);
+        }
+        return;
+    }
+    snd->peer = r->right;
+    rcv->peer = r->left;
+    if (step < n - 1) {
+        snd->cnt      = st_hier_block(h, k, r, st_hier_mod(pos - step - 1, n), &snd->off);
+        rcv->cnt      = st_hier_block(h, k, r, st_hier_mod(pos - step - 2, n), &rcv->off);
+        rcv->into_tmp = 1;
+    } else {
+        int t = step - (n - 1);
+
+        snd->cnt = st_hier_block(h, k, r, st_hier_mod(pos - t, n), &snd->off);
+        rcv->cnt = st_hier_block(h, k, r, st_hier_mod(pos - t - 1, n), &rcv->off);
+    }
+}
+
 static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_t *r)
 {
-    int                 n = h->nnodes, pos = h->node, steps = 2 * (n - 1);
-    char               *res = st_hier_ring_res(h, s->k);
-    size_t              soff, roff, scnt, rcnt;
-    void               *rbuf;
-    uint64_t            tag;
+    char        *res = st_hier_ring_res(h, s->k);
+    st_hier_io_t snd, rcv;
+    uint64_t     tag;
 
     for (;;) {
-        if (r->step == steps) {
+        if (r->step == h->step_end) {
             s->left--;
             return ST_OK;
         }
-        if (r->step < n - 1) {
-            scnt = st_hier_block(h, r, st_hier_mod(pos - r->step - 1, n), &soff);
-            rcnt = st_hier_block(h, r, st_hier_mod(pos - r->step - 2, n), &roff);
-            rbuf = r->tmp;
-        } else {
-            int t = r->step - (n - 1);
-            scnt = st_hier_block(h, r, st_hier_mod(pos - t, n), &soff);
-            rcnt = st_hier_block(h, r, st_hier_mod(pos - t - 1, n), &roff);
-            rbuf = res + roff * h->es;
-        }
-        /* one tag per (chunk, shard, step): both ends compute the same */
-        tag = st_tag_coll(h->args.seq, ((uint64_t)(s->k * (size_t)h->nshards + (size_t)r->j) *
-                                        (uint64_t)steps + (uint64_t)r->step) & ST_TAG_SUB_MASK);
-        if (rcnt > 0) {
-            ST_CHECK(st_rail_recv(h->comm, &r->net[ST_RAIL_RECV], r->left, rbuf, rcnt * h->es,
+        st_hier_step_io(h, s->k, r, &snd, &rcv);
+        /* one tag per (chunk, shard, step): both ends compute the same (a chain's one message
+         * per chunk and shard is sent at step 1 and received at step 0: sub-step 0) */
+        tag = st_tag_coll(h->args.seq,
+                          ((uint64_t)(s->k * (size_t)h->nshards + (size_t)r->j) *
+                               (uint64_t)h->tag_steps +
+                           (uint64_t)(h->inter == ST_HIER_CHAIN ? 0 : r->step)) & ST_TAG_SUB_MASK);
+        if (rcv.peer >= 0 && rcv.cnt > 0) {
+            ST_CHECK(st_rail_recv(h->comm, &r->net[ST_RAIL_RECV], rcv.peer,
+                                  rcv.into_tmp ? r->tmp : res + rcv.off * h->es, rcv.cnt * h->es,
                                   tag));
         }
-        if (scnt > 0) {
-            ST_CHECK(st_rail_send(h->comm, &r->net[ST_RAIL_SEND], r->right, res + soff * h->es,
-                                  scnt * h->es, tag));
+        if (snd.peer >= 0 && snd.cnt > 0) {
+            ST_CHECK(st_rail_send(h->comm, &r->net[ST_RAIL_SEND], snd.peer, res + snd.off * h->es,
+                                  snd.cnt * h->es, tag));
+            h->inter_bytes += snd.cnt * h->es;
         }
         if (r->net[ST_RAIL_RECV].posted || r->net[ST_RAIL_SEND].posted) {
             return ST_OK;
@@ -418,38 +522,52 @@ static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ri
     }
 }
 
+static const char *const st_hier_inter_what[] = {"all-reduce", "reduce-scatter", "all-gather",
+                                                 "broadcast chain", "reduce chain"};
+
+static const char *st_hier_inter_name(const st_hier_t *h)
+{
+    if (h->inter == ST_HIER_CHAIN) {
+        return st_hier_inter_what[h->args.type == ST_COLL_BROADCAST ? 3 : 4];
+    }
+    return st_hier_inter_what[h->step0 > 0 ? 2 : (h->step_end < 2 * (h->nnodes - 1) ? 1 : 0)];
+}
+
 /* Advances one ring as far as it goes without waiting. */
 static st_status_t st_hier_ring_progress(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_t *r)
 {
     int n = h->nnodes;
 
-    while (r->step < 2 * (n - 1)) {
-        int         received = r->net[ST_RAIL_RECV].posted, at;
-        st_status_t status = st_rail_test_all(r->net, 2, &at);
+    while (r->step < h->step_end) {
+        st_hier_io_t snd, rcv;
+        int          at;
+        st_status_t  status = st_rail_test_all(r->net, 2, &at);
 
         if (status == ST_INPROGRESS) {
             h->op.wait_peer = r->net[at].peer;
             return ST_INPROGRESS;
         }
         if (status != ST_OK) {
-            return st_rail_fail(&h->op, &r->net[at], status,
-                                "inter-node all-reduce of shard %d, step %d/%d", r->j,
-                                r->step + 1, 2 * (n - 1));
+            return st_rail_fail(&h->op, &r->net[at], status, "inter-node %s of shard %d, step "
+                                "%d/%d", st_hier_inter_name(h), r->j, r->step - h->step0 + 1,
+                                h->step_end - h->step0);
         }
-        if (r->step < n - 1 && received) {
-            size_t roff, rcnt;
-            char  *res = st_hier_ring_res(h, s->k);
-
-            rcnt = st_hier_block(h, r, st_hier_mod(h->node - r->step - 2, n), &roff);
-            st_hier_combine(h, res + roff * h->es, r->tmp, rcnt);
+        st_hier_step_io(h, s->k, r, &snd, &rcv);
+        if (rcv.into_tmp && rcv.peer >= 0 && rcv.cnt > 0) {
+            st_reduce_combine(&h->args.redop, st_hier_ring_res(h, s->k) + rcv.off * h->es,
+                              st_hier_ring_res(h, s->k) + rcv.off * h->es, r->tmp, rcv.cnt);
         }
-        if (r->step == n - 2 && h->mode == ST_HIER_REDUCE &&
-            st_redop_has_post(&h->args.redop)) {
-            size_t off, cnt;
-            char  *res = st_hier_ring_res(h, s->k);
+        if (h->mode == ST_HIER_REDUCE && st_redop_has_post(&h->args.redop)) {
+            size_t off, cnt = 0;
 
-            cnt = st_hier_block(h, r, h->node, &off); /* final after the last reduce step */
-            st_reduce_post(&h->args.redop, res + off * h->es, cnt);
+            if (h->inter == ST_HIER_RING && r->step == n - 2) { /* the last reduce step */
+                cnt = st_hier_block(h, s->k, r, h->node, &off);
+            } else if (h->inter == ST_HIER_CHAIN && r->step == 0 && h->node == h->root_node) {
+                cnt = st_hier_block(h, s->k, r, 0, &off);
+            }
+            if (cnt > 0) {
+                st_reduce_post(&h->args.redop, st_hier_ring_res(h, s->k) + off * h->es, cnt);
+            }
         }
         r->step++;
         h->op.progressed = 1;
@@ -462,16 +580,14 @@ static st_status_t st_hier_ring_progress(st_hier_t *h, st_hier_slot_t *s, st_hie
  * ring works on (to_host), or back, and awaits the copies. */
 static st_status_t st_hier_mirror(st_hier_t *h, size_t k, int to_host)
 {
-    size_t len = st_hier_chunk_len(h, k);
-
     for (int o = 0; o < h->nowned; o++) {
-        size_t off, cnt;
-        char  *dev, *host;
+        for (int i = 0; i < st_hier_nranges(h); i++) {
+            size_t off, cnt = st_hier_range(h, k, h->owned[o], i, &off);
+            char  *dev = st_hier_res(h, h->l, k) + off * h->es;
+            char  *host = st_hier_ring_res(h, k) + off * h->es;
 
-        st_hier_shard(h, len, h->owned[o], &off, &cnt);
-        dev  = st_hier_res(h, h->l, k) + off * h->es;
-        host = st_hier_ring_res(h, k) + off * h->es;
-        ST_CHECK(st_hier_dcopy(h, to_host ? host : dev, to_host ? dev : host, cnt * h->es));
+            ST_CHECK(st_hier_dcopy(h, to_host ? host : dev, to_host ? dev : host, cnt * h->es));
+        }
     }
     return st_hier_dsync(h, to_host ? "copying the owned shards to host memory"
                                     : "copying the all-reduced shards back to the device");
@@ -495,10 +611,12 @@ static st_status_t st_hier_inter_start(st_hier_t *h, size_t k)
         st_hier_ring_t *r = &s->rings[o];
 
         r->j    = h->owned[o];
-        st_hier_shard(h, len, r->j, &r->off, &r->cnt);
-        r->step = 0;
+        r->off  = r->cnt = 0; /* by node: the ranges of st_hier_range */
+        if (h->layout == ST_HIER_LINEAR) {
+            st_hier_shard(h, len, r->j, &r->off, &r->cnt);
+        }
+        r->step = h->step0;
         r->net[ST_RAIL_RECV].posted = r->net[ST_RAIL_SEND].posted = 0;
-        h->inter_bytes += r->cnt * h->es;
         r->left  = st_hier_owner(h, st_hier_mod(h->node - 1, h->nnodes), r->j);
         r->right = st_hier_owner(h, st_hier_mod(h->node + 1, h->nnodes), r->j);
         ST_CHECK(st_hier_ring_post(h, s, r));
@@ -518,7 +636,7 @@ static st_status_t st_hier_inter_progress(st_hier_t *h)
             st_hier_ring_t *r = &s->rings[o];
             st_status_t     status;
 
-            if (r->step == 2 * (h->nnodes - 1)) {
+            if (r->step == h->step_end) {
                 continue;
             }
             status = st_hier_ring_progress(h, s, r);
@@ -541,9 +659,61 @@ static st_status_t st_hier_inter_progress(st_hier_t *h)
 
 /* ---- all-gather (intra) --------------------------------------------------------------------- */
 
+/* Copies len elements of local rank lr's res slot of chunk k at offset off to dst. */
+static st_status_t st_hier_take(st_hier_t *h, char *dst, int lr, size_t k, size_t off, size_t len)
+{
+    const char *src = st_hier_res(h, lr, k) + off * h->es;
+
+    if (h->dev != NULL) {
+        return st_hier_dcopy(h, dst, src, len * h->es);
+    }
+    memcpy(dst, src, len * h->es);
+    return ST_OK;
+}
+
+/* By node: reduce-scatter copies out the rank's own piece, all-gather every rank's, each from
+ * the local owner of the shard that holds it. */
+static st_status_t st_hier_deliver_bynode(st_hier_t *h, size_t k)
+{
+    size_t c = st_hier_piece_len(h, k);
+
+    for (int j = 0; j < h->nshards; j++) {
+        for (int b = 0; b < h->nnodes; b++) {
+            size_t off, cnt = st_hier_range(h, k, j, b, &off), pos = off, end = off + cnt;
+            size_t first = (size_t)h->node_pre[b] * c;
+
+            if (h->args.type == ST_COLL_REDUCESCATTER) { /* the own piece only */
+                size_t mine = st_hier_pos(h, k, h->comm->rank);
+
+                if (b != h->node) {
+                    continue;
+                }
+                pos = ST_MAX(pos, mine);
+                end = ST_MIN(end, mine + c);
+            }
+            while (pos < end) {
+                int    lb = (int)((pos - first) / c);
+                size_t piece_first = first + (size_t)lb * c;
+                size_t seg_end = ST_MIN(end, piece_first + c);
+                int    r = st_topo_node_rank(h->topo, b, lb);
+                char  *dst = h->dst + ((h->args.type == ST_COLL_ALLGATHER ? (size_t)r * h->block : 0) +
+                                       k * h->piece + (pos - piece_first)) * h->es;
+
+                ST_CHECK(st_hier_take(h, dst, j % h->m, k, pos, seg_end - pos));
+                pos = seg_end;
+            }
+        }
+    }
+    return ST_OK;
+}
+
 static st_status_t st_hier_deliver(st_hier_t *h, size_t k)
 {
     size_t len = st_hier_chunk_len(h, k), first = k * h->chunk;
+
+    if (h->layout == ST_HIER_BYNODE) {
+        return st_hier_deliver_bynode(h, k);
+    }
 
     for (int j = 0; j < h->nshards; j++) {
         size_t off, cnt, a, b;
@@ -745,6 +915,7 @@ static void st_hier_free(void *arg)
     free(h->tmp_mem);
     free(h->owned);
     free(h->srcs);
+    free(h->node_pre);
     st_intra_zc_fini(&h->zc);
     free(h);
 }
@@ -773,6 +944,21 @@ static void st_hier_destroy(st_op_t *op)
     }
     free(reqs);
     st_hier_free(h);
+}
+
+int st_hier_fits(const st_coll_args_t *args)
+{
+    st_comm_t *comm = args->comm;
+    size_t     per_rank = args->type == ST_COLL_REDUCESCATTER ? st_dtype_size(args->dtype) : 1;
+
+    if (comm->nranks < 2 || comm->intra == NULL) {
+        return 0;
+    }
+    /* by node (reduce-scatter, all-gather): a chunk holds at least one element of every rank */
+    if (args->type == ST_COLL_REDUCESCATTER || args->type == ST_COLL_ALLGATHER) {
+        return (size_t)comm->nranks * per_rank <= comm->intra->chunk_bytes;
+    }
+    return 1;
 }
 
 st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
@@ -818,27 +1004,41 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
             ST_CHECK_GOTO(h->dev->stream_create(&intra->dstream), status, err_dev);
         }
     }
+    h->inter     = ST_HIER_RING;
+    h->step_end  = 2 * (h->nnodes - 1);
+    h->tag_steps = ST_MAX(2 * (h->nnodes - 1), 2);
+    h->es        = es;
+    h->total     = args->count;
+    h->own_count = args->count;
+    if (st_coll_info(args->type)->rooted) {
+        h->inter     = ST_HIER_CHAIN;
+        h->step_end  = 2;
+        h->root_node = st_topo_node(h->topo, args->root);
+    }
     switch (args->type) {
     case ST_COLL_BROADCAST:
+        h->mode      = ST_HIER_COPY;
+        h->es        = 1;
+        h->total     = h->own_count = args->count * es;
+        break;
     case ST_COLL_ALLGATHER:
-        h->mode  = ST_HIER_COPY;
-        h->es    = 1;
-        h->total = args->count * es * (args->type == ST_COLL_ALLGATHER ? (size_t)comm->nranks : 1);
-        h->own_first = 0;
-        h->own_count = h->total;
+        h->mode      = ST_HIER_COPY;
+        h->layout    = ST_HIER_BYNODE;
+        h->es        = 1;
+        h->block     = args->count * es;
+        h->total     = h->block * (size_t)comm->nranks;
+        h->step0     = h->nnodes - 1; /* the ring's all-gather half */
         break;
     case ST_COLL_REDUCESCATTER:
-        h->es        = es;
+        h->layout    = ST_HIER_BYNODE;
+        h->block     = args->count;
         h->total     = args->count * (size_t)comm->nranks;
-        h->own_first = args->count * (size_t)comm->rank;
-        h->own_count = args->count;
+        h->step_end  = h->nnodes - 1; /* the ring's reduce-scatter half */
         break;
-    default: /* all-reduce, reduce */
-        h->es        = es;
-        h->total     = args->count;
-        h->own_first = 0;
-        h->own_count = args->count;
-        h->deliver   = !st_coll_info(args->type)->rooted || comm->rank == args->root;
+    case ST_COLL_REDUCE:
+        h->deliver   = comm->rank == args->root;
+        break;
+    default: /* all-reduce */
         break;
     }
     h->unit  = ST_MAX(64 / h->es, 1);
@@ -857,6 +1057,23 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
         h->chunk = ST_MAX(h->chunk / h->unit, 1) * h->unit;
     }
     h->ncols = ST_DIV_ROUND_UP(h->total, h->chunk);
+    if (h->layout == ST_HIER_BYNODE) {
+        /* piece k of every rank's block per chunk: c = the chunk's share per rank, on multiples
+         * of the unit when it holds one (st_hier_fits: at least one element per rank fits) */
+        h->piece = h->chunk / (size_t)comm->nranks;
+        h->piece = (h->piece >= h->unit) ? h->piece / h->unit * h->unit : ST_MAX(h->piece, 1);
+        h->chunk = h->piece * (size_t)comm->nranks;
+        h->ncols = ST_DIV_ROUND_UP(h->block, h->piece);
+        h->node_pre = malloc(((size_t)h->nnodes + 1) * sizeof(*h->node_pre));
+        if (h->node_pre == NULL) {
+            free(h);
+            return ST_ERR_NO_MEMORY;
+        }
+        h->node_pre[0] = 0;
+        for (int b = 0; b < h->nnodes; b++) {
+            h->node_pre[b + 1] = h->node_pre[b] + st_topo_local_size(h->topo, b);
+        }
+    }
     h->owned = malloc((size_t)h->nshards * sizeof(*h->owned));
     h->srcs  = malloc((size_t)h->m * sizeof(*h->srcs));
     /* zero-copy: all-reduce only (the other collectives' contributions are not the buffers) */
@@ -877,6 +1094,18 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
         /* + 1 unit: a shorter last chunk's shard may round one unit up */
         size_t shard_max = (st_tune_policy_shard_max(comm->tune, ST_DIV_ROUND_UP(h->chunk, h->unit),
                                                      h->nshards) + 1) * h->unit;
+
+        if (h->layout == ST_HIER_BYNODE) { /* a block is a shard's part of one node's range */
+            shard_max = 0;
+            for (int b = 0; b < h->nnodes; b++) {
+                for (int j = 0; j < h->nshards; j++) {
+                    size_t off;
+
+                    shard_max = ST_MAX(shard_max, st_hier_range(h, 0, j, b, &off));
+                }
+            }
+            shard_max += h->unit;
+        }
         size_t tmp_bytes = ST_DIV_ROUND_UP(shard_max * h->es, 64) * 64;
         size_t nrings = (size_t)h->nowned * (size_t)h->depth;
 

@@ -64,7 +64,7 @@ static const st_coll_algo_t st_coll_algos[] = {
      ST_COLL_BIT(ST_COLL_ALLREDUCE) | ST_COLL_BIT(ST_COLL_BROADCAST) |
          ST_COLL_BIT(ST_COLL_REDUCE) | ST_COLL_BIT(ST_COLL_ALLGATHER) |
          ST_COLL_BIT(ST_COLL_REDUCESCATTER),
-     st_coll_has_windows, st_hier_create},
+     st_hier_fits, st_hier_create},
     {"small", ST_ALGO_SMALL, ST_COLL_BIT(ST_COLL_ALLREDUCE), st_small_fits, st_small_create},
     {"p2p", ST_ALGO_LAST, ST_COLL_BIT(ST_COLL_SEND) | ST_COLL_BIT(ST_COLL_RECV), NULL,
      st_p2p_create},
@@ -213,7 +213,7 @@ static st_algo_t st_coll_choose_any(st_coll_args_t *args)
         return ST_ALGO_RING; /* what hier and small run through is missing */
     }
     if (algo != ST_ALGO_AUTO && !st_coll_algo_fits(algo, args)) {
-        algo = ST_ALGO_AUTO; /* a forced small the call does not fit */
+        algo = ST_ALGO_AUTO; /* a forced small or hier the call does not fit */
     }
     if (algo == ST_ALGO_AUTO && args->type == ST_COLL_ALLREDUCE &&
         st_tune_policy_allreduce(comm->tune, comm->name, st_coll_bytes(args),
@@ -228,7 +228,7 @@ static st_algo_t st_coll_choose_any(st_coll_args_t *args)
         if (st_coll_algo_fits(ST_ALGO_SMALL, args) &&
             st_coll_bytes(args) <= st_core_config.small_threshold) {
             algo = ST_ALGO_SMALL;
-        } else if (st_topo_nrails(comm->topo) > 1) {
+        } else if (st_topo_nrails(comm->topo) > 1 && st_coll_algo_fits(ST_ALGO_HIER, args)) {
             algo = ST_ALGO_HIER;
         } else {
             algo = ST_ALGO_RING;

@@ -433,28 +433,30 @@ static void cb_phases_read(const cb_bench_t *b, const cb_test_t *t, cb_phases_t 
     }
 }
 
-/* One '#' line under the row (rank 0). hier: each phase's time and bandwidth, the inter-node one
- * as busbw over the nodes, '*' on the longest; every algorithm: the total. hier runs every
- * collective as the same pipeline (broadcast and all-gather OR their bytes), so its phases are
- * always a reduce-scatter, an all-reduce and an all-gather. */
-static void cb_phases_print(const cb_bench_t *b, const cb_phases_t *ph, int in_place)
+/* One '#' line under the row (rank 0). hier: each phase's time and bandwidth ('*' on the longest):
+ * the intra-node ones over the collective's size, the inter-node one as busbw over the nodes, the
+ * bytes the busiest rank sent over its rail per second of that phase; its label names the
+ * inter-node step of the collective (inter-AR: the ring's all-reduce; inter-RS, inter-AG: that
+ * half of the ring; inter-BC, inter-RD: the chain of broadcast, reduce); every algorithm: the
+ * total. */
+static void cb_phases_print(st_coll_type_t coll, const cb_phases_t *ph, int in_place)
 {
-    static const char *const label[3] = {"intra-RS", "inter-AR", "intra-AG"};
+    const char *label[3] = {"intra-RS", "inter-AR", "intra-AG"};
     char                     timestr[32], tag[16];
     double                   gbs;
     int                      i, slow = 0;
 
     printf("#  %12s %s%s:", in_place ? "in-place" : "out-of-place", ph->algorithm,
            ph->mixed ? " (not on every rank)" : "");
+    label[1] = coll == ST_COLL_REDUCESCATTER ? "inter-RS" : coll == ST_COLL_ALLGATHER ? "inter-AG"
+               : coll == ST_COLL_BROADCAST ? "inter-BC" : coll == ST_COLL_REDUCE ? "inter-RD"
+               : "inter-AR";
     if (strcmp(ph->algorithm, "hier") == 0) {
         for (i = 1; i < 3; i++) {
             slow = (ph->seconds[i] > ph->seconds[slow]) ? i : slow;
         }
         for (i = 0; i < 3; i++) {
             gbs = (ph->seconds[i] > 0) ? ph->bytes[i] / 1.0e9 / ph->seconds[i] : 0;
-            if (i == 1) {
-                gbs *= st_coll_busbw(ST_COLL_ALLREDUCE, b->nnodes);
-            }
             snprintf(tag, sizeof(tag), "%s%s", label[i], (i == slow) ? "*" : "");
             cb_format_time(timestr, sizeof(timestr), ph->seconds[i] * 1.0e6);
             printf(" %-10s%s us %6.2f GB/s%s |", tag, timestr, gbs, (i == 1) ? " busbw" : "");
@@ -590,8 +592,8 @@ static void cb_time_test(cb_bench_t *b, cb_test_t *t)
             printf("\n");
             cb_print_ran(b, t);
             if (opts->phases) {
-                cb_phases_print(b, &ph[0], 0);
-                cb_phases_print(b, &ph[1], 1);
+                cb_phases_print(t->coll, &ph[0], 0);
+                cb_phases_print(t->coll, &ph[1], 1);
             }
             fflush(stdout);
         }
@@ -610,10 +612,10 @@ static void cb_print_phases_legend(const cb_bench_t *b)
 {
     printf("# --phases: under each row, the last timed call of each half, per phase its slowest "
            "rank (strataCommGetPhaseTimes)\n"
-           "#   hier: intra-RS copy-in and intra-node reduce-scatter, GB/s = size/time; inter-AR "
-           "inter-node all-reduce\n"
-           "#   of the shards, busbw = shard/time * 2(N-1)/N over N = %d nodes; intra-AG "
-           "intra-node all-gather, size/time\n"
+           "#   hier: intra-RS copy-in and intra-node reduce-scatter, GB/s = size/time; inter-XX "
+           "inter-node step of the shards\n"
+           "#   over N = %d nodes (AR ring all-reduce, RS/AG half ring, BC/RD chain), busbw = bytes "
+           "sent / time; intra-AG intra-node all-gather, size/time\n"
            "#   * marks the longest phase (the bottleneck); phases of successive chunks overlap, "
            "so they may add up to more than total\n", b->nnodes);
 }
