@@ -9,7 +9,9 @@
  *        parameters, which all ranks must share.
  * With a tuning table (STRATA_TUNE_FILE, strataConfig_t.tuneFile) or a fabric profile
  * (STRATA_PROFILE_FILE), auto takes each all-reduce's algorithm and chunk from it instead
- * (tune/policy.h); STRATA_SMALL_THRESHOLD, when set, still hands the small sizes over.
+ * (tune/policy.h); STRATA_SMALL_THRESHOLD, when set, still hands the small sizes over. The
+ * table's or model's lists for reduce-scatter, all-gather and all-to-all choose ring or hier per
+ * size for those collectives the same way.
  * ring, hier, small force one; small applies to all-reduces that fit the windows' small area
  * (128 KiB) and the rest go as under auto; hier needs the node-local windows (several ranks) and
  * is the flat ring without. A forced algorithm that does not apply is said once at WARN per
@@ -176,6 +178,22 @@ static void st_coll_forced_unfit(st_algo_t forced, const st_coll_args_t *args, s
     }
 }
 
+/* The collective as the cost model and the tuning files name it (tune/model.h), or -1 for one
+ * they do not price. */
+static int st_coll_model_coll(st_coll_type_t type)
+{
+    switch (type) {
+    case ST_COLL_ALLREDUCE:
+        return ST_MODEL_ALLREDUCE;
+    case ST_COLL_REDUCESCATTER:
+        return ST_MODEL_REDUCESCATTER;
+    case ST_COLL_ALLGATHER:
+        return ST_MODEL_ALLGATHER;
+    default:
+        return -1;
+    }
+}
+
 /* The algorithm of a call; may set args->hier_chunk from the tuning. */
 static st_algo_t st_coll_choose_any(st_coll_args_t *args);
 
@@ -223,6 +241,11 @@ static st_algo_t st_coll_choose_any(st_coll_args_t *args)
         args->channels   = st_core_config.ring_channels > 0 ? (int)st_core_config.ring_channels
                                                             : choice.channels;
         return choice.algo;
+    }
+    if (algo == ST_ALGO_AUTO && st_coll_model_coll(args->type) > ST_MODEL_ALLREDUCE &&
+        st_tune_policy_coll(comm->tune, comm->name, st_coll_model_coll(args->type),
+                            st_coll_bytes(args), st_coll_algo_fits(ST_ALGO_HIER, args), &algo)) {
+        return algo;
     }
     if (algo == ST_ALGO_AUTO) {
         if (st_coll_algo_fits(ST_ALGO_SMALL, args) &&

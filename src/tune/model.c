@@ -266,21 +266,30 @@ static double st_model_ring_flat(const st_model_fabric_t *fabric, const st_model
  *     rank's reduction (N-1)/N (bytes/g)/gamma_inter;
  *   intra all-gather: alpha_intra + (g-1)/g bytes/beta_intra. */
 static void st_model_hier_chunk(const st_model_fabric_t *fabric, const st_model_split_t *split,
-                                double bytes, double *phase)
+                                st_model_coll_t coll, double bytes, double *phase)
 {
     int              g = fabric->ranks_per_node, N = fabric->nodes, r;
+    double           n = (double)g * N, t, share;
     st_model_level_t level;
-    double           t, share;
 
     phase[ST_MODEL_PH_INTRA_RS] = 0.0;
     phase[ST_MODEL_PH_INTRA_AG] = 0.0;
     phase[ST_MODEL_PH_INTER]    = 0.0;
-    if (g > 1) {
+    if (g > 1 && coll == ST_MODEL_ALLGATHER) { /* the own piece in, the node's part gathered */
+        phase[ST_MODEL_PH_INTRA_RS] = fabric->intra.alpha + 2.0 * bytes / n / fabric->intra.beta;
+        phase[ST_MODEL_PH_INTRA_AG] =
+            fabric->intra.alpha + (n - 1) / n * bytes / fabric->intra.beta;
+    } else if (g > 1 && coll == ST_MODEL_ALLTOALL) { /* in, gathered per node; out */
+        phase[ST_MODEL_PH_INTRA_RS] = fabric->intra.alpha + 2.0 * bytes / fabric->intra.beta;
+        phase[ST_MODEL_PH_INTRA_AG] = fabric->intra.alpha + bytes / fabric->intra.beta;
+    } else if (g > 1) {
         phase[ST_MODEL_PH_INTRA_RS] =
             fabric->intra.alpha + (double)(g - 1) / g * bytes / fabric->intra.beta +
             st_model_reduce_time((double)(g - 1) / g * bytes, fabric->intra.gamma);
         phase[ST_MODEL_PH_INTRA_AG] =
-            fabric->intra.alpha + (double)(g - 1) / g * bytes / fabric->intra.beta;
+            fabric->intra.alpha +
+            (coll == ST_MODEL_REDUCESCATTER ? bytes / n : (double)(g - 1) / g * bytes) /
+                fabric->intra.beta;
     }
     if (N > 1) {
         for (r = 0; r < fabric->nrails; r++) {
@@ -291,11 +300,45 @@ static void st_model_hier_chunk(const st_model_fabric_t *fabric, const st_model_
             level.alpha = fabric->inter.alpha;
             level.beta  = st_model_rail_beta(fabric, r);
             level.gamma = 0.0;
-            t = st_model_ring_allreduce(N, share * bytes, &level);
+            switch (coll) {
+            case ST_MODEL_REDUCESCATTER:
+                t = st_model_ring_reduce_scatter(N, share * bytes, &level);
+                break;
+            case ST_MODEL_ALLGATHER:
+                t = st_model_ring_allgather(N, share * bytes, &level);
+                break;
+            case ST_MODEL_ALLTOALL: /* the node's g chunks, (N-1)/N of them leave, one message
+                                     * per node pair and rail, all in flight */
+                t = level.alpha + (double)(N - 1) / N * share * g * bytes / level.beta;
+                break;
+            default:
+                t = st_model_ring_allreduce(N, share * bytes, &level);
+                break;
+            }
             phase[ST_MODEL_PH_INTER] = fmax(phase[ST_MODEL_PH_INTER], t);
         }
-        phase[ST_MODEL_PH_INTER] +=
-            st_model_reduce_time((double)(N - 1) / N * bytes / g, fabric->inter.gamma);
+        if (coll == ST_MODEL_ALLREDUCE || coll == ST_MODEL_REDUCESCATTER) {
+            phase[ST_MODEL_PH_INTER] +=
+                st_model_reduce_time((double)(N - 1) / N * bytes / g, fabric->inter.gamma);
+        }
+    }
+}
+
+/* The bytes each node sends out per byte of a hierarchical collective's size: all-reduce
+ * 2(N-1)/N, reduce-scatter and all-gather (N-1)/N, all-to-all g (N-1)/N (every local rank's
+ * buffer, less the part for its own node). */
+static double st_model_hier_out(const st_model_fabric_t *fabric, st_model_coll_t coll)
+{
+    double N = fabric->nodes;
+
+    switch (coll) {
+    case ST_MODEL_REDUCESCATTER:
+    case ST_MODEL_ALLGATHER:
+        return (N - 1) / N;
+    case ST_MODEL_ALLTOALL:
+        return fabric->ranks_per_node * (N - 1) / N;
+    default:
+        return 2.0 * (N - 1) / N;
     }
 }
 
@@ -330,14 +373,13 @@ static double st_model_small(const st_model_fabric_t *fabric, double bytes)
  * rail's credit in time is min(D_r/beta_r, rest) with a measured hier_rest, else its credit
  * curve's. */
 static double st_model_hier_credit(const st_model_fabric_t *fabric, const st_model_split_t *split,
-                                   double bytes)
+                                   st_model_coll_t coll, double bytes)
 {
-    int    N = fabric->nodes;
     double tmax = 0.0, tcred = 0.0;
     double rest = fabric->hier_rest.n > 0 ? st_model_rest_at(&fabric->hier_rest, bytes) : -1.0;
 
     for (int r = 0; r < fabric->nrails; r++) {
-        double d = 2.0 * (N - 1) / N * st_model_share(fabric, split, r) * bytes;
+        double d = st_model_hier_out(fabric, coll) * st_model_share(fabric, split, r) * bytes;
         double t = d / st_model_rail_beta(fabric, r);
 
         if (d > 0) {
@@ -350,14 +392,54 @@ static double st_model_hier_credit(const st_model_fabric_t *fabric, const st_mod
     return tmax - tcred;
 }
 
+/* The flat pairwise all-to-all (coll/a2a.c), own: every rank sends n-1 blocks of S/n, all in
+ * flight; the g (N-1)/N S that leave each node cross its rails, local rank l on rail l mod R, so
+ * rail r carries the blocks of its ranks and sets the pace; the (g-1)/n S inside the node go
+ * through the node's shared memory at the same time; each message costs its latency. */
+static double st_model_pairwise(const st_model_fabric_t *fabric, double bytes)
+{
+    int    g = fabric->ranks_per_node, N = fabric->nodes, n = g * N;
+    double inter = 0.0, intra;
+
+    if (n <= 1) {
+        return 0.0;
+    }
+    intra = (double)(g - 1) / n * bytes / fabric->intra.beta;
+    for (int r = 0; r < fabric->nrails && N > 1; r++) {
+        int on_rail = 0;
+
+        for (int l = 0; l < g; l++) {
+            on_rail += l % fabric->nrails == r;
+        }
+        inter = fmax(inter, on_rail * (double)(N - 1) / N * bytes / st_model_rail_beta(fabric, r));
+    }
+    return (g - 1) * fabric->intra.alpha + (n - g) * fabric->inter.alpha + fmax(inter, intra);
+}
+
+const char *st_model_coll_name(int coll)
+{
+    static const char *const names[ST_MODEL_NCOLLS] = {"allreduce", "reduce_scatter",
+                                                       "all_gather", "alltoall"};
+
+    return (coll >= 0 && coll < ST_MODEL_NCOLLS) ? names[coll] : NULL;
+}
+
 st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_split_t *split,
                                st_algo_t algo, double bytes, st_model_time_t *time_p)
+{
+    return st_model_collective(fabric, split, ST_MODEL_ALLREDUCE, algo, bytes, time_p);
+}
+
+st_status_t st_model_collective(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                                st_model_coll_t coll, st_algo_t algo, double bytes,
+                                st_model_time_t *time_p)
 {
     st_model_time_t time;
     double          chunk_phase[ST_MODEL_NPHASES], chunks = 1.0;
     int             i;
 
-    if (st_model_fabric_check(fabric) != ST_OK || split == NULL || !(bytes >= 0)) {
+    if (st_model_fabric_check(fabric) != ST_OK || split == NULL || !(bytes >= 0) ||
+        (unsigned)coll >= ST_MODEL_NCOLLS) {
         return ST_ERR_INVALID;
     }
     for (i = 0; i < fabric->nrails; i++) {
@@ -367,30 +449,58 @@ st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_s
     }
     memset(&time, 0, sizeof(time));
     switch (algo) {
-    case ST_ALGO_RING:
-        time.phase[ST_MODEL_PH_INTER] = st_model_ring_flat(fabric, split, bytes);
-        if (fabric->nodes > 1) {
-            int    n = fabric->ranks_per_node * fabric->nodes;
-            double ch = (split->channels > 0) ? split->channels : 1;
+    case ST_ALGO_RING: {
+        int    n = fabric->ranks_per_node * fabric->nodes;
+        double ch = (split->channels > 0) ? split->channels : 1, out = 2.0 * (n - 1) / n;
 
+        switch (coll) {
+        case ST_MODEL_REDUCESCATTER: /* one channel (coll/select.c), ring.c's reduce-scatter */
+            ch = 1;
+            out = (double)(n - 1) / n;
+            time.phase[ST_MODEL_PH_INTER] =
+                n <= 1 ? 0.0
+                       : st_model_flat_worst(fabric, &(st_model_split_t){.channels = 1}, bytes,
+                                             st_model_ring_reduce_scatter) +
+                             st_model_reduce_time(out * bytes, fabric->nodes > 1
+                                                                   ? fabric->inter.gamma
+                                                                   : fabric->intra.gamma);
+            break;
+        case ST_MODEL_ALLGATHER:
+            ch = 1;
+            out = (double)(n - 1) / n;
+            time.phase[ST_MODEL_PH_INTER] =
+                n <= 1 ? 0.0
+                       : st_model_flat_worst(fabric, &(st_model_split_t){.channels = 1}, bytes,
+                                             st_model_ring_allgather);
+            break;
+        case ST_MODEL_ALLTOALL:
+            ch = 1;
+            out = fabric->ranks_per_node * (double)(fabric->nodes - 1) / fabric->nodes;
+            time.phase[ST_MODEL_PH_INTER] = st_model_pairwise(fabric, bytes);
+            break;
+        default:
+            time.phase[ST_MODEL_PH_INTER] = st_model_ring_flat(fabric, split, bytes);
+            break;
+        }
+        if (fabric->nodes > 1) {
             time.phase[ST_MODEL_PH_INTER] -=
-                fmin(st_model_rail_credit(fabric, st_model_flat_rail(fabric, 0),
-                                          2.0 * (n - 1) / n * bytes / ch),
+                fmin(st_model_rail_credit(fabric, st_model_flat_rail(fabric, 0), out * bytes / ch),
                      0.9 * time.phase[ST_MODEL_PH_INTER]);
         }
         time.total                    = time.phase[ST_MODEL_PH_INTER];
         break;
+    }
     case ST_ALGO_HIER:
         if (split->chunk > 0 && bytes > (double)split->chunk) {
             chunks = ceil(bytes / (double)split->chunk);
         }
-        st_model_hier_chunk(fabric, split, bytes / chunks, chunk_phase);
+        st_model_hier_chunk(fabric, split, coll, bytes / chunks, chunk_phase);
         for (i = 0; i < ST_MODEL_NPHASES; i++) {
             time.phase[i] = chunk_phase[i] * chunks;
         }
         time.total = st_model_pipeline(chunk_phase, ST_MODEL_NPHASES, chunks);
         if (fabric->nodes > 1) {
-            double credit = fmin(st_model_hier_credit(fabric, split, bytes),
+            double credit = fmin(st_model_hier_credit(fabric, split, coll, bytes),
                                  0.9 * time.phase[ST_MODEL_PH_INTER]);
 
             time.phase[ST_MODEL_PH_INTER] -= credit;
@@ -398,7 +508,7 @@ st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_s
         }
         break;
     case ST_ALGO_SMALL:
-        if (bytes > (double)split->small_max) {
+        if (coll != ST_MODEL_ALLREDUCE || bytes > (double)split->small_max) {
             return ST_ERR_UNSUPPORTED;
         }
         time.phase[ST_MODEL_PH_INTER] = st_model_small(fabric, bytes);
@@ -415,13 +525,20 @@ st_status_t st_model_allreduce(const st_model_fabric_t *fabric, const st_model_s
 st_status_t st_model_choose(const st_model_fabric_t *fabric, const st_model_split_t *split,
                             double bytes, st_algo_t *algo_p, st_model_time_t *time_p)
 {
+    return st_model_choose_coll(fabric, split, ST_MODEL_ALLREDUCE, bytes, algo_p, time_p);
+}
+
+st_status_t st_model_choose_coll(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                                 st_model_coll_t coll, double bytes, st_algo_t *algo_p,
+                                 st_model_time_t *time_p)
+{
     st_model_time_t best, t;
     st_algo_t       best_algo = ST_ALGO_LAST;
     int             a;
 
     memset(&best, 0, sizeof(best));
     for (a = ST_ALGO_FIRST; a < ST_ALGO_LAST; a++) {
-        if (st_model_allreduce(fabric, split, (st_algo_t)a, bytes, &t) != ST_OK) {
+        if (st_model_collective(fabric, split, coll, (st_algo_t)a, bytes, &t) != ST_OK) {
             continue;
         }
         if (best_algo == ST_ALGO_LAST || t.total < best.total) {

@@ -144,6 +144,33 @@ st_status_t st_model_choose(const st_model_fabric_t *fabric, const st_model_spli
 st_status_t st_model_best_chunk(const st_model_fabric_t *fabric, const st_model_split_t *split,
                                 double bytes, size_t min_chunk, size_t max_chunk,
                                 size_t *chunk_p, st_model_time_t *time_p);
+/* The collectives the model prices beside all-reduce (its own names: this floor knows no
+ * engine). `bytes` is always nccl-tests' size: reduce-scatter the send buffer (nranks blocks),
+ * all-gather the receive buffer, all-to-all one rank's send buffer (nranks blocks). */
+typedef enum {
+    ST_MODEL_ALLREDUCE = 0,
+    ST_MODEL_REDUCESCATTER,
+    ST_MODEL_ALLGATHER,
+    ST_MODEL_ALLTOALL,
+    ST_MODEL_NCOLLS
+} st_model_coll_t;
+
+/* Time of collective `coll` of `bytes` with `algo` (ring: the flat ring, or for all-to-all the
+ * flat pairwise exchange; hier: the hierarchical pipeline; small: all-reduce only), as
+ * st_model_allreduce (which is coll ST_MODEL_ALLREDUCE). docs/model.md, formulas 11-13.
+ * ST_ERR_INVALID for a bad fabric, coll or algorithm; ST_ERR_UNSUPPORTED for an algorithm that
+ * does not run that collective (small beyond all-reduce). */
+st_status_t st_model_collective(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                                st_model_coll_t coll, st_algo_t algo, double bytes,
+                                st_model_time_t *time_p);
+/* The fastest algorithm for `coll` of `bytes` (ties to the lower value of tune/algo.h). */
+st_status_t st_model_choose_coll(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                                 st_model_coll_t coll, double bytes, st_algo_t *algo_p,
+                                 st_model_time_t *time_p);
+/* The collective's name as the tuning files spell it: "allreduce", "reduce_scatter",
+ * "all_gather", "alltoall"; NULL out of range. */
+const char *st_model_coll_name(int coll);
+
 /* Ring all-gather over all ranks, flat ring over split->channels channels, every rank
  * contributing `bytes_per_rank` (what a sparse all-reduce by all-gather sends). */
 double st_model_flat_allgather(const st_model_fabric_t *fabric, const st_model_split_t *split,

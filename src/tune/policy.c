@@ -310,6 +310,27 @@ int st_tune_policy_allreduce(st_tune_policy_t *p, const char *name, size_t bytes
     return 1;
 }
 
+int st_tune_policy_coll(st_tune_policy_t *p, const char *name, int coll, size_t bytes, int windows,
+                        st_algo_t *algo_p)
+{
+    const st_tune_coll_entry_t *e;
+    int                         i;
+
+    if (p == NULL || !p->have_table ||
+        (e = st_tune_table_lookup_coll(&p->table, coll, bytes)) == NULL ||
+        (e->algo == ST_ALGO_HIER && !windows)) {
+        return 0;
+    }
+    i = (int)(e - p->table.colls[coll].entries);
+    if (!p->coll_used[coll][i]) {
+        p->coll_used[coll][i] = 1;
+        st_info(ST_SUB_TUNE, "%s: %s of %zu B: %s (%s[%d] of %s)", name, st_model_coll_name(coll),
+                bytes, st_algo_name(e->algo), st_model_coll_name(coll), i, p->source);
+    }
+    *algo_p = (st_algo_t)e->algo;
+    return 1;
+}
+
 void st_tune_policy_shard(const st_tune_policy_t *p, size_t units, int nshards, int j,
                           size_t *first_p, size_t *count_p)
 {

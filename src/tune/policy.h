@@ -28,6 +28,8 @@ typedef struct st_tune_policy {
     int             have_table;    /* table holds the all-reduce choices */
     st_tune_table_t table;
     unsigned char   used[ST_TUNE_MAX_ENTRIES]; /* entry logged at its first use */
+    unsigned char   coll_used[ST_MODEL_NCOLLS][ST_TUNE_MAX_COLL_ENTRIES]; /* the same, per
+                                                                           * collective */
     unsigned        depth;         /* window slots (pipeline depth) */
     size_t          window_chunk;  /* the table's largest hier chunk (window slots are at least
                                     * this big), 0: none */
@@ -63,6 +65,14 @@ void        st_tune_policy_free(st_tune_policy_t *p);
  * hier and small need exist. */
 int st_tune_policy_allreduce(st_tune_policy_t *p, const char *name, size_t bytes, int small_fits,
                              int windows, st_tune_choice_t *choice);
+
+/* For a call of collective `coll` (st_model_coll_t: reduce-scatter, all-gather, all-to-all) of
+ * `bytes` (nccl-tests' size) under STRATA_ALGO=auto: 1 and the table's or model's algorithm (ring
+ * or hier) in *algo_p (logged at INFO the first time an entry is used), or 0 when there is none
+ * or it names hier and windows (hier can take the call) is 0 (defaults apply; also for p
+ * NULL). */
+int st_tune_policy_coll(st_tune_policy_t *p, const char *name, int coll, size_t bytes, int windows,
+                        st_algo_t *algo_p);
 
 /* Shard j of `units` units of a hierarchical chunk: first unit and count, by the rail shares
  * (else even; p may be NULL). Every rank computes the same split from the same policy. */

@@ -185,7 +185,51 @@ st_status_t st_tune_table_check(const st_tune_table_t *t, char *err, size_t errl
         return st_tune_fail(err, errlen, "the last entry has max_bytes %zu: it must be null (no "
                             "limit)", t->entries[t->nentries - 1].max_bytes);
     }
+    for (int c = ST_MODEL_REDUCESCATTER; c < ST_MODEL_NCOLLS; c++) {
+        const st_tune_coll_list_t *l = &t->colls[c];
+        const char                *name = st_model_coll_name(c);
+
+        if (l->n < 0 || l->n > ST_TUNE_MAX_COLL_ENTRIES) {
+            return st_tune_fail(err, errlen, "%s: %d entries (0..%d)", name, l->n,
+                                ST_TUNE_MAX_COLL_ENTRIES);
+        }
+        for (int i = 0; i < l->n; i++) {
+            const st_tune_coll_entry_t *e = &l->entries[i];
+
+            if (e->algo != ST_ALGO_RING && e->algo != ST_ALGO_HIER) {
+                return st_tune_fail(err, errlen, "%s[%d]: algorithm %d is not ring or hier", name,
+                                    i, e->algo);
+            }
+            if ((i + 1 < l->n) == (e->max_bytes == ST_TUNE_NO_LIMIT)) {
+                return st_tune_fail(err, errlen, "%s[%d]: %s", name, i, i + 1 < l->n
+                                    ? "only the last entry may have no max_bytes (or null)"
+                                    : "the last entry's max_bytes must be null (no limit)");
+            }
+            if (i > 0 && e->max_bytes <= l->entries[i - 1].max_bytes) {
+                return st_tune_fail(err, errlen, "%s[%d]: max_bytes %zu does not exceed the "
+                                    "previous entry's %zu", name, i, e->max_bytes,
+                                    l->entries[i - 1].max_bytes);
+            }
+        }
+    }
     return ST_OK;
+}
+
+const st_tune_coll_entry_t *st_tune_table_lookup_coll(const st_tune_table_t *t, int coll,
+                                                      size_t bytes)
+{
+    const st_tune_coll_list_t *l;
+
+    if (coll <= ST_MODEL_ALLREDUCE || coll >= ST_MODEL_NCOLLS || t->colls[coll].n == 0) {
+        return NULL;
+    }
+    l = &t->colls[coll];
+    for (int i = 0; i < l->n; i++) {
+        if (bytes <= l->entries[i].max_bytes) {
+            return &l->entries[i];
+        }
+    }
+    return &l->entries[l->n - 1];
 }
 
 const st_tune_entry_t *st_tune_table_lookup(const st_tune_table_t *t, size_t bytes)
@@ -413,6 +457,48 @@ static st_status_t st_json_save(json_t *root, const char *path)
 
 /* ---- tuning table ------------------------------------------------------------------------------ */
 
+/* The optional list of collective c (st_model_coll_t other than all-reduce) into t->colls[c]:
+ * absent or null leaves it empty; ranges and order are st_tune_table_check's. 0 with err set when
+ * it is not an array of {"max_bytes": bytes or null, "algo": "ring" | "hier"}. */
+static int st_json_coll_list(json_t *root, int c, st_tune_table_t *t, const char *path, char *err,
+                             size_t errlen)
+{
+    const char *name = st_model_coll_name(c);
+    json_t     *arr = json_object_get(root, name), *e;
+    size_t      i;
+
+    if (arr == NULL || json_is_null(arr)) {
+        return 1;
+    }
+    if (!json_is_array(arr) || json_array_size(arr) == 0 ||
+        json_array_size(arr) > ST_TUNE_MAX_COLL_ENTRIES) {
+        st_tune_fail(err, errlen, "%s: \"%s\" must be an array of 1..%d entries", path, name,
+                     ST_TUNE_MAX_COLL_ENTRIES);
+        return 0;
+    }
+    json_array_foreach(arr, i, e) {
+        st_tune_coll_entry_t *te = &t->colls[c].entries[i];
+        json_t               *mb = json_object_get(e, "max_bytes");
+        json_t               *al = json_object_get(e, "algo");
+
+        te->algo = json_is_string(al) ? st_tune_entry_algo(json_string_value(al)) : -1;
+        if (!json_is_object(e) || (te->algo != ST_ALGO_RING && te->algo != ST_ALGO_HIER)) {
+            st_tune_fail(err, errlen, "%s: %s[%zu] must be an object with \"algo\" ring or hier",
+                         path, name, i);
+            return 0;
+        }
+        if (mb == NULL || json_is_null(mb)) {
+            te->max_bytes = ST_TUNE_NO_LIMIT;
+        } else if (!st_json_size(e, "max_bytes", &te->max_bytes, 0, 0)) {
+            st_tune_fail(err, errlen, "%s: %s[%zu]: \"max_bytes\" must be a byte count or null",
+                         path, name, i);
+            return 0;
+        }
+        t->colls[c].n++;
+    }
+    return 1;
+}
+
 st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *err, size_t errlen)
 {
     st_tune_table_t t;
@@ -494,6 +580,11 @@ st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *e
         }
         t.nentries++;
     }
+    for (int c = ST_MODEL_REDUCESCATTER; c < ST_MODEL_NCOLLS; c++) {
+        if (!st_json_coll_list(root, c, &t, path, err, errlen)) {
+            goto out;
+        }
+    }
     if (st_tune_table_check(&t, err, errlen) != ST_OK) {
         char why[256];
 
@@ -548,6 +639,24 @@ st_status_t st_tune_table_write(const char *path, const st_tune_table_t *t, cons
     }
     json_object_set_new(root, "rail_shares", shares);
     json_object_set_new(root, "allreduce", entries);
+    for (int c = ST_MODEL_REDUCESCATTER; c < ST_MODEL_NCOLLS; c++) {
+        json_t *list;
+
+        if (t->colls[c].n == 0) {
+            continue;
+        }
+        list = json_array();
+        for (int i = 0; i < t->colls[c].n; i++) {
+            const st_tune_coll_entry_t *e = &t->colls[c].entries[i];
+            json_t                     *je = json_object();
+
+            json_object_set_new(je, "max_bytes", e->max_bytes == ST_TUNE_NO_LIMIT
+                                    ? json_null() : json_integer((json_int_t)e->max_bytes));
+            json_object_set_new(je, "algo", json_string(st_algo_name(e->algo)));
+            json_array_append_new(list, je);
+        }
+        json_object_set_new(root, st_model_coll_name(c), list);
+    }
     return st_json_save(root, path);
 }
 
@@ -750,4 +859,35 @@ void st_tune_table_from_model(const st_model_fabric_t *fabric, size_t small_max,
         t->entries[t->nentries++] = (st_tune_entry_t){0, ST_ALGO_RING, 0, 0};
     }
     t->entries[t->nentries - 1].max_bytes = ST_TUNE_NO_LIMIT;
+    /* the other collectives: ring or hier per size, hier at the largest chunk the model takes */
+    split.channels = 1;
+    split.chunk    = max_chunk;
+    for (int c = ST_MODEL_REDUCESCATTER; c < ST_MODEL_NCOLLS; c++) {
+        st_tune_coll_list_t *l = &t->colls[c];
+
+        l->n = 0;
+        for (int k = 3; k <= 30; k++) {
+            size_t          bytes = (size_t)1 << k;
+            st_model_time_t tr, th;
+            int             algo = ST_ALGO_RING;
+
+            if (st_model_collective(fabric, &split, (st_model_coll_t)c, ST_ALGO_RING,
+                                    (double)bytes, &tr) != ST_OK) {
+                continue;
+            }
+            if (fabric->ranks_per_node > 1 &&
+                st_model_collective(fabric, &split, (st_model_coll_t)c, ST_ALGO_HIER,
+                                    (double)bytes, &th) == ST_OK && th.total < tr.total) {
+                algo = ST_ALGO_HIER;
+            }
+            if (l->n > 0 && l->entries[l->n - 1].algo == algo) {
+                l->entries[l->n - 1].max_bytes = bytes;
+            } else if (l->n < ST_TUNE_MAX_COLL_ENTRIES) {
+                l->entries[l->n++] = (st_tune_coll_entry_t){bytes, algo};
+            }
+        }
+        if (l->n > 0) {
+            l->entries[l->n - 1].max_bytes = ST_TUNE_NO_LIMIT;
+        }
+    }
 }

@@ -47,6 +47,22 @@ typedef struct st_tune_entry {
                         * 0: one */
 } st_tune_entry_t;
 
+/* One size range of a collective other than all-reduce (reduce-scatter, all-gather, all-to-all):
+ * its algorithm, ring (for all-to-all: the flat pairwise exchange) or hier. */
+typedef struct st_tune_coll_entry {
+    size_t max_bytes; /* calls of at most this many bytes (nccl-tests' size) and more than the
+                       * previous entry's; ST_TUNE_NO_LIMIT: any */
+    int    algo;      /* ST_ALGO_RING or ST_ALGO_HIER */
+} st_tune_coll_entry_t;
+
+#define ST_TUNE_MAX_COLL_ENTRIES 16
+
+/* A collective's entries; n = 0: the table says nothing of it (the defaults choose). */
+typedef struct st_tune_coll_list {
+    int                  n;
+    st_tune_coll_entry_t entries[ST_TUNE_MAX_COLL_ENTRIES];
+} st_tune_coll_list_t;
+
 typedef struct st_tune_table {
     int             ranks_per_node; /* the layout it was tuned on */
     int             nodes;
@@ -55,6 +71,8 @@ typedef struct st_tune_table {
     double          rail_share[ST_MODEL_MAX_RAILS]; /* of the inter-node bytes; all 0: even */
     int             nentries;       /* >= 1; ascending max_bytes, the last ST_TUNE_NO_LIMIT */
     st_tune_entry_t entries[ST_TUNE_MAX_ENTRIES];
+    st_tune_coll_list_t colls[ST_MODEL_NCOLLS]; /* by st_model_coll_t; [ST_MODEL_ALLREDUCE] is
+                                                 * unused (entries above) */
     char            ignored[192];   /* st_tune_table_read: the fields it dropped, for the
                                      * reader's WARN ("" when none). Kept last: the ranks'
                                      * agreement on the tuning (policy.c) hashes the fields
@@ -69,7 +87,9 @@ typedef struct st_tune_table {
  * outside 1 .. ST_TUNE_MAX_CHANNELS; entries not
  * ascending; an entry other than the last without max_bytes; the last entry bounded; more than
  * ST_TUNE_MAX_ENTRIES; shares negative or not summing to 1 within 1e-3 over nrails;
- * pipeline_depth outside 1..16). A hier_chunk on a ring or small entry, and channels on a hier
+ * pipeline_depth outside 1..16; in the optional lists "reduce_scatter", "all_gather" and
+ * "alltoall" (docs/model.md), an algorithm other than ring or hier, entries not ascending, the
+ * last bounded, more than ST_TUNE_MAX_COLL_ENTRIES). A hier_chunk on a ring or small entry, and channels on a hier
  * or small one, are dropped and named in table->ignored (the library WARNs it). */
 st_status_t st_tune_table_read(const char *path, st_tune_table_t *table, char *err, size_t errlen);
 /* Writes it (indented JSON, max_bytes of the last entry as null), with a free-text comment.
@@ -79,6 +99,10 @@ st_status_t st_tune_table_write(const char *path, const st_tune_table_t *table,
 /* The entry for an all-reduce of `bytes` (never NULL for a table that passed
  * st_tune_table_check). */
 const st_tune_entry_t *st_tune_table_lookup(const st_tune_table_t *table, size_t bytes);
+/* The entry for a call of collective `coll` (reduce-scatter, all-gather, all-to-all) of `bytes`,
+ * or NULL when the table has none for that collective (or coll is all-reduce or out of range). */
+const st_tune_coll_entry_t *st_tune_table_lookup_coll(const st_tune_table_t *table, int coll,
+                                                      size_t bytes);
 /* The checks of st_tune_table_read on a table in memory. */
 st_status_t st_tune_table_check(const st_tune_table_t *table, char *err, size_t errlen);
 
@@ -128,8 +152,9 @@ const char *st_tune_env_override(const char **value);
 
 /* The table the model predicts best for `fabric`: for sizes 2^k bytes up to 1 GiB, the fastest
  * algorithm with the best chunk among powers of two in [min_chunk, max_chunk] (small only up to
- * small_max), merged into ranges; rail shares proportional to the rails' bandwidths; the layout
- * of fabric. */
+ * small_max), merged into ranges; for reduce-scatter, all-gather and all-to-all the faster of
+ * ring and hier (hier with max_chunk chunks) per size; rail shares proportional to the rails'
+ * bandwidths; the layout of fabric. */
 void st_tune_table_from_model(const st_model_fabric_t *fabric, size_t small_max, size_t min_chunk,
                               size_t max_chunk, st_tune_table_t *table);
 

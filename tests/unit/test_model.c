@@ -119,6 +119,66 @@ static void test_hier(void **state)
     assert_close(t.total, 872e-6);
 }
 
+static void test_collectives(void **state)
+{
+    st_model_fabric_t f;
+    st_model_split_t  s;
+    st_model_time_t   t;
+    st_algo_t         algo;
+
+    fabric_2x4(&f, &s); /* g = 4, N = 2, n = 8; rails 10e9 and 5e9 B/s, alpha 5 us; intra 100e9 */
+    /* hier reduce-scatter, S = 8e6 B (the send buffer), one chunk, even split:
+     * intra RS as all-reduce's, 61 us; inter: half a ring per rail, share 4e6 B:
+     * (N-1) alpha + (N-1)/N 4e6/beta_r = 5 + 200 us (rail 0), 5 + 400 us (rail 1): 405 us;
+     * intra: the own piece out, alpha + S/n / beta_intra = 1 + 10 us = 11 us. 477 us. */
+    assert_int_equal(st_model_collective(&f, &s, ST_MODEL_REDUCESCATTER, ST_ALGO_HIER, 8e6, &t),
+                     ST_OK);
+    assert_close(t.phase[ST_MODEL_PH_INTRA_RS], 61e-6);
+    assert_close(t.phase[ST_MODEL_PH_INTER], 405e-6);
+    assert_close(t.phase[ST_MODEL_PH_INTRA_AG], 11e-6);
+    assert_close(t.total, 477e-6);
+    /* hier all-gather, S = 8e6 B (the receive buffer): in, the own piece and the node's part of
+     * the shard, alpha + 2 S/n / beta = 1 + 20 us; inter as above, 405 us; out, every other
+     * rank's piece, alpha + (n-1)/n S / beta = 1 + 70 us. 497 us. */
+    assert_int_equal(st_model_collective(&f, &s, ST_MODEL_ALLGATHER, ST_ALGO_HIER, 8e6, &t), ST_OK);
+    assert_close(t.phase[ST_MODEL_PH_INTRA_RS], 21e-6);
+    assert_close(t.phase[ST_MODEL_PH_INTER], 405e-6);
+    assert_close(t.phase[ST_MODEL_PH_INTRA_AG], 71e-6);
+    assert_close(t.total, 497e-6);
+    /* the flat ring's reduce-scatter and all-gather: one channel, crossing on rail (g-1) mod R =
+     * 1 at 5e9: (n-1) alpha + (n-1)/n S/beta = 35 + 1400 us = 1435 us */
+    assert_int_equal(st_model_collective(&f, &s, ST_MODEL_REDUCESCATTER, ST_ALGO_RING, 8e6, &t),
+                     ST_OK);
+    assert_close(t.total, 1435e-6);
+    assert_int_equal(st_model_collective(&f, &s, ST_MODEL_ALLGATHER, ST_ALGO_RING, 8e6, &t), ST_OK);
+    assert_close(t.total, 1435e-6);
+    assert_int_equal(st_model_choose_coll(&f, &s, ST_MODEL_REDUCESCATTER, 8e6, &algo, &t), ST_OK);
+    assert_int_equal(algo, ST_ALGO_HIER);
+    /* all-to-all, S = 8e6 B per rank. Pairwise: (g-1) alpha_intra + (n-g) alpha_inter = 3 + 20
+     * us, plus the slower of the node's shared memory, (g-1)/n S/beta_intra = 30 us, and its
+     * rails: local ranks 0, 2 on rail 0 and 1, 3 on rail 1, each sending (N-1)/N S = 4e6 B out:
+     * 8e6 B per rail, 800 us on rail 0, 1600 us on rail 1. 1623 us. */
+    assert_int_equal(st_model_collective(&f, &s, ST_MODEL_ALLTOALL, ST_ALGO_RING, 8e6, &t), ST_OK);
+    assert_close(t.total, 1623e-6);
+    /* hier: in and gathered per node, 1 + 2 x 80 us = 161 us; inter: the node's g S (N-1)/N =
+     * 16e6 B, half per rail, one message per node pair and rail: 5 + 800 us, 5 + 1600 us: 1605
+     * us; out 1 + 80 us. 1847 us: the same bytes cross the rails, and the copies through the
+     * windows cost more than the latencies saved, so pairwise wins at this size. */
+    assert_int_equal(st_model_collective(&f, &s, ST_MODEL_ALLTOALL, ST_ALGO_HIER, 8e6, &t), ST_OK);
+    assert_close(t.phase[ST_MODEL_PH_INTRA_RS], 161e-6);
+    assert_close(t.phase[ST_MODEL_PH_INTER], 1605e-6);
+    assert_close(t.total, 1847e-6);
+    assert_int_equal(st_model_choose_coll(&f, &s, ST_MODEL_ALLTOALL, 8e6, &algo, &t), ST_OK);
+    assert_int_equal(algo, ST_ALGO_RING);
+    /* small runs all-reduce only; the collectives outside the model are invalid */
+    assert_int_equal(st_model_collective(&f, &s, ST_MODEL_ALLGATHER, ST_ALGO_SMALL, 8, &t),
+                     ST_ERR_UNSUPPORTED);
+    assert_int_equal(st_model_collective(&f, &s, ST_MODEL_NCOLLS, ST_ALGO_RING, 8, &t),
+                     ST_ERR_INVALID);
+    assert_string_equal(st_model_coll_name(ST_MODEL_ALLTOALL), "alltoall");
+    assert_null(st_model_coll_name(ST_MODEL_NCOLLS));
+}
+
 static void test_ring_channels(void **state)
 {
     st_model_fabric_t f;
@@ -546,6 +606,7 @@ int main(void)
         cmocka_unit_test(test_ring_allreduce),
         cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_hier),
+        cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_ring_channels),
         cmocka_unit_test(test_small_and_choose),
         cmocka_unit_test(test_burst_credit),

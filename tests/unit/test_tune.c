@@ -379,9 +379,79 @@ static void test_table_from_model(void **state)
     assert_int_equal(st_algo_parse(NULL), ST_ALGO_LAST);
     assert_string_equal(st_algo_name(ST_ALGO_SMALL), "small");
     assert_string_equal(st_algo_name(ST_ALGO_LAST), "unknown");
+    /* the other collectives: hier for large reduce-scatters and all-gathers (half the bytes of
+     * the flat ring over the link), a list ending unbounded for each */
+    for (int c = ST_MODEL_REDUCESCATTER; c < ST_MODEL_NCOLLS; c++) {
+        assert_true(t.colls[c].n >= 1);
+        assert_true(t.colls[c].entries[t.colls[c].n - 1].max_bytes == ST_TUNE_NO_LIMIT);
+    }
+    assert_int_equal(st_tune_table_lookup_coll(&t, ST_MODEL_REDUCESCATTER, (size_t)64 << 20)->algo,
+                     ST_ALGO_HIER);
+    assert_int_equal(st_tune_table_lookup_coll(&t, ST_MODEL_ALLGATHER, (size_t)64 << 20)->algo,
+                     ST_ALGO_HIER);
+    assert_null(st_tune_table_lookup_coll(&t, ST_MODEL_ALLREDUCE, 8));
+    t.colls[ST_MODEL_ALLTOALL].entries[0].algo = ST_ALGO_SMALL;
+    assert_int_equal(st_tune_table_check(&t, err, sizeof(err)), ST_ERR_INVALID);
+    assert_non_null(strstr(err, "alltoall[0]: algorithm 3 is not ring or hier"));
+    t.colls[ST_MODEL_ALLTOALL].entries[0].algo = ST_ALGO_RING;
     t.entries[0].algo = ST_ALGO_AUTO;
     assert_int_equal(st_tune_table_check(&t, err, sizeof(err)), ST_ERR_INVALID);
     assert_non_null(strstr(err, "is not ring, hier or small"));
+}
+
+/* The lists of reduce-scatter, all-gather and all-to-all: written, read back, looked up, and
+ * refused when malformed. */
+static void test_table_coll_lists(void **state)
+{
+    static const char *const bad[] = {
+        "\"alltoall\": {}",
+        "\"alltoall\": []",
+        "\"alltoall\": [{\"algo\": \"small\", \"max_bytes\": null}]",
+        "\"alltoall\": [{\"algo\": \"ring\", \"max_bytes\": 4096}]",
+        "\"all_gather\": [{\"algo\": \"hier\", \"max_bytes\": 4096}, {\"algo\": \"ring\", "
+        "\"max_bytes\": 4096}, {\"algo\": \"hier\"}]",
+        "\"reduce_scatter\": [{\"algo\": \"ring\"}, {\"algo\": \"hier\"}]",
+        "\"reduce_scatter\": [{\"algo\": \"hier\", \"max_bytes\": -1}, {\"algo\": \"ring\"}]",
+    };
+    st_tune_table_t t, back;
+    char            err[256];
+    FILE           *fp;
+
+    memset(&t, 0, sizeof(t));
+    t.ranks_per_node = 4;
+    t.nodes          = 2;
+    t.nrails         = 1;
+    t.nentries       = 1;
+    t.entries[0]     = (st_tune_entry_t){ST_TUNE_NO_LIMIT, ST_ALGO_HIER, 0, 0};
+    t.colls[ST_MODEL_REDUCESCATTER].n = 2;
+    t.colls[ST_MODEL_REDUCESCATTER].entries[0] = (st_tune_coll_entry_t){65536, ST_ALGO_RING};
+    t.colls[ST_MODEL_REDUCESCATTER].entries[1] =
+        (st_tune_coll_entry_t){ST_TUNE_NO_LIMIT, ST_ALGO_HIER};
+    t.colls[ST_MODEL_ALLTOALL].n = 1;
+    t.colls[ST_MODEL_ALLTOALL].entries[0] = (st_tune_coll_entry_t){ST_TUNE_NO_LIMIT, ST_ALGO_RING};
+    assert_int_equal(st_tune_table_write(tmp_path, &t, "test"), ST_OK);
+    assert_int_equal(st_tune_table_read(tmp_path, &back, err, sizeof(err)), ST_OK);
+    assert_int_equal(back.colls[ST_MODEL_REDUCESCATTER].n, 2);
+    assert_int_equal(back.colls[ST_MODEL_ALLGATHER].n, 0);
+    assert_int_equal(back.colls[ST_MODEL_ALLTOALL].n, 1);
+    assert_int_equal(st_tune_table_lookup_coll(&back, ST_MODEL_REDUCESCATTER, 65536)->algo,
+                     ST_ALGO_RING);
+    assert_int_equal(st_tune_table_lookup_coll(&back, ST_MODEL_REDUCESCATTER, 65537)->algo,
+                     ST_ALGO_HIER);
+    assert_null(st_tune_table_lookup_coll(&back, ST_MODEL_ALLGATHER, 65536));
+    assert_int_equal(st_tune_table_lookup_coll(&back, ST_MODEL_ALLTOALL, 1)->algo, ST_ALGO_RING);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        fp = fopen(tmp_path, "w");
+        assert_non_null(fp);
+        fprintf(fp, "{\"format\": \"strata-tune-table\", \"version\": 1, \"layout\": "
+                "{\"ranks_per_node\": 4, \"nodes\": 2, \"rails\": 1}, \"allreduce\": "
+                "[{\"algo\": \"ring\"}], %s}", bad[i]);
+        fclose(fp);
+        if (st_tune_table_read(tmp_path, &back, err, sizeof(err)) != ST_ERR_INVALID) {
+            fail_msg("accepted: %s", bad[i]);
+        }
+        assert_non_null(strstr(err, tmp_path)); /* the reason names the file */
+    }
 }
 
 int main(void)
@@ -394,6 +464,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_env_override, unset_overrides, unset_overrides),
         cmocka_unit_test_setup_teardown(test_profile_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_table_from_model, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_table_coll_lists, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
