@@ -99,6 +99,18 @@ if run tune -- tune --profile "$tmp/p.json" --out "$tmp/tuned.json" -np 4 --node
         all_reduce -np 4 --nodes 2 -b 1K -e 64K -f 8 -n 3 -w 1; then
         grep -q "tuning from tuning table $tmp/tuned.json" "$tmp/tuned.err" || fail "tuned: the table was not used"
     fi
+    # reduce-scatter and all-gather: ring against hier per size, a list each, followed
+    for c in reduce_scatter all_gather; do
+        grep -q "\"$c\": \[" "$tmp/tuned.json" || fail "tune: no $c list in $tmp/tuned.json"
+        n=$(sed -n "/^# tune: $c, ring against hier/,/^# tune\|^#\$/p" "$tmp/tune.out" |
+            grep -cE '^ +(1K|8K|64K) +[0-9.]+ +[0-9.]+  (ring|hier)$')
+        [ "$n" = 3 ] || fail "tune: $n rows of $c ring vs hier, want 3"
+    done
+    if run tuned_rs STRATA_TUNE_FILE="$tmp/tuned.json" STRATA_DEBUG=INFO STRATA_DEBUG_SUBSYS=TUNE -- \
+        reduce_scatter -np 4 --nodes 2 -b 64K -e 64K -n 2 -w 1 -c 1; then
+        grep -qE "reduce_scatter of 65536 B: (ring|hier) \(reduce_scatter\[[0-9]+\] of tuning table" \
+            "$tmp/tuned_rs.err" || fail "tuned: reduce-scatter did not follow the table's list"
+    fi
     echo "ok: tune -> $(grep -c max_bytes "$tmp/tuned.json") entries"
 fi
 n=$(grep -c WARN "$tmp/tune.err")

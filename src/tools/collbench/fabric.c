@@ -227,6 +227,40 @@ double cb_fab_time(cb_fab_t *f, strataComm_t comm, size_t bytes, double ph[3])
     return med;
 }
 
+typedef struct cb_fab_coll {
+    strataComm_t comm;
+    int          coll;  /* st_model_coll_t */
+    size_t       count; /* the call's count argument: elements per rank */
+} cb_fab_coll_t;
+
+static void cb_fab_coll_op(cb_fab_t *f, const void *arg)
+{
+    const cb_fab_coll_t *c = arg;
+
+    switch (c->coll) {
+    case ST_MODEL_REDUCESCATTER:
+        CB_FAB_CALL(f, strataReduceScatter(f->send, f->recv, c->count, strataFloat32, strataSum,
+                                           c->comm, NULL));
+        break;
+    case ST_MODEL_ALLGATHER:
+        CB_FAB_CALL(f, strataAllGather(f->send, f->recv, c->count, strataFloat32, c->comm, NULL));
+        break;
+    default:
+        CB_FAB_CALL(f, strataAllReduce(f->send, f->recv, c->count, strataFloat32, strataSum,
+                                       c->comm, NULL));
+        break;
+    }
+}
+
+double cb_fab_time_coll(cb_fab_t *f, strataComm_t comm, int coll, size_t bytes)
+{
+    cb_fab_coll_t c = {comm, coll, CB_MAX(bytes / sizeof(float) / (size_t)f->nranks, (size_t)1)};
+    double        med;
+
+    cb_fab_measure(f, cb_fab_coll_op, &c, 0, 1, &med);
+    return med;
+}
+
 typedef struct cb_fab_step {
     int    right, left;
     size_t bytes;

@@ -12,7 +12,9 @@
  *   fastest hier at the largest size fixes the shares and the pipeline depth (one per table), and
  *   every smaller size chooses among configurations compatible with them. Written as a tuning
  *   table; then the tuned library (a split with the table) and each size's chosen configuration
- *   are timed against each other, interleaved (the check).
+ *   are timed against each other, interleaved (the check). Before the table is written,
+ *   reduce-scatter and all-gather: ring against hier at every size, the faster per size in the
+ *   table's lists for them (cb_fab_tune_colls).
  */
 #include "config.h"
 
@@ -126,6 +128,61 @@ static void cb_fab_retime(cb_fab_t *f, const cb_cand_t *cands, const int *set, i
     }
     if (tuned != NULL) {
         *tuned_med = t[nset];
+    }
+}
+
+/* The other collectives (reduce-scatter, all-gather): the flat ring and hier (the table's
+ * pipeline depth and shares, the window's chunk), each forced on a split of its own, timed at every
+ * size one after the other (ring, hier, ring again: the ring's median of its two stands against
+ * hier's, so a drift of the shared cores during the pair falls on both); the faster per size
+ * makes the collective's list of `table`, merged into ranges. Printed on rank 0. */
+static void cb_fab_tune_colls(cb_fab_t *f, const size_t *sizes, int nsizes, st_tune_table_t *table)
+{
+    static const int colls[] = {ST_MODEL_REDUCESCATTER, ST_MODEL_ALLGATHER};
+    char             sz[32];
+
+    if (f->g == 1 && f->nnodes > 1) {
+        return; /* one rank per node: no windows for hier; the defaults take the ring */
+    }
+    for (size_t k = 0; k < sizeof(colls) / sizeof(colls[0]); k++) {
+        int                  c = colls[k];
+        st_tune_table_t      tr = *table, th = *table;
+        st_tune_coll_list_t *l = &table->colls[c];
+        strataComm_t         ring, hier;
+
+        tr.colls[c] = (st_tune_coll_list_t){1, {{ST_TUNE_NO_LIMIT, ST_ALGO_RING}}};
+        th.colls[c] = (st_tune_coll_list_t){1, {{ST_TUNE_NO_LIMIT, ST_ALGO_HIER}}};
+        ring = cb_fab_split(f, 0, &tr);
+        hier = cb_fab_split(f, 0, &th);
+        if (f->rank == 0) {
+            printf("# tune: %s, ring against hier\n#   %10s %12s %12s  %s\n",
+                   st_model_coll_name(c), "size", "ring (us)", "hier (us)", "chosen");
+        }
+        l->n = 0;
+        for (int i = 0; i < nsizes; i++) {
+            double r1 = cb_fab_time_coll(f, ring, c, sizes[i]);
+            double th_s = cb_fab_time_coll(f, hier, c, sizes[i]);
+            double r2 = cb_fab_time_coll(f, ring, c, sizes[i]);
+            double tr_s = 0.5 * (r1 + r2);
+            int    algo = th_s < tr_s ? ST_ALGO_HIER : ST_ALGO_RING;
+
+            if (l->n > 0 && l->entries[l->n - 1].algo == algo) {
+                l->entries[l->n - 1].max_bytes = sizes[i];
+            } else if (l->n < ST_TUNE_MAX_COLL_ENTRIES) {
+                l->entries[l->n++] = (st_tune_coll_entry_t){sizes[i], algo};
+            }
+            if (f->rank == 0) {
+                cb_fab_size_str(sizes[i], sz, sizeof(sz));
+                printf("    %10s %12.1f %12.1f  %s\n", sz, tr_s * 1e6, th_s * 1e6,
+                       st_algo_name(algo));
+                fflush(stdout);
+            }
+        }
+        if (l->n > 0) {
+            l->entries[l->n - 1].max_bytes = ST_TUNE_NO_LIMIT;
+        }
+        CB_FAB_CALL(f, strataCommDestroy(ring));
+        CB_FAB_CALL(f, strataCommDestroy(hier));
     }
 }
 
@@ -296,6 +353,7 @@ int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
     if (f->nics > 1 && f->nnodes > 1) {
         cb_fab_shares(f, prop_win, table.rail_share);
     }
+    cb_fab_tune_colls(f, sizes, nsizes, &table);
     if (f->rank == 0) {
         if (st_tune_table_write(out, &table, "collbench tune") != ST_OK) {
             fprintf(stderr, "collbench: cannot write the tuning table %s\n", out);
