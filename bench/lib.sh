@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# bench/lib.sh: what bench/intra_node.sh, two_nodes.sh, hier_vs_ring.sh and rails.sh share
+# bench/lib.sh: what bench/intra_node.sh, two_nodes.sh, hier_vs_ring.sh, rails.sh and sharded.sh share
 # (sourced, not run): the rerunnable command line, the temporary folder and the exit trap that
 # removes everything (process groups, emulated nodes, /dev/shm leftovers), launching ranks
 # (forked here, or one per process inside emulated nodes), the honesty checks on each table
@@ -21,6 +21,9 @@ BENCH_EMU=$BENCH_TOP/tests/emulation
 BENCH_REPS=3 BENCH_KEEP="" BENCH_COLLBENCH=${COLLBENCH:-} BENCH_TMO=300 BENCH_COL=oop
 BENCH_TMP="" BENCH_NET="" BENCH_FAIL=0 BENCH_SHIFT=1
 BENCH_MPI="" BENCH_MPI_WHY="" BENCH_GLOO="" BENCH_GLOO_WHY=""
+# nccl-tests' bus-bandwidth factor of the tables (engine/op.c): "MUL RING", busbw = algbw * MUL,
+# times (n-1)/n when RING is 1. bench_busbw_of COLL sets it; default all-reduce's 2(n-1)/n.
+BENCH_BUSBW="2 1"
 BENCH_PGIDS=()
 
 bench_log() { echo "# $*"; }
@@ -259,6 +262,15 @@ bench_net_up()
     sed 's/^/# network: /' "$BENCH_TMP/network.txt"
 }
 
+# bench_net_down: remove this run's emulated network now (a script that builds a second one).
+bench_net_down()
+{
+    [ -n "$BENCH_NET" ] || return 0
+    bench_kill_groups
+    emunet_down "$BENCH_NET"
+    BENCH_NET=""
+}
+
 # Processes left in our nodes after a failed run (the next run must start clean).
 bench_net_reap()
 {
@@ -372,8 +384,10 @@ bench_build_gloo()
 }
 
 # ---- checking and summarizing runs --------------------------------------------------------------
-# Rows of a table: size, out-of-place time (us) and #wrong, in-place time and #wrong.
-bench_rows() { awk '!/^#/ && $1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $6, $9, $10, $13 }' "$1"; }
+# Rows of a table: size, out-of-place time (us) and #wrong, in-place time and #wrong; counted from
+# the end of the row, since collectives without an operation (all_gather, broadcast) leave redop
+# empty (12 fields instead of 13).
+bench_rows() { awk '!/^#/ && $1 ~ /^[0-9]+$/ && NF >= 12 { print $1, $(NF-7), $(NF-4), $(NF-3), $NF }' "$1"; }
 bench_hdr_iters()
 {
     awk '{ for (i = 2; i < NF; i++) if ($i == "iters:" && $(i-1) != "warmup" && $(i-1) != "agg")
@@ -464,8 +478,34 @@ bench_time()
     awk -v s="$2" -v c="$BENCH_COL" '$1 == s { print (c == "ip") ? $3 : $2 }' "$BENCH_TMP/$1.med"
 }
 
+# bench_busbw_of COLL: the tables' busbw factor for a collective (nccl-tests', as collbench's):
+# all_reduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n, broadcast and reduce 1.
+bench_busbw_of()
+{
+    case $1 in
+        all_reduce) BENCH_BUSBW="2 1" ;;
+        reduce_scatter|all_gather) BENCH_BUSBW="1 1" ;;
+        broadcast|reduce) BENCH_BUSBW="1 0" ;;
+        *) bench_die "no busbw factor for collective '$1'" ;;
+    esac
+}
+
+# bench_busbw KEY SIZE NP: busbw (GB/s) of a key's median at a size, with BENCH_BUSBW's factor
+# (the reported half); empty when it has none. S is the table's size (nccl-tests': the larger of
+# the send and receive buffers), algbw = S / t.
+bench_busbw()
+{
+    local t
+    t=$(bench_time "$1" "$2")
+    [ -n "$t" ] || return 0
+    awk -v size="$2" -v t="$t" -v np="$3" -v f="$BENCH_BUSBW" 'BEGIN { split(f, m, " ")
+        x = size / (t * 1e-6) / 1e9
+        if (t > 0) printf "%.6f\n", m[2] ? x * m[1] * (np - 1) / np : x * m[1] }'
+}
+
 # bench_table NP CEIL "key ..." "a/b ..." "key ...": the table. Columns: size, busbw (GB/s, from
-# the median time, nccl-tests' all-reduce factor 2(n-1)/n) of every key that ran, the ratios a/b,
+# the median time, nccl-tests' factor of BENCH_BUSBW: all-reduce's 2(n-1)/n unless bench_busbw_of
+# said otherwise) of every key that ran, the ratios a/b,
 # then the ceiling (busbw, GB/s; none when CEIL is empty) and the fraction of it for the last
 # list's keys. Keys that did not run are listed under the table with the reason. Geometric means
 # of the ratio columns close it.
@@ -500,9 +540,10 @@ bench_table()
             done
             echo
         done
-    } | awk -v np="$np" -v ceil="$ceil" -v spec="$spec" '
+    } | awk -v np="$np" -v ceil="$ceil" -v spec="$spec" -v bf="$BENCH_BUSBW" '
         function lab(k) { return (k in label) ? label[k] : k }
         BEGIN {
+            split(bf, bm, " ")
             n = split(spec, col, " ")
             for (i = 1; i <= n; i++) if (index(col[i], "=") && col[i] !~ /^(ratio|frac):/) {
                 split(col[i], kv, "="); label[kv[1]] = kv[2]; col[i] = kv[1] }
@@ -518,7 +559,8 @@ bench_table()
             }
             print "  " hdr
         }
-        function bw(k,   t) { t = tm[k]; return (t != "" && t != "-" && t > 0) ? size / (t * 1e-6) / 1e9 * 2 * (np - 1) / np : -1 }
+        function bw(k,   t) { t = tm[k]; if (t == "" || t == "-" || t <= 0) return -1
+                              return bm[2] ? size / (t * 1e-6) / 1e9 * bm[1] * (np - 1) / np : size / (t * 1e-6) / 1e9 * bm[1] }
         {
             size = $1; delete tm
             for (i = 2; i <= NF; i++) { split($i, kv, "="); tm[kv[1]] = kv[2] }
