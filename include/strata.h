@@ -391,6 +391,49 @@ STRATA_API strataResult_t strataReduceScatter(const void *sendbuff, void *recvbu
                                               strataRedOp_t op, strataComm_t comm,
                                               strataStream_t stream);
 
+/* All-to-all: rank r sends block p of sendbuff (elements p*count .. (p+1)*count - 1) to rank p,
+ * which receives it as its block r of recvbuff; both buffers hold nranks * count elements (count
+ * is elements per rank pair, as ncclAlltoAll). Never in place: sendbuff and recvbuff must not
+ * overlap (strataInvalidArgument). Returns strataInvalidArgument for a NULL buffer with
+ * count > 0 or overlapping buffers, and the common results above; ranks that pass different
+ * counts or datatypes get strataInvalidUsage on every rank. */
+STRATA_API strataResult_t strataAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                                         strataDataType_t datatype, strataComm_t comm,
+                                         strataStream_t stream);
+
+/* All-to-all with a count per rank pair, as MPI_Alltoallv: rank r sends sendcounts[p] elements
+ * starting at element sdispls[p] of sendbuff to rank p, and receives recvcounts[p] elements from
+ * rank p at element rdispls[p] of recvbuff. The four arrays have nranks entries, in ELEMENTS of
+ * datatype, and are read during the call only (the library keeps a copy). Zero counts are
+ * allowed, in any pattern. sendcounts[p] on rank r must equal recvcounts[r] on rank p: a pair
+ * that disagrees fails every rank with strataInvalidUsage naming both ranks and both counts.
+ * Received blocks must not overlap each other or the send buffer's read ranges (strataInvalid-
+ * Argument). Returns strataInvalidArgument for a NULL array, a NULL buffer with a nonzero count
+ * into it, or overlapping ranges, and the common results above. */
+STRATA_API strataResult_t strataAlltoAllv(const void *sendbuff, const size_t sendcounts[],
+                                          const size_t sdispls[], void *recvbuff,
+                                          const size_t recvcounts[], const size_t rdispls[],
+                                          strataDataType_t datatype, strataComm_t comm,
+                                          strataStream_t stream);
+
+/* Gather: every rank's count elements of sendbuff arrive in root's recvbuff (nranks * count
+ * elements), rank r's at element r * count, as ncclGather. recvbuff is used only on root and
+ * may be NULL elsewhere. In place on root when sendbuff == recvbuff + root * count. Returns
+ * strataInvalidArgument for root out of range or a NULL buffer that is needed, and the common
+ * results above; a rank with another count, datatype or root gets strataInvalidUsage on every
+ * rank. */
+STRATA_API strataResult_t strataGather(const void *sendbuff, void *recvbuff, size_t count,
+                                       strataDataType_t datatype, int root, strataComm_t comm,
+                                       strataStream_t stream);
+
+/* Scatter: root's sendbuff holds nranks * count elements; rank r receives elements r * count ..
+ * (r+1) * count - 1 in recvbuff (count elements), as ncclScatter. sendbuff is read only on root
+ * and may be NULL elsewhere. In place on root when recvbuff == sendbuff + root * count. Errors as
+ * strataGather. */
+STRATA_API strataResult_t strataScatter(const void *sendbuff, void *recvbuff, size_t count,
+                                        strataDataType_t datatype, int root, strataComm_t comm,
+                                        strataStream_t stream);
+
 /* Point to point. strataSend sends count elements of sendbuff to rank peer; strataRecv receives
  * count elements from rank peer into recvbuff. Sends and receives between one pair of ranks match
  * in call order, and counts (in bytes) must agree, 0 included: a count-0 send or receive still
