@@ -8,6 +8,12 @@
  * internal chunk (STRATA_CHUNK_SIZE, 512k bytes = 131072 fp32 by default; a run with 4k makes many
  * chunks cheaply). A second battery runs AllReduce for every datatype x op, including a
  * strataRedOpCreatePreMulSum op, with inputs whose exact result is known.
+ *
+ * AlltoAll, AlltoAllv, Gather and Scatter run in the first battery (each count, every root and
+ * mode of the rooted ones, AlltoAllv's patterns: zero counts, skewed, all to one rank, uniform,
+ * in a group and on a host stream) and once per datatype in the second; every byte of a block is
+ * a function of (source rank, destination rank, element, byte), and the gaps between AlltoAllv's
+ * received blocks must stay untouched.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -647,6 +653,84 @@ static void do_alltoallv(bat_t *b, strataDataType_t dt, av_pattern_t pat, size_t
     free(sc);
 }
 
+/* AlltoAllv in a group (with a Gather) and on a host stream: the arrays are read during the call
+ * only, so they are scrambled (and freed) at once after it; the results must not change. */
+static void do_alltoallv_async(bat_t *b)
+{
+    int              n = b->n, r = b->r;
+    size_t           es = sizeof(int32_t), unit = 5;
+    size_t          *v = xmalloc(4 * (size_t)n * sizeof(size_t));
+    size_t          *sc = v, *sd = v + n, *rc = v + 2 * n, *rd = v + 3 * n, sel, rel;
+    strataStream_t   stream;
+    it_buf_t         sb, rb, gs, gr;
+    char             what[96];
+    uint8_t         *send, *recv, *gsend, *grecv;
+
+    for (int p = 0; p < n; p++) {
+        sc[p] = av_count(AV_SKEWED, n, r, p, unit);
+        rc[p] = av_count(AV_SKEWED, n, p, r, unit);
+    }
+    sel   = av_layout(sc, n, sd);
+    rel   = av_layout(rc, n, rd);
+    send  = it_buf_alloc(&sb, sel * es, 0, 0x33);
+    recv  = it_buf_alloc(&rb, rel * es, 0, 0xEE);
+    gsend = it_buf_alloc(&gs, 9 * es, 0, 0);
+    grecv = it_buf_alloc(&gr, 9 * es * (size_t)n, 0, 0xEE);
+    for (int p = 0; p < n; p++) {
+        afill(send + sd[p] * es, r, p, sc[p], es);
+    }
+    afill(gsend, r, 0, 9, es);
+    for (int mode = 0; mode < 2; mode++) {
+        size_t *w = xmalloc(4 * (size_t)n * sizeof(size_t));
+
+        snprintf(what, sizeof(what), "AlltoAllv int32 skewed %s",
+                 mode == 0 ? "in a group with a Gather" : "on a host stream");
+        memcpy(w, v, 4 * (size_t)n * sizeof(size_t));
+        memset(recv, 0xEE, rel * es);
+        if (mode == 0) {
+            IT_OK(strataGroupStart());
+            IT_OK(strataAlltoAllv(send, w, w + n, recv, w + 2 * n, w + 3 * n, strataInt32,
+                                  b->c->comm, NULL));
+            IT_OK(strataGather(gsend, grecv, 9, strataInt32, 0, b->c->comm, NULL));
+            memset(w, 0xff, 4 * (size_t)n * sizeof(size_t));
+            free(w);
+            IT_OK(strataGroupEnd());
+        } else {
+            if (!IT_OK(strataStreamCreate(&stream))) {
+                free(w);
+                break;
+            }
+            IT_OK(strataAlltoAllv(send, w, w + n, recv, w + 2 * n, w + 3 * n, strataInt32,
+                                  b->c->comm, stream));
+            memset(w, 0xff, 4 * (size_t)n * sizeof(size_t));
+            free(w);
+            IT_OK(strataStreamSynchronize(stream));
+            IT_OK(strataStreamDestroy(stream));
+        }
+        for (int q = 0; q < n; q++) {
+            if (!acheck(recv + rd[q] * es, q, r, rc[q], es, what)) {
+                break;
+            }
+        }
+        if (mode == 0 && r == 0) {
+            for (int q = 0; q < n; q++) {
+                if (!acheck(grecv + (size_t)q * 9 * es, q, 0, 9, es, "Gather in a group")) {
+                    break;
+                }
+            }
+        }
+    }
+    it_buf_guards(&sb, what);
+    it_buf_guards(&rb, what);
+    it_buf_guards(&gs, what);
+    it_buf_guards(&gr, what);
+    it_buf_free(&sb);
+    it_buf_free(&rb);
+    it_buf_free(&gs);
+    it_buf_free(&gr);
+    free(v);
+}
+
 /* The four collectives at one count (fp32 and int8 in turn), gather and scatter from every root
  * in every mode across the counts. */
 static void a2a_battery(bat_t *b, size_t k, size_t cnt)
@@ -660,6 +744,9 @@ static void a2a_battery(bat_t *b, size_t k, size_t cnt)
     }
     if (k < 4) {
         do_alltoallv(b, dt, (av_pattern_t)k, cnt > 0 ? cnt : 1);
+    }
+    if (k == 4) {
+        do_alltoallv_async(b);
     }
 }
 
@@ -906,6 +993,15 @@ static int dtype_op_battery(it_ctx_t *c)
                                         OP_PREMUL};
     size_t counts[] = {1, 7, (size_t)c->nranks + 1, 67, 1031, 40009};
 
+    bat_t b = {c, c->nranks, c->rank};
+
+    /* the data-movement collectives move any datatype's bytes alike: each once per type */
+    for (int dt = 0; dt < strataNumTypes; dt++) {
+        do_alltoall(&b, (strataDataType_t)dt, (size_t)c->nranks + 1);
+        do_gather(&b, (strataDataType_t)dt, 33, c->nranks - 1, dt % 3);
+        do_scatter(&b, (strataDataType_t)dt, 33, dt % c->nranks, (dt + 1) % 3);
+        do_alltoallv(&b, (strataDataType_t)dt, AV_SKEWED, 3);
+    }
     for (int dt = 0; dt < strataNumTypes; dt++) {
         for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
             for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
