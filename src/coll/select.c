@@ -70,7 +70,7 @@ static const st_coll_algo_t st_coll_algos[] = {
     {"hier", ST_ALGO_HIER,
      ST_COLL_BIT(ST_COLL_ALLREDUCE) | ST_COLL_BIT(ST_COLL_BROADCAST) |
          ST_COLL_BIT(ST_COLL_REDUCE) | ST_COLL_BIT(ST_COLL_ALLGATHER) |
-         ST_COLL_BIT(ST_COLL_REDUCESCATTER),
+         ST_COLL_BIT(ST_COLL_REDUCESCATTER) | ST_COLL_BIT(ST_COLL_ALLTOALL),
      st_hier_fits, st_hier_create},
     {"small", ST_ALGO_SMALL, ST_COLL_BIT(ST_COLL_ALLREDUCE), st_small_fits, st_small_create},
     {"p2p", ST_ALGO_LAST, ST_COLL_BIT(ST_COLL_SEND) | ST_COLL_BIT(ST_COLL_RECV), NULL,
@@ -200,6 +200,8 @@ static int st_coll_model_coll(st_coll_type_t type)
         return ST_MODEL_REDUCESCATTER;
     case ST_COLL_ALLGATHER:
         return ST_MODEL_ALLGATHER;
+    case ST_COLL_ALLTOALL:
+        return ST_MODEL_ALLTOALL;
     default:
         return -1;
     }
