@@ -28,6 +28,17 @@ static const st_coll_info_t st_coll_table[ST_COLL_LAST] = {
                                .busbw_mul = 1, .in_place = ST_INPLACE_NONE},
     [ST_COLL_RECV]          = {.name = "Recv", .short_name = "sendrecv", .p2p = 1,
                                .busbw_mul = 1, .in_place = ST_INPLACE_NONE},
+    [ST_COLL_ALLTOALL]      = {.name = "AlltoAll", .short_name = "alltoall", .per_rank = 1,
+                               .busbw_mul = 1, .busbw_ring = 1, .in_place = ST_INPLACE_NONE},
+    /* count: what this rank sends in all (st_coll_args_t), not per rank */
+    [ST_COLL_ALLTOALLV]     = {.name = "AlltoAllv", .short_name = "alltoallv", .busbw_mul = 1,
+                               .busbw_ring = 1, .in_place = ST_INPLACE_NONE},
+    [ST_COLL_GATHER]        = {.name = "Gather", .short_name = "gather", .rooted = 1,
+                               .per_rank = 1, .busbw_mul = 1, .busbw_ring = 1,
+                               .in_place = ST_INPLACE_SEND_AT_RANK},
+    [ST_COLL_SCATTER]       = {.name = "Scatter", .short_name = "scatter", .rooted = 1,
+                               .per_rank = 1, .busbw_mul = 1, .busbw_ring = 1,
+                               .in_place = ST_INPLACE_RECV_AT_RANK},
 };
 
 static const st_coll_info_t st_coll_unknown = {.name = "unknown", .short_name = "unknown",

@@ -24,6 +24,10 @@ typedef enum {
     ST_COLL_REDUCESCATTER,
     ST_COLL_SEND,
     ST_COLL_RECV,
+    ST_COLL_ALLTOALL,
+    ST_COLL_ALLTOALLV,
+    ST_COLL_GATHER,
+    ST_COLL_SCATTER,
     ST_COLL_LAST
 } st_coll_type_t;
 
