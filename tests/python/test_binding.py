@@ -289,13 +289,17 @@ class TestCollectives(CommWorld):
                 for x, b in zip(xs, before):
                     np.testing.assert_array_equal(x, b)  # send buffers untouched
         with self.subTest(dtype="torch.bfloat16", recvbuf="given, flat"):
-            ts = [torch.cat([torch.from_numpy(block(r, d, 5, np.float32)) for d in
-                             range(NRANKS)]).to(torch.bfloat16) for r in range(NRANKS)]
+            # 32*s + 8*d + k stays below 256: exact in bfloat16's 8 significant bits
+            def bblock(src, dst):
+                return (32 * src + 8 * dst + np.arange(5)).astype(np.float32)
+
+            ts = [torch.cat([torch.from_numpy(bblock(r, d)) for d in range(NRANKS)])
+                  .to(torch.bfloat16) for r in range(NRANKS)]
             outs = [torch.zeros(NRANKS * 5, dtype=torch.bfloat16) for _ in range(NRANKS)]
             got = self.grouped(lambda r, c: c.alltoall(ts[r], outs[r]))
             for r in range(NRANKS):
                 self.assertIs(got[r], outs[r])
-                want = np.concatenate([block(s, r, 5, np.float32) for s in range(NRANKS)])
+                want = np.concatenate([bblock(s, r) for s in range(NRANKS)])
                 np.testing.assert_array_equal(outs[r].float().numpy(), want)
         with self.subTest(count=0):
             got = self.grouped(lambda r, c: c.alltoall(np.empty(0, np.float32)))
