@@ -421,8 +421,9 @@ const char *cb_algo_scope(const char *forced)
         return "small applies to all_reduce of at most 131072 B (the windows' small area); "
                "other rows run as under auto";
     }
-    return "hier runs on any layout of 2 ranks or more (a node of one rank reduces in a private "
-           "window); with 1 rank nothing moves";
+    return "hier runs all_reduce, reduce_scatter, all_gather, broadcast and reduce on any layout "
+           "of 2 ranks or more (a node of one rank reduces in a private window); with 1 rank "
+           "nothing moves; sendrecv, the all-to-alls, gather and scatter run as under auto";
 }
 
 /* A forced small that no row can use (no all_reduce, or every size above its limit): the run
