@@ -933,7 +933,10 @@ class TestErrors(CommWorld):
                             for call in calls:
                                 call()
                     self.assertEqual(cm.exception.result, Result.INVALID_USAGE)
-                    self.assertIn("rank", cm.exception.message)
+                    self.assertIn("rank 0", cm.exception.message)
+                    if name == "alltoallv":  # both ranks and both counts
+                        self.assertIn("sendcounts[1] on rank 0 is 2 but recvcounts[0] on rank 1 "
+                                      "is 3", cm.exception.message)
                     for comm in comms:
                         self.assertEqual(comm.async_error(), Result.INVALID_USAGE)
                 finally:
