@@ -8,8 +8,9 @@
  * transfers completed, so the links stay busy while the slowest peer of the window is awaited.
  * A zero-byte side of a step is skipped by both ends (they compute the same sizes). Every
  * message of an op carries st_tag_coll(seq, kind << 20 | sender): one message per (kind, ordered
- * pair) in an op, so any transport's matching (per endpoint or not) pairs it right. A later
- * algorithm (a hierarchical all-to-all) builds its own lists from the same pieces.
+ * pair) in an op, so any transport's matching (per endpoint or not) pairs it right. The
+ * hierarchical all-to-all (through the node's windows, one message per node pair and rail) is
+ * coll/hier.c's: it shares the windows' pipeline with the other hierarchical collectives.
  *
  * Pairwise all-to-all (row "pairwise", STRATA_ALGO=ring): the own block is a local copy; step
  * s = 1..n-1 sends block (r+s)%n to rank (r+s)%n and receives block (r-s+n)%n from that rank,

@@ -1,6 +1,7 @@
 /*
  * hier.c - the hierarchical algorithms: intra-node reduce-scatter through the node's windows,
- * inter-node all-reduce of each shard on its rail, intra-node all-gather, pipelined over chunks.
+ * inter-node all-reduce of each shard on its rail, intra-node all-gather, pipelined over chunks;
+ * and the same pipeline for broadcast, reduce, reduce-scatter, all-gather and all-to-all.
  *
  * The buffer V (elements; for broadcast and all-gather, bytes) is cut into chunks of
  * STRATA_HIER_CHUNK_SIZE bytes and every chunk into S shards, S = the number of rails (the largest
@@ -21,7 +22,7 @@
  * chunks overlap. Counters in the windows (coll/intra.h) say how far each rank got; a slot is
  * refilled only when every local rank finished reading what it held depth chunks ago.
  *
- * The five collectives are this pipeline with other contributions, deliveries, chunk layouts and
+ * The six collectives are this pipeline with other contributions, deliveries, chunk layouts and
  * inter-node steps; each moves over the network no more than its own bytes:
  *   all-reduce       V = the buffer; linear chunks; inter-node: the ring's reduce-scatter and
  *                    all-gather halves, 2(N-1)/N of V per node.
@@ -39,6 +40,18 @@
  *                    piece, the owners gather their node's part of their shard from the local in
  *                    slots, and the ring's all-gather half brings the other nodes' parts: (N-1)/N
  *                    of V per node; every rank copies the whole chunk out.
+ *   all-to-all       bytes, V = the send buffer (nranks blocks); chunks by node, by
+ *                    destination; the 2D scheme of mixture-of-experts systems: the owner of shard
+ *                    j gathers, for every other node, its node's ranks' part of shard j for that
+ *                    node into one message (staging) and exchanges it with shard j's owner there
+ *                    (one message per node pair and shard, so per rail, all in flight); the
+ *                    messages land in the owner's res slot, by sending node, then sending local
+ *                    rank (st_hier_a2a_in_off); every rank copies its pieces out of the local in
+ *                    slots (its node's senders) and the owners' res slots (the others). The bytes
+ *                    on the network are those of the flat pairwise exchange (coll/a2a.c); what it
+ *                    saves is messages, (N-1) per shard instead of n-g per rank, at the cost of
+ *                    two passes through the windows (docs/model.md, formula 13). Pieces shrink
+ *                    until every owner's res slot holds what it receives.
  * Chunks by node: chunk k holds piece k (elements k*c .. k*c+c-1 of each rank's block; c =
  * the chunk / nranks) of every rank's block, ordered by node, then local rank: node b's ranks'
  * pieces form one range of the chunk, whatever the rank numbering, and shard j of the chunk is

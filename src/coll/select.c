@@ -17,9 +17,11 @@
  * is the flat ring without. A forced algorithm that does not apply is said once at WARN per
  * reason (st_coll_forced_unfit).
  *
- * All-to-all, all-to-all-v, gather and scatter have only the flat exchanges of a2a.c (rows
- * "pairwise" and "direct", under ST_ALGO_RING): auto and every STRATA_ALGO run them (a forced hier
- * or small is said once at WARN).
+ * All-to-all runs as hier (the 2D scheme of hier.c) under the same rule as the others (some node
+ * holds several ranks, host buffers), else as the flat pairwise exchange of a2a.c (row
+ * "pairwise", ST_ALGO_RING, what STRATA_ALGO=ring forces). All-to-all-v, gather and scatter have
+ * only the flat exchanges of a2a.c (rows "pairwise" and "direct"): auto and every STRATA_ALGO run
+ * them (a forced hier or small is said once at WARN).
  *
  * The algorithms are one table (st_coll_algos): each row names the code that makes the op, the
  * collectives it runs, when it fits a call, and the algorithm STRATA_ALGO, the tuning and the cost
