@@ -709,6 +709,17 @@ class Communicator(_Handle):
         return req
 
     @staticmethod
+    def _block_of(self, sendbuf, s, fn):
+        """A new buffer for one rank's block of sendbuf (described as s): sendbuf's shape without
+        its first axis when that axis is the number of ranks, else flat."""
+        if s.count % self._size:
+            raise InvalidArgumentError("sendbuf has %d elements, not a multiple of the %d ranks"
+                                       % (s.count, self._size), fn)
+        n = s.count // self._size
+        shape = tuple(sendbuf.shape)
+        shape = shape[1:] if shape and shape[0] == self._size else (n,)
+        return empty_like(s, n, shape)
+
     def _same_type(a, b, fn):
         if a.dtype != b.dtype:
             raise UnsupportedTypeError("%s and %s have different datatypes (%s, %s)"
@@ -816,13 +827,7 @@ class Communicator(_Handle):
         fn = "strataReduceScatter"
         s = describe(sendbuf, "sendbuf", fn=fn)
         if recvbuf is None:
-            if s.count % self._size:
-                raise InvalidArgumentError("sendbuf has %d elements, not a multiple of the %d ranks"
-                                           % (s.count, self._size), fn)
-            n = s.count // self._size
-            shape = tuple(sendbuf.shape)
-            shape = shape[1:] if shape and shape[0] == self._size else (n,)
-            recvbuf = empty_like(s, n, shape)
+            recvbuf = self._block_of(sendbuf, s, fn)
         r = describe(recvbuf, "recvbuf", writable=True, fn=fn)
         self._same_type(s, r, fn)
         if s.count != r.count * self._size:
@@ -986,13 +991,7 @@ class Communicator(_Handle):
                                        fn)
         s = describe(sendbuf, "sendbuf", fn=fn) if sendbuf is not None else None
         if recvbuf is None:
-            if s.count % self._size:
-                raise InvalidArgumentError("sendbuf has %d elements, not a multiple of the %d ranks"
-                                           % (s.count, self._size), fn)
-            n = s.count // self._size
-            shape = tuple(sendbuf.shape)
-            shape = shape[1:] if shape and shape[0] == self._size else (n,)
-            recvbuf = empty_like(s, n, shape)
+            recvbuf = self._block_of(sendbuf, s, fn)
         r = describe(recvbuf, "recvbuf", writable=True, fn=fn)
         if s is not None:
             self._same_type(s, r, fn)
