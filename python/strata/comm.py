@@ -708,7 +708,6 @@ class Communicator(_Handle):
             stream._submit(req)
         return req
 
-    @staticmethod
     def _block_of(self, sendbuf, s, fn):
         """A new buffer for one rank's block of sendbuf (described as s): sendbuf's shape without
         its first axis when that axis is the number of ranks, else flat."""
@@ -720,6 +719,7 @@ class Communicator(_Handle):
         shape = shape[1:] if shape and shape[0] == self._size else (n,)
         return empty_like(s, n, shape)
 
+    @staticmethod
     def _same_type(a, b, fn):
         if a.dtype != b.dtype:
             raise UnsupportedTypeError("%s and %s have different datatypes (%s, %s)"
