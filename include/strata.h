@@ -14,8 +14,11 @@
  *    kind in one call, device buffers on the device that was current when the communicator was
  *    made (else strataInvalidArgument naming the buffer and both devices). "In place" follows NCCL: AllReduce, Broadcast and
  *    Reduce are in place when sendbuff == recvbuff; AllGather when sendbuff == recvbuff +
- *    rank * sendcount (in elements); ReduceScatter when recvbuff == sendbuff + rank * recvcount.
- *    Any other overlap between sendbuff and recvbuff is undefined, as in NCCL.
+ *    rank * sendcount (in elements); ReduceScatter when recvbuff == sendbuff + rank * recvcount;
+ *    Gather on root when sendbuff == recvbuff + root * count, Scatter on root when recvbuff ==
+ *    sendbuff + root * count; AlltoAll and AlltoAllv never (their overlaps are refused).
+ *    Any other overlap between sendbuff and recvbuff is undefined, as in NCCL (except on the
+ *    root of Gather and Scatter, see there).
  *  - stream, for host buffers: NULL makes the call return when the operation is complete and its
  *    result is in place. A strata host stream (strataStreamCreate) queues the operation, in call
  *    order, on that stream's progress thread and the call returns at once; buffers must stay valid
@@ -390,6 +393,74 @@ STRATA_API strataResult_t strataReduceScatter(const void *sendbuff, void *recvbu
                                               size_t recvcount, strataDataType_t datatype,
                                               strataRedOp_t op, strataComm_t comm,
                                               strataStream_t stream);
+
+/* All-to-all: rank r sends block p of sendbuff (elements p*count .. (p+1)*count - 1) to rank p,
+ * which receives it as its block r of recvbuff; both buffers hold nranks * count elements (count
+ * is elements per rank pair, as ncclAlltoAll). Never in place: sendbuff and recvbuff must not
+ * overlap at all. sendbuff is only read. stream: NULL blocks until done; a host stream queues the
+ * call; device buffers are ordered on a CUDA stream and run on pinned host copies of both buffers
+ * (no GPU-native all-to-all yet). count 0: NULL buffers are fine and nothing moves.
+ * Returns strataInvalidArgument for a NULL buffer with count > 0, overlapping buffers
+ * (count > 0), and the common results above; ranks that pass different counts or datatypes get
+ * strataInvalidUsage on every rank (with the mismatch check; without it a different count fails
+ * with strataInvalidUsage too, named by the receiver as a size mismatch, and a different
+ * datatype of the same size is not noticed). */
+STRATA_API strataResult_t strataAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                                         strataDataType_t datatype, strataComm_t comm,
+                                         strataStream_t stream);
+
+/* All-to-all with a count per rank pair, as MPI_Alltoallv: rank r sends sendcounts[p] elements
+ * starting at element sdispls[p] of sendbuff to rank p, and receives recvcounts[p] elements from
+ * rank p at element rdispls[p] of recvbuff. The four arrays have nranks entries, in ELEMENTS of
+ * datatype, and are read during the call only (the library keeps a copy: they may be changed or
+ * freed as soon as it returns, also inside a group or on a stream). Zero counts are allowed, in
+ * any pattern (a displacement whose count is 0 is ignored; a rank with nothing to send or
+ * receive still calls); the bytes of recvbuff outside the received blocks are never written.
+ * sendcounts[p] on rank r must equal recvcounts[r] on rank p, r == p included: the ranks
+ * exchange their counts first, and a pair that disagrees fails every rank with
+ * strataInvalidUsage naming both ranks and both counts ("sendcounts[2] on rank 1 is 9 but
+ * recvcounts[1] on rank 2 is 8"), whatever STRATA_CHECK_MISMATCH says; no data has then reached
+ * a rank that saw the disagreement, and other ranks' blocks may have arrived. The exchange costs
+ * two small messages per peer before and beside the data. Blocks sent may overlap each other
+ * (they are only read); a received block may overlap no other received block and no block that
+ * is sent. The mismatch check compares the datatype (a rank with another datatype gets
+ * strataInvalidUsage on every rank), not the counts. Device buffers run on pinned host copies of
+ * the spans the blocks cover.
+ * Returns strataInvalidArgument for a NULL array, a NULL buffer with a nonzero count into it, a
+ * block whose displacement + count (bytes) exceeds 2^48, overlapping received blocks, and the
+ * common results above; strataSystemError when the blocks cannot be checked for lack of
+ * memory. */
+STRATA_API strataResult_t strataAlltoAllv(const void *sendbuff, const size_t sendcounts[],
+                                          const size_t sdispls[], void *recvbuff,
+                                          const size_t recvcounts[], const size_t rdispls[],
+                                          strataDataType_t datatype, strataComm_t comm,
+                                          strataStream_t stream);
+
+/* Gather: every rank's count elements of sendbuff arrive in root's recvbuff (nranks * count
+ * elements), rank r's at element r * count, as ncclGather. recvbuff is used only on root and
+ * may be NULL elsewhere (a non-root recvbuff is never written). In place on root when sendbuff
+ * == recvbuff + root * count; on root sendbuff may overlap recvbuff in any other way too (root's
+ * own block is copied before anything arrives). sendbuff is only read. Device buffers run on
+ * pinned host copies. count 0: nothing moves.
+ * Returns strataInvalidArgument for root out of [0, nranks), a NULL sendbuff with count > 0, a
+ * NULL recvbuff on root with count > 0, and the common results above; a rank with another count,
+ * datatype or root gets strataInvalidUsage on every rank. */
+STRATA_API strataResult_t strataGather(const void *sendbuff, void *recvbuff, size_t count,
+                                       strataDataType_t datatype, int root, strataComm_t comm,
+                                       strataStream_t stream);
+
+/* Scatter: root's sendbuff holds nranks * count elements; rank r receives elements r * count ..
+ * (r+1) * count - 1 in recvbuff (count elements), as ncclScatter. sendbuff is read only on root
+ * and may be NULL elsewhere (never touched there); it is never written. In place on root when
+ * recvbuff == sendbuff + root * count; on root recvbuff may overlap sendbuff in any other way too
+ * (root's own block is copied after every other block was sent). Device buffers run on pinned
+ * host copies. count 0: nothing moves.
+ * Returns strataInvalidArgument for root out of [0, nranks), a NULL sendbuff on root with
+ * count > 0, a NULL recvbuff with count > 0, and the common results above; a rank with another
+ * count, datatype or root gets strataInvalidUsage on every rank. */
+STRATA_API strataResult_t strataScatter(const void *sendbuff, void *recvbuff, size_t count,
+                                        strataDataType_t datatype, int root, strataComm_t comm,
+                                        strataStream_t stream);
 
 /* Point to point. strataSend sends count elements of sendbuff to rank peer; strataRecv receives
  * count elements from rank peer into recvbuff. Sends and receives between one pair of ranks match

@@ -139,6 +139,7 @@ vp = ctypes.c_void_p
 size_t = ctypes.c_size_t
 c_int = ctypes.c_int
 p_int = ctypes.POINTER(ctypes.c_int)
+p_size_t = ctypes.POINTER(ctypes.c_size_t)
 
 # name: (restype, argtypes)
 _PROTOTYPES = {
@@ -167,6 +168,11 @@ _PROTOTYPES = {
     "strataReduce": (result_t, [vp, vp, size_t, dtype_t, op_t, c_int, comm_t, stream_t]),
     "strataAllGather": (result_t, [vp, vp, size_t, dtype_t, comm_t, stream_t]),
     "strataReduceScatter": (result_t, [vp, vp, size_t, dtype_t, op_t, comm_t, stream_t]),
+    "strataAlltoAll": (result_t, [vp, vp, size_t, dtype_t, comm_t, stream_t]),
+    "strataAlltoAllv": (result_t, [vp, p_size_t, p_size_t, vp, p_size_t, p_size_t, dtype_t,
+                                   comm_t, stream_t]),
+    "strataGather": (result_t, [vp, vp, size_t, dtype_t, c_int, comm_t, stream_t]),
+    "strataScatter": (result_t, [vp, vp, size_t, dtype_t, c_int, comm_t, stream_t]),
     "strataSend": (result_t, [vp, size_t, dtype_t, c_int, comm_t, stream_t]),
     "strataRecv": (result_t, [vp, size_t, dtype_t, c_int, comm_t, stream_t]),
     "strataGroupStart": (result_t, []),

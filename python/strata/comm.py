@@ -14,9 +14,12 @@ Conventions (the header include/strata.h is the manual; this module follows it):
   strataGetLastError's line.
 """
 
+import bisect
 import collections
 import contextlib
 import ctypes
+import itertools
+import numbers
 import os
 import sys
 import threading
@@ -24,7 +27,9 @@ import time
 import traceback
 
 from . import _lib as L
-from ._buffer import describe, empty_like, as_datatype, scalar_bytes
+import numpy as np
+
+from ._buffer import describe, empty_like, as_datatype, is_tensor, scalar_bytes
 from .errors import (StrataError, ClosedError, InvalidArgumentError, UnsupportedTypeError)
 
 Result = L.Result
@@ -62,6 +67,16 @@ _OP_NAMES = {"sum": RedOp.SUM, "prod": RedOp.PROD, "max": RedOp.MAX, "min": RedO
 
 _OP_ALLOWED = "sum, prod, max, min, avg (strata.RedOp 0..%d) or a handle from premul_sum on " \
               "this communicator" % (L.NUM_BUILTIN_OPS - 1)
+
+
+def _overlap(a, a_bytes, b, b_bytes):
+    """Whether the byte ranges [a, a + a_bytes) and [b, b + b_bytes) share a byte."""
+    return a_bytes > 0 and b_bytes > 0 and a < b + b_bytes and b < a + a_bytes
+
+
+def _packed(counts):
+    """Displacements of blocks of these counts laid end to end in rank order."""
+    return [0] + list(itertools.accumulate(counts))[:-1]
 
 
 def _op(op, handles=()):
@@ -693,6 +708,17 @@ class Communicator(_Handle):
             stream._submit(req)
         return req
 
+    def _block_of(self, sendbuf, s, fn):
+        """A new buffer for one rank's block of sendbuf (described as s): sendbuf's shape without
+        its first axis when that axis is the number of ranks, else flat."""
+        if s.count % self._size:
+            raise InvalidArgumentError("sendbuf has %d elements, not a multiple of the %d ranks"
+                                       % (s.count, self._size), fn)
+        n = s.count // self._size
+        shape = tuple(sendbuf.shape)
+        shape = shape[1:] if shape and shape[0] == self._size else (n,)
+        return empty_like(s, n, shape)
+
     @staticmethod
     def _same_type(a, b, fn):
         if a.dtype != b.dtype:
@@ -801,13 +827,7 @@ class Communicator(_Handle):
         fn = "strataReduceScatter"
         s = describe(sendbuf, "sendbuf", fn=fn)
         if recvbuf is None:
-            if s.count % self._size:
-                raise InvalidArgumentError("sendbuf has %d elements, not a multiple of the %d ranks"
-                                           % (s.count, self._size), fn)
-            n = s.count // self._size
-            shape = tuple(sendbuf.shape)
-            shape = shape[1:] if shape and shape[0] == self._size else (n,)
-            recvbuf = empty_like(s, n, shape)
+            recvbuf = self._block_of(sendbuf, s, fn)
         r = describe(recvbuf, "recvbuf", writable=True, fn=fn)
         self._same_type(s, r, fn)
         if s.count != r.count * self._size:
@@ -815,6 +835,172 @@ class Communicator(_Handle):
                                        "per rank over %d ranks needs %d"
                                        % (s.count, r.count, self._size, r.count * self._size), fn)
         args = (s.ptr, r.ptr, r.count, int(r.dtype), _op(op, self._ops))
+        return self._launch(fn, args, (s, r), r.obj, stream)
+
+    def alltoall(self, sendbuf, recvbuf=None, stream=None):
+        """strataAlltoAll: block p of this rank's sendbuf goes to rank p, which receives it as its
+        block r (this rank) of recvbuf. Never in place.
+
+        sendbuf: nranks*n elements, any shape; block p is elements p*n .. (p+1)*n-1, so a
+        sendbuf of shape (nranks, ...) sends sendbuf[p] to rank p. recvbuf: nranks*n elements of
+        the same dtype that do not overlap sendbuf, or None for a new array/tensor of
+        sendbuf's shape; recvbuf's block p then holds what rank p sent to this rank.
+        Returns recvbuf, or a Request with a stream. Raises InvalidArgumentError when the
+        counts do not fit or the buffers overlap (ranks that disagree on n get StrataError
+        strataInvalidUsage from the library)."""
+        fn = "strataAlltoAll"
+        s = describe(sendbuf, "sendbuf", fn=fn)
+        if s.count % self._size:
+            raise InvalidArgumentError("sendbuf has %d elements, not a multiple of the %d ranks"
+                                       % (s.count, self._size), fn)
+        if recvbuf is None:
+            recvbuf = empty_like(s, s.count, tuple(sendbuf.shape))
+        r = describe(recvbuf, "recvbuf", writable=True, fn=fn)
+        self._same_type(s, r, fn)
+        if r.count != s.count:
+            raise InvalidArgumentError("recvbuf has %d elements, sendbuf %d: alltoall needs the "
+                                       "same count" % (r.count, s.count), fn)
+        if _overlap(s.ptr, s.nbytes, r.ptr, r.nbytes):
+            raise InvalidArgumentError("sendbuf and recvbuf overlap: alltoall is never in place",
+                                       fn)
+        args = (s.ptr, r.ptr, s.count // self._size, int(s.dtype))
+        return self._launch(fn, args, (s, r), r.obj, stream)
+
+    def _counts(self, seq, what, fn):
+        """A sequence of nranks element counts or displacements (ints >= 0; a list, tuple,
+        range, 1-D numpy array or tensor of integers) as a list of ints."""
+        if seq is None or isinstance(seq, (str, bytes)):
+            raise UnsupportedTypeError("%s must be a sequence of %d ints, not %s"
+                                       % (what, self._size, type(seq).__name__), fn)
+        if isinstance(seq, np.ndarray) or is_tensor(seq):
+            if len(seq.shape) != 1:
+                raise InvalidArgumentError("%s must be 1-D, got shape %s"
+                                           % (what, tuple(seq.shape)), fn)
+            seq = seq.tolist()
+        try:
+            vals = list(seq)
+        except TypeError:
+            raise UnsupportedTypeError("%s must be a sequence of %d ints, not %s"
+                                       % (what, self._size, type(seq).__name__), fn) from None
+        if len(vals) != self._size:
+            raise InvalidArgumentError("%s has %d entries; it needs one per rank (%d)"
+                                       % (what, len(vals), self._size), fn)
+        for p, v in enumerate(vals):
+            if not isinstance(v, numbers.Integral) or isinstance(v, (bool, np.bool_)):
+                raise UnsupportedTypeError("%s[%d] must be an int, not %s"
+                                           % (what, p, type(v).__name__), fn)
+            if not 0 <= v < 2**63:
+                raise InvalidArgumentError("%s[%d] is %d: counts and displacements are elements, "
+                                           ">= 0" % (what, p, v), fn)
+        return [int(v) for v in vals]
+
+    def alltoallv(self, sendbuf, sendcounts, recvcounts, recvbuf=None, sdispls=None,
+                  rdispls=None, stream=None):
+        """strataAlltoAllv: all-to-all with a count per rank pair (MPI_Alltoallv). This rank
+        sends sendcounts[p] elements of sendbuf, starting at element sdispls[p], to rank p, and
+        receives recvcounts[p] elements from rank p at element rdispls[p] of recvbuf.
+
+        sendcounts, recvcounts, sdispls, rdispls: sequences of nranks ints >= 0 (lists, tuples,
+        1-D integer arrays or tensors), in elements, never bytes; zero counts are allowed.
+        sdispls / rdispls None: the blocks are packed in rank order (displacement p = the sum of
+        the counts before p). sendcounts[p] on this rank must equal recvcounts[this rank] on rank
+        p (the library fails every rank with strataInvalidUsage otherwise). sendbuf: any shape,
+        seen flat. recvbuf: the same dtype, flat, large enough for every block, blocks not
+        overlapping each other nor sendbuf's read ranges; None: a new 1-D array/tensor of
+        max(rdispls[p] + recvcounts[p]) elements (sum(recvcounts) when packed); elements no
+        block covers are left as they are. Returns recvbuf, or a Request with a stream. Raises
+        UnsupportedTypeError / InvalidArgumentError for a bad sequence, a block outside its
+        buffer, or overlapping blocks."""
+        fn = "strataAlltoAllv"
+        s = describe(sendbuf, "sendbuf", fn=fn)
+        sc = self._counts(sendcounts, "sendcounts", fn)
+        rc = self._counts(recvcounts, "recvcounts", fn)
+        sd = _packed(sc) if sdispls is None else self._counts(sdispls, "sdispls", fn)
+        rd = _packed(rc) if rdispls is None else self._counts(rdispls, "rdispls", fn)
+        if recvbuf is None:
+            recvbuf = empty_like(s, max([d + c for d, c in zip(rd, rc)] + [0]))
+        r = describe(recvbuf, "recvbuf", writable=True, fn=fn)
+        self._same_type(s, r, fn)
+        for buf, counts, displs, cn, dn in ((s, sc, sd, "sendcounts", "sdispls"),
+                                            (r, rc, rd, "recvcounts", "rdispls")):
+            for p, (c, d) in enumerate(zip(counts, displs)):
+                if c and d + c > buf.count:
+                    raise InvalidArgumentError("%s[%d] + %s[%d] = %d + %d exceeds %s's %d elements"
+                                               % (dn, p, cn, p, d, c, buf.name, buf.count), fn)
+        ts = L.DATATYPE_SIZES[s.dtype]
+        blocks = sorted((d, d + c, p) for p, (c, d) in enumerate(zip(rc, rd)) if c)
+        for (start0, end0, p), (start1, end1, q) in zip(blocks, blocks[1:]):
+            if start1 < end0:
+                raise InvalidArgumentError("the blocks received from ranks %d and %d overlap in "
+                                           "recvbuf (elements %d .. %d and %d .. %d)"
+                                           % (p, q, start0, end0 - 1, start1, end1 - 1), fn)
+        if _overlap(s.ptr, s.nbytes, r.ptr, r.nbytes):
+            reads = sorted((s.ptr + d * ts, s.ptr + (d + c) * ts) for c, d in zip(sc, sd) if c)
+            starts = [a for a, _ in reads]
+            ends = list(itertools.accumulate((b for _, b in reads), max))
+            for start, end, p in blocks:
+                lo, hi = r.ptr + start * ts, r.ptr + end * ts
+                i = bisect.bisect_left(starts, hi)  # reads starting before this block ends
+                if i and ends[i - 1] > lo:
+                    raise InvalidArgumentError("the block received from rank %d overlaps what "
+                                               "sendbuf sends" % p, fn)
+        arrays = [(ctypes.c_size_t * self._size)(*v) for v in (sc, sd, rc, rd)]
+        args = (s.ptr, arrays[0], arrays[1], r.ptr, arrays[2], arrays[3], int(s.dtype))
+        return self._launch(fn, args, (s, r, arrays), r.obj, stream)
+
+    def gather(self, sendbuf, recvbuf=None, root=0, stream=None):
+        """strataGather: every rank's n elements arrive in root's recvbuf, rank r's at offset
+        r*n.
+
+        sendbuf: n elements, any shape, on every rank. recvbuf: used on root only, nranks*n
+        elements of the same dtype, or None there for a new array/tensor of shape
+        (nranks, *sendbuf.shape); elsewhere it is not used and may be None. In place on root
+        when sendbuf is recvbuf's block root. Returns recvbuf on root and None on the other
+        ranks, or a Request with a stream."""
+        fn = "strataGather"
+        root = self._root(root)
+        is_root = self._rank == root
+        s = describe(sendbuf, "sendbuf", fn=fn)
+        if recvbuf is None and is_root:
+            recvbuf = empty_like(s, s.count * self._size, (self._size,) + tuple(sendbuf.shape))
+        r = describe(recvbuf, "recvbuf", writable=True, fn=fn) if recvbuf is not None else None
+        if r is not None:
+            self._same_type(s, r, fn)
+            if is_root and r.count != s.count * self._size:
+                raise InvalidArgumentError("recvbuf has %d elements; gather of %d elements over %d "
+                                           "ranks needs %d on root" % (r.count, s.count,
+                                                                        self._size,
+                                                                        s.count * self._size), fn)
+        args = (s.ptr, r.ptr if r is not None else None, s.count, int(s.dtype), root)
+        return self._launch(fn, args, (s, r), r.obj if is_root else None, stream)
+
+    def scatter(self, sendbuf, recvbuf=None, root=0, stream=None):
+        """strataScatter: root's sendbuf holds nranks*n elements; rank r receives block r
+        (elements r*n .. (r+1)*n-1) in recvbuf (n elements).
+
+        sendbuf: read on root only (any shape; (nranks, ...) puts sendbuf[r] on rank r); may be
+        None elsewhere when recvbuf is given. recvbuf: n elements of the same dtype, or None for
+        a new array/tensor of shape sendbuf.shape[1:] when sendbuf.shape[0] is nranks, else (n,)
+        (off root this needs a sendbuf of root's size). In place on root when recvbuf is
+        sendbuf's block root. Returns recvbuf, or a Request with a stream."""
+        fn = "strataScatter"
+        root = self._root(root)
+        is_root = self._rank == root
+        if sendbuf is None and (is_root or recvbuf is None):
+            raise InvalidArgumentError("sendbuf may be None only on non-root ranks with a recvbuf",
+                                       fn)
+        s = describe(sendbuf, "sendbuf", fn=fn) if sendbuf is not None else None
+        if recvbuf is None:
+            recvbuf = self._block_of(sendbuf, s, fn)
+        r = describe(recvbuf, "recvbuf", writable=True, fn=fn)
+        if s is not None:
+            self._same_type(s, r, fn)
+            if is_root and s.count != r.count * self._size:
+                raise InvalidArgumentError("sendbuf has %d elements; scatter of %d elements per "
+                                           "rank over %d ranks needs %d on root"
+                                           % (s.count, r.count, self._size,
+                                              r.count * self._size), fn)
+        args = (s.ptr if s is not None else None, r.ptr, r.count, int(r.dtype), root)
         return self._launch(fn, args, (s, r), r.obj, stream)
 
     def send(self, sendbuf, peer, stream=None):

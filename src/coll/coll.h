@@ -97,6 +97,8 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p);   /* all
  * a window chunk holds one element of every rank. */
 int st_hier_fits(const st_coll_args_t *args);
 st_status_t st_small_create(const st_coll_args_t *args, st_op_t **op_p);  /* all-reduce */
+/* AlltoAll, AlltoAllv, gather, scatter: the flat exchanges of a2a.c */
+st_status_t st_a2a_create(const st_coll_args_t *args, st_op_t **op_p);
 /* 1 when the small algorithm can take args (all-reduce, bytes within the windows' small area). */
 int st_small_fits(const st_coll_args_t *args);
 /* Among ops run together, makes receives whose buffer overlaps a send's land in staging until

@@ -1,6 +1,7 @@
 /*
  * hier.c - the hierarchical algorithms: intra-node reduce-scatter through the node's windows,
- * inter-node all-reduce of each shard on its rail, intra-node all-gather, pipelined over chunks.
+ * inter-node all-reduce of each shard on its rail, intra-node all-gather, pipelined over chunks;
+ * and the same pipeline for broadcast, reduce, reduce-scatter, all-gather and all-to-all.
  *
  * The buffer V (elements; for broadcast and all-gather, bytes) is cut into chunks of
  * STRATA_HIER_CHUNK_SIZE bytes and every chunk into S shards, S = the number of rails (the largest
@@ -21,7 +22,7 @@
  * chunks overlap. Counters in the windows (coll/intra.h) say how far each rank got; a slot is
  * refilled only when every local rank finished reading what it held depth chunks ago.
  *
- * The five collectives are this pipeline with other contributions, deliveries, chunk layouts and
+ * The six collectives are this pipeline with other contributions, deliveries, chunk layouts and
  * inter-node steps; each moves over the network no more than its own bytes:
  *   all-reduce       V = the buffer; linear chunks; inter-node: the ring's reduce-scatter and
  *                    all-gather halves, 2(N-1)/N of V per node.
@@ -39,6 +40,18 @@
  *                    piece, the owners gather their node's part of their shard from the local in
  *                    slots, and the ring's all-gather half brings the other nodes' parts: (N-1)/N
  *                    of V per node; every rank copies the whole chunk out.
+ *   all-to-all       bytes, V = the send buffer (nranks blocks); chunks by node, by
+ *                    destination; the 2D scheme of mixture-of-experts systems: the owner of shard
+ *                    j gathers, for every other node, its node's ranks' part of shard j for that
+ *                    node into one message (staging) and exchanges it with shard j's owner there
+ *                    (one message per node pair and shard, so per rail, all in flight); the
+ *                    messages land in the owner's res slot, by sending node, then sending local
+ *                    rank (st_hier_a2a_in_off); every rank copies its pieces out of the local in
+ *                    slots (its node's senders) and the owners' res slots (the others). The bytes
+ *                    on the network are those of the flat pairwise exchange (coll/a2a.c); what it
+ *                    saves is messages, (N-1) per shard instead of n-g per rank, at the cost of
+ *                    two passes through the windows (docs/model.md, formula 13). Pieces shrink
+ *                    until every owner's res slot holds what it receives.
  * Chunks by node: chunk k holds piece k (elements k*c .. k*c+c-1 of each rank's block; c =
  * the chunk / nranks) of every rank's block, ordered by node, then local rank: node b's ranks'
  * pieces form one range of the chunk, whatever the rank numbering, and shard j of the chunk is
@@ -82,8 +95,9 @@ typedef enum { ST_HIER_LINEAR = 0, ST_HIER_BYNODE } st_hier_layout_t;
 
 /* The inter-node step of an owned shard: a ring (steps step0 .. step_end - 1 of the all-reduce's
  * 2(N-1): reduce-scatter [0, N-1), all-gather [N-1, 2(N-1))), or a chain over the nodes
- * (broadcast, reduce: step 0 receives, step 1 sends). */
-typedef enum { ST_HIER_RING = 0, ST_HIER_CHAIN } st_hier_inter_t;
+ * (broadcast, reduce: step 0 receives, step 1 sends), or all-to-all's exchange (one step: a
+ * message to and from the shard's owner on every other node, all in flight). */
+typedef enum { ST_HIER_RING = 0, ST_HIER_CHAIN, ST_HIER_EXCHANGE } st_hier_inter_t;
 
 /* One owned shard's inter-node ring for one chunk. */
 typedef struct st_hier_ring {
@@ -91,8 +105,10 @@ typedef struct st_hier_ring {
     size_t       off, cnt;   /* the shard in the chunk, elements */
     int          step;       /* step0 .. step_end (done) */
     int          left, right;
-    st_rail_xfer_t net[2];   /* the step's transfers: [ST_RAIL_RECV], [ST_RAIL_SEND] */
-    char        *tmp;        /* staging for a received block before it is reduced */
+    st_rail_xfer_t *net;     /* the step's transfers: [ST_RAIL_RECV], [ST_RAIL_SEND]; the
+                              * exchange's: receive and send with each other node, [2 (N-1)] */
+    char        *tmp;        /* staging for a received block before it is reduced; all-to-all:
+                              * the messages to the other nodes, gathered */
 } st_hier_ring_t;
 
 typedef struct st_hier_slot {
@@ -131,6 +147,8 @@ typedef struct st_hier {
     size_t           copy_k, rs_k, res_k, ag_k;
     st_hier_slot_t   slots[ST_PIPE_MAX_DEPTH];
     st_hier_ring_t  *ring_mem;
+    st_rail_xfer_t  *net_mem;  /* [rings x nnet] */
+    int              nnet;     /* transfers per ring: 2, the exchange's 2 (N-1) */
     char            *tmp_mem;
     const char      *src;
     char            *dst;
@@ -256,6 +274,76 @@ static char *st_hier_ring_res(const st_hier_t *h, size_t k)
     return st_hier_res(h, h->l, k);
 }
 
+/* ---- all-to-all's areas ------------------------------------------------------------------------ */
+
+/* Local ranks of node b. */
+static int st_hier_msize(const st_hier_t *h, int b)
+{
+    return h->node_pre[b + 1] - h->node_pre[b];
+}
+
+/* All-to-all, chunk k, shard j: where the messages from the other nodes land in the res slot of
+ * the shard's owner on node b: after the areas of the owner's shards before j (each (n - m_b)
+ * times its part of node b's range), one area per other node d in node order, m_d x that part
+ * (src_node = d), laid out by the sender's local rank. src_node = -1: the start of j's area. */
+static size_t st_hier_a2a_in_off(const st_hier_t *h, size_t k, int b, int j, int src_node)
+{
+    int    mb = st_hier_msize(h, b), n = h->comm->nranks;
+    size_t off = 0, part;
+
+    for (int jj = j % mb; jj < j; jj += mb) {
+        off += (size_t)(n - mb) * st_hier_range(h, k, jj, b, &part);
+    }
+    for (int d = 0; d < src_node; d++) {
+        if (d != b) {
+            off += (size_t)st_hier_msize(h, d) * st_hier_range(h, k, j, b, &part);
+        }
+    }
+    return off;
+}
+
+/* All-to-all, chunk k, shard j, on node b: where the message to node d starts in the staging of
+ * the owner (one message per other node in node order, m_b x shard j's part of d's range). */
+static size_t st_hier_a2a_out_off(const st_hier_t *h, size_t k, int b, int j, int dst_node)
+{
+    size_t off = 0, part;
+
+    for (int d = 0; d < dst_node; d++) {
+        if (d != b) {
+            off += (size_t)st_hier_msize(h, b) * st_hier_range(h, k, j, d, &part);
+        }
+    }
+    return off;
+}
+
+/* All-to-all with pieces of c bytes: the largest res area any owner of any node needs (the
+ * messages it receives, st_hier_a2a_in_off) and, in *stage_p, the largest staging one of this
+ * rank's shards needs (the messages it sends). */
+static size_t st_hier_a2a_need(st_hier_t *h, size_t c, size_t *stage_p)
+{
+    size_t save = h->piece, need = 0, stage = 0;
+
+    h->piece = c;
+    for (int b = 0; b < h->nnodes; b++) {
+        int mb = st_hier_msize(h, b);
+
+        for (int l = 0; l < mb; l++) {
+            int last = l;
+
+            for (int j = l; j < h->nshards; j += mb) {
+                last = j;
+            }
+            need = ST_MAX(need, st_hier_a2a_in_off(h, 0, b, last, h->nnodes));
+        }
+    }
+    for (int o = 0; o < h->nowned; o++) {
+        stage = ST_MAX(stage, st_hier_a2a_out_off(h, 0, h->node, h->owned[o], h->nnodes));
+    }
+    h->piece = save;
+    *stage_p = stage;
+    return need;
+}
+
 /* ---- device steps: queued on the windows' device stream, then awaited -------------------- */
 
 static st_status_t st_hier_dcopy(st_hier_t *h, void *dst, const void *src, size_t bytes)
@@ -340,6 +428,15 @@ static st_status_t st_hier_copy_in(st_hier_t *h, size_t k)
         }
         return ST_OK;
     }
+    case ST_COLL_ALLTOALL: { /* piece k of the block for every rank, at that rank's place */
+        size_t c = st_hier_piece_len(h, k);
+
+        for (int r = 0; r < h->comm->nranks; r++) {
+            ST_CHECK(st_hier_put(h, slot + st_hier_pos(h, k, r),
+                                 h->src + (size_t)r * h->block + k * h->piece, c, 0));
+        }
+        return ST_OK;
+    }
     case ST_COLL_ALLGATHER: /* the own piece k */
         return st_hier_put(h, slot + st_hier_pos(h, k, h->comm->rank), h->src + k * h->piece,
                            st_hier_piece_len(h, k), 0);
@@ -371,10 +468,39 @@ static st_status_t st_hier_gather_local(st_hier_t *h, char *dst, size_t k, size_
     return ST_OK;
 }
 
+/* All-to-all: the owner of each shard gathers, for every other node, what its node's ranks send
+ * there in that shard (their in slots' part of the node's range) into one message. */
+static st_status_t st_hier_a2a_gather(st_hier_t *h, size_t k)
+{
+    int slot = (int)(k % (size_t)h->depth);
+
+    for (int o = 0; o < h->nowned; o++) {
+        char *out = h->slots[slot].rings[o].tmp;
+        int   j = h->owned[o];
+
+        for (int d = 0; d < h->nnodes; d++) {
+            size_t off, len = st_hier_range(h, k, j, d, &off);
+            char  *dst = out + st_hier_a2a_out_off(h, k, h->node, j, d);
+
+            if (d == h->node || len == 0) {
+                continue;
+            }
+            for (int lr = 0; lr < h->m; lr++) {
+                memcpy(dst + (size_t)lr * len, st_hier_in(h, lr, slot) + off, len);
+            }
+        }
+    }
+    return ST_OK;
+}
+
 static st_status_t st_hier_reduce_scatter(st_hier_t *h, size_t k)
 {
     int          slot = (int)(k % (size_t)h->depth);
     const void **srcs = h->srcs;
+
+    if (h->args.type == ST_COLL_ALLTOALL) {
+        return h->nnodes > 1 ? st_hier_a2a_gather(h, k) : ST_OK;
+    }
     int          post = (h->nnodes == 1 && h->mode == ST_HIER_REDUCE &&
                          st_redop_has_post(&h->args.redop));
 
@@ -487,6 +613,41 @@ static void st_hier_step_io(const st_hier_t *h, size_t k, const st_hier_ring_t *
     }
 }
 
+/* All-to-all: one message to and one from shard j's owner on every other node, all in flight
+ * (sub-tag: chunk, shard, sending node). */
+static void st_hier_exchange_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_t *r,
+                                  st_status_t *status_p)
+{
+    char  *res = st_hier_ring_res(h, s->k);
+    size_t part, mine = st_hier_range(h, s->k, r->j, h->node, &part);
+    int    x = 0;
+
+    for (int d = 0; d < h->nnodes && *status_p == ST_OK; d++) {
+        int      peer = st_hier_owner(h, d, r->j);
+        size_t   off, out = st_hier_range(h, s->k, r->j, d, &off);
+        uint64_t base = (uint64_t)(s->k * (size_t)h->nshards + (size_t)r->j) * (uint64_t)h->nnodes;
+        size_t   rlen = (size_t)st_hier_msize(h, d) * mine, slen = (size_t)h->m * out;
+
+        if (d == h->node) {
+            continue;
+        }
+        if (rlen > 0) {
+            *status_p = st_rail_recv(h->comm, &r->net[x], peer,
+                                     res + st_hier_a2a_in_off(h, s->k, h->node, r->j, d), rlen,
+                                     st_tag_coll(h->args.seq, (base + (uint64_t)d) &
+                                                                  ST_TAG_SUB_MASK));
+        }
+        if (slen > 0 && *status_p == ST_OK) {
+            *status_p = st_rail_send(h->comm, &r->net[x + 1], peer,
+                                     r->tmp + st_hier_a2a_out_off(h, s->k, h->node, r->j, d), slen,
+                                     st_tag_coll(h->args.seq, (base + (uint64_t)h->node) &
+                                                                  ST_TAG_SUB_MASK));
+            h->inter_bytes += slen;
+        }
+        x += 2;
+    }
+}
+
 static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_t *r)
 {
     char        *res = st_hier_ring_res(h, s->k);
@@ -497,6 +658,21 @@ static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ri
         if (r->step == h->step_end) {
             s->left--;
             return ST_OK;
+        }
+        if (h->inter == ST_HIER_EXCHANGE) {
+            st_status_t status = ST_OK;
+            int         any = 0;
+
+            st_hier_exchange_post(h, s, r, &status);
+            ST_CHECK(status);
+            for (int x = 0; x < h->nnet; x++) {
+                any |= r->net[x].posted;
+            }
+            if (any) {
+                return ST_OK;
+            }
+            r->step++; /* nothing to move */
+            continue;
         }
         st_hier_step_io(h, s->k, r, &snd, &rcv);
         /* one tag per (chunk, shard, step): both ends compute the same (a chain's one message
@@ -523,10 +699,14 @@ static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ri
 }
 
 static const char *const st_hier_inter_what[] = {"all-reduce", "reduce-scatter", "all-gather",
-                                                 "broadcast chain", "reduce chain"};
+                                                 "broadcast chain", "reduce chain",
+                                                 "all-to-all exchange"};
 
 static const char *st_hier_inter_name(const st_hier_t *h)
 {
+    if (h->inter == ST_HIER_EXCHANGE) {
+        return st_hier_inter_what[5];
+    }
     if (h->inter == ST_HIER_CHAIN) {
         return st_hier_inter_what[h->args.type == ST_COLL_BROADCAST ? 3 : 4];
     }
@@ -541,7 +721,7 @@ static st_status_t st_hier_ring_progress(st_hier_t *h, st_hier_slot_t *s, st_hie
     while (r->step < h->step_end) {
         st_hier_io_t snd, rcv;
         int          at;
-        st_status_t  status = st_rail_test_all(r->net, 2, &at);
+        st_status_t  status = st_rail_test_all(r->net, h->nnet, &at);
 
         if (status == ST_INPROGRESS) {
             h->op.wait_peer = r->net[at].peer;
@@ -551,6 +731,12 @@ static st_status_t st_hier_ring_progress(st_hier_t *h, st_hier_slot_t *s, st_hie
             return st_rail_fail(&h->op, &r->net[at], status, "inter-node %s of shard %d, step "
                                 "%d/%d", st_hier_inter_name(h), r->j, r->step - h->step0 + 1,
                                 h->step_end - h->step0);
+        }
+        if (h->inter == ST_HIER_EXCHANGE) {
+            r->step++;
+            h->op.progressed = 1;
+            ST_CHECK(st_hier_ring_post(h, s, r));
+            continue;
         }
         st_hier_step_io(h, s->k, r, &snd, &rcv);
         if (rcv.into_tmp && rcv.peer >= 0 && rcv.cnt > 0) {
@@ -616,7 +802,9 @@ static st_status_t st_hier_inter_start(st_hier_t *h, size_t k)
             st_hier_shard(h, len, r->j, &r->off, &r->cnt);
         }
         r->step = h->step0;
-        r->net[ST_RAIL_RECV].posted = r->net[ST_RAIL_SEND].posted = 0;
+        for (int x = 0; x < h->nnet; x++) {
+            r->net[x].posted = 0;
+        }
         r->left  = st_hier_owner(h, st_hier_mod(h->node - 1, h->nnodes), r->j);
         r->right = st_hier_owner(h, st_hier_mod(h->node + 1, h->nnodes), r->j);
         ST_CHECK(st_hier_ring_post(h, s, r));
@@ -707,10 +895,42 @@ static st_status_t st_hier_deliver_bynode(st_hier_t *h, size_t k)
     return ST_OK;
 }
 
+/* All-to-all: piece k of every rank's block for this rank, from the local ranks' in slots and,
+ * for the other nodes' ranks, from the res slots of the owners that received them. */
+static st_status_t st_hier_deliver_a2a(st_hier_t *h, size_t k)
+{
+    size_t c = st_hier_piece_len(h, k), me = st_hier_pos(h, k, h->comm->rank);
+    int    slot = (int)(k % (size_t)h->depth);
+
+    for (int p = 0; p < h->comm->nranks; p++) {
+        int   d = st_topo_node(h->topo, p), lp = st_topo_local_rank(h->topo, p);
+        char *dst = h->dst + (size_t)p * h->block + k * h->piece;
+
+        if (d == h->node) {
+            memcpy(dst, st_hier_in(h, lp, slot) + me, c);
+            continue;
+        }
+        for (int j = 0; j < h->nshards; j++) {
+            size_t off, len = st_hier_range(h, k, j, h->node, &off);
+            size_t a = ST_MAX(off, me), e = ST_MIN(off + len, me + c);
+
+            if (a < e) {
+                memcpy(dst + (a - me), st_hier_res(h, j % h->m, k) +
+                                           st_hier_a2a_in_off(h, k, h->node, j, d) +
+                                           (size_t)lp * len + (a - off), e - a);
+            }
+        }
+    }
+    return ST_OK;
+}
+
 static st_status_t st_hier_deliver(st_hier_t *h, size_t k)
 {
     size_t len = st_hier_chunk_len(h, k), first = k * h->chunk;
 
+    if (h->args.type == ST_COLL_ALLTOALL) {
+        return st_hier_deliver_a2a(h, k);
+    }
     if (h->layout == ST_HIER_BYNODE) {
         return st_hier_deliver_bynode(h, k);
     }
@@ -802,7 +1022,11 @@ static st_status_t st_hier_progress(st_op_t *op)
     /* copy-in: as far as the slots allow (zero-copy: nothing to copy) */
     while (h->copy_k < h->ncols && h->copy_k < h->ag_k + (size_t)h->depth) {
         if (h->copy_k >= (size_t)h->depth &&
-            !st_intra_all_reached(intra, ST_INTRA_RS, h->base + h->copy_k - h->depth + 1, &lag)) {
+            (!st_intra_all_reached(intra, ST_INTRA_RS, h->base + h->copy_k - h->depth + 1, &lag) ||
+             /* all-to-all: the local ranks also read the in slots when they copy out */
+             (h->args.type == ST_COLL_ALLTOALL &&
+              !st_intra_all_reached(intra, ST_INTRA_AG, h->base + h->copy_k - h->depth + 1,
+                                    &lag)))) {
             st_hier_blocked(h, 0, lag);
             break;
         }
@@ -912,6 +1136,7 @@ static void st_hier_free(void *arg)
     st_hier_t *h = arg;
 
     free(h->ring_mem);
+    free(h->net_mem);
     free(h->tmp_mem);
     free(h->owned);
     free(h->srcs);
@@ -929,12 +1154,12 @@ static void st_hier_destroy(st_op_t *op)
     /* the next operation on the node's windows may go (a failed one has failed the comm) */
     h->intra->turn = h->ticket + 1;
     if (h->ring_mem != NULL) {
-        reqs = malloc(2 * (size_t)h->depth * (size_t)h->nowned * sizeof(*reqs));
+        reqs = malloc((size_t)h->nnet * (size_t)h->depth * (size_t)h->nowned * sizeof(*reqs));
         if (reqs == NULL) {
             return; /* cannot even cancel: leak rather than free buffers in use */
         }
         for (int i = 0; i < h->depth * h->nowned; i++) {
-            n += st_rail_reqs(h->ring_mem[i].net, 2, reqs + n);
+            n += st_rail_reqs(h->ring_mem[i].net, h->nnet, reqs + n);
         }
     }
     if (!st_exec_cancel(op, reqs, n, 2.0)) {
@@ -958,7 +1183,14 @@ int st_hier_fits(const st_coll_args_t *args)
     if (args->type == ST_COLL_REDUCESCATTER || args->type == ST_COLL_ALLGATHER) {
         return (size_t)comm->nranks * per_rank <= comm->intra->chunk_bytes;
     }
-    return 1;
+    /* all-to-all: host buffers (device calls run on host copies), and a byte per rank pair fits
+     * an owner's res slot (n x n bounds what st_hier_a2a_need asks for pieces of one byte) */
+    if (args->type == ST_COLL_ALLTOALL) {
+        return args->mem == ST_MEM_HOST &&
+               (size_t)comm->nranks * (size_t)comm->nranks <= comm->intra->chunk_bytes;
+    }
+    return args->type != ST_COLL_ALLTOALLV && args->type != ST_COLL_GATHER &&
+           args->type != ST_COLL_SCATTER;
 }
 
 st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
@@ -1029,6 +1261,16 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
         h->total     = h->block * (size_t)comm->nranks;
         h->step0     = h->nnodes - 1; /* the ring's all-gather half */
         break;
+    case ST_COLL_ALLTOALL: /* bytes, chunks by destination; one exchange step */
+        h->mode      = ST_HIER_COPY;
+        h->layout    = ST_HIER_BYNODE;
+        h->es        = 1;
+        h->block     = args->count * es;
+        h->total     = h->block * (size_t)comm->nranks;
+        h->inter     = ST_HIER_EXCHANGE;
+        h->step_end  = 1;
+        h->tag_steps = h->nnodes;
+        break;
     case ST_COLL_REDUCESCATTER:
         h->layout    = ST_HIER_BYNODE;
         h->block     = args->count;
@@ -1089,13 +1331,29 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
             h->owned[h->nowned++] = j;
         }
     }
+    h->nnet = h->inter == ST_HIER_EXCHANGE ? 2 * (h->nnodes - 1) : 2;
+    if (h->args.type == ST_COLL_ALLTOALL) {
+        /* the pieces shrink until every owner's res slot holds what it receives (the same on
+         * every rank: st_hier_a2a_need looks at every node) */
+        size_t stage;
+
+        while (h->piece > 1 && st_hier_a2a_need(h, h->piece, &stage) > intra->chunk_bytes) {
+            h->piece = h->piece * 3 / 4;
+            h->piece = (h->piece >= h->unit) ? h->piece / h->unit * h->unit : ST_MAX(h->piece, 1);
+        }
+        h->chunk = h->piece * (size_t)comm->nranks;
+        h->ncols = ST_DIV_ROUND_UP(h->block, h->piece);
+    }
     /* rings and their staging (the largest block of a shard), per owned shard and slot */
     if (h->nnodes > 1) {
         /* + 1 unit: a shorter last chunk's shard may round one unit up */
         size_t shard_max = (st_tune_policy_shard_max(comm->tune, ST_DIV_ROUND_UP(h->chunk, h->unit),
                                                      h->nshards) + 1) * h->unit;
 
-        if (h->layout == ST_HIER_BYNODE) { /* a block is a shard's part of one node's range */
+        if (h->args.type == ST_COLL_ALLTOALL) { /* the staging of the messages it sends */
+            st_hier_a2a_need(h, h->piece, &shard_max);
+            shard_max += h->unit;
+        } else if (h->layout == ST_HIER_BYNODE) { /* a block is a shard's part of one node's range */
             shard_max = 0;
             for (int b = 0; b < h->nnodes; b++) {
                 for (int j = 0; j < h->nshards; j++) {
@@ -1110,8 +1368,9 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
         size_t nrings = (size_t)h->nowned * (size_t)h->depth;
 
         h->ring_mem = calloc(nrings, sizeof(*h->ring_mem));
+        h->net_mem  = calloc(nrings * (size_t)h->nnet, sizeof(*h->net_mem));
         h->tmp_mem  = aligned_alloc(64, tmp_bytes * nrings);
-        if (h->ring_mem == NULL || h->tmp_mem == NULL) {
+        if (h->ring_mem == NULL || h->net_mem == NULL || h->tmp_mem == NULL) {
             st_error(ST_SUB_COLL, "%s: cannot allocate %zu B of staging", st_coll_name(args->type),
                      tmp_bytes * nrings);
             st_hier_free(h);
@@ -1119,6 +1378,7 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
         }
         for (size_t i = 0; i < nrings; i++) {
             h->ring_mem[i].tmp = h->tmp_mem + i * tmp_bytes;
+            h->ring_mem[i].net = h->net_mem + i * (size_t)h->nnet;
         }
         for (int i = 0; i < h->depth; i++) {
             h->slots[i].rings = h->ring_mem + (size_t)i * (size_t)h->nowned;

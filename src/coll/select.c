@@ -17,10 +17,17 @@
  * is the flat ring without. A forced algorithm that does not apply is said once at WARN per
  * reason (st_coll_forced_unfit).
  *
+ * All-to-all runs as hier (the 2D scheme of hier.c) under the same rule as the others (some node
+ * holds several ranks, host buffers), else as the flat pairwise exchange of a2a.c (row
+ * "pairwise", ST_ALGO_RING, what STRATA_ALGO=ring forces). All-to-all-v, gather and scatter have
+ * only the flat exchanges of a2a.c (rows "pairwise" and "direct"): auto and every STRATA_ALGO run
+ * them (a forced hier or small is said once at WARN).
+ *
  * The algorithms are one table (st_coll_algos): each row names the code that makes the op, the
  * collectives it runs, when it fits a call, and the algorithm STRATA_ALGO, the tuning and the cost
- * model call it by (tune/algo.h). The ring algorithm has two rows: the flat ring (all-reduce,
- * reduce-scatter, all-gather) and the chain (broadcast, reduce).
+ * model call it by (tune/algo.h). The ring algorithm has four rows: the flat ring (all-reduce,
+ * reduce-scatter, all-gather), the chain (broadcast, reduce), the pairwise all-to-all and the
+ * direct gather and scatter.
  */
 #include "config.h"
 
@@ -65,11 +72,16 @@ static const st_coll_algo_t st_coll_algos[] = {
     {"hier", ST_ALGO_HIER,
      ST_COLL_BIT(ST_COLL_ALLREDUCE) | ST_COLL_BIT(ST_COLL_BROADCAST) |
          ST_COLL_BIT(ST_COLL_REDUCE) | ST_COLL_BIT(ST_COLL_ALLGATHER) |
-         ST_COLL_BIT(ST_COLL_REDUCESCATTER),
+         ST_COLL_BIT(ST_COLL_REDUCESCATTER) | ST_COLL_BIT(ST_COLL_ALLTOALL),
      st_hier_fits, st_hier_create},
     {"small", ST_ALGO_SMALL, ST_COLL_BIT(ST_COLL_ALLREDUCE), st_small_fits, st_small_create},
     {"p2p", ST_ALGO_LAST, ST_COLL_BIT(ST_COLL_SEND) | ST_COLL_BIT(ST_COLL_RECV), NULL,
      st_p2p_create},
+    /* the flat exchanges of a2a.c: STRATA_ALGO=ring forces them, as the flat algorithms */
+    {"pairwise", ST_ALGO_RING, ST_COLL_BIT(ST_COLL_ALLTOALL) | ST_COLL_BIT(ST_COLL_ALLTOALLV),
+     NULL, st_a2a_create},
+    {"direct", ST_ALGO_RING, ST_COLL_BIT(ST_COLL_GATHER) | ST_COLL_BIT(ST_COLL_SCATTER), NULL,
+     st_a2a_create},
 };
 
 /* The row of algo that runs collective `type`, or NULL when algo runs no such collective. */
@@ -154,8 +166,8 @@ static void st_coll_forced_unfit(st_algo_t forced, const st_coll_args_t *args, s
     const char *ran_name = st_coll_algo_of(ran, args->type)->name; /* "chain" for a rooted ring */
     int         why;
 
-    if (forced == ST_ALGO_SMALL && st_coll_algo_of(ST_ALGO_SMALL, args->type) == NULL) {
-        why = 0; /* a collective small does not run */
+    if (st_coll_algo_of(forced, args->type) == NULL) {
+        why = 0; /* a collective the forced algorithm does not run */
     } else if (forced == ST_ALGO_SMALL && args->comm->intra != NULL) {
         why = 1; /* larger than the windows' small area */
     } else {
@@ -165,8 +177,9 @@ static void st_coll_forced_unfit(st_algo_t forced, const st_coll_args_t *args, s
         return;
     }
     if (why == 0) {
-        st_warn(ST_SUB_COLL, "STRATA_ALGO small applies to all-reduce only: %s and the other "
-                "collectives run as under auto (%s here)", st_coll_name(args->type), ran_name);
+        st_warn(ST_SUB_COLL, "STRATA_ALGO %s does not run %s: it and the other collectives %s "
+                "does not run go as under auto (%s here; said once)", st_algo_name(forced),
+                st_coll_name(args->type), st_algo_name(forced), ran_name);
     } else if (why == 1) {
         st_warn(ST_SUB_COLL, "STRATA_ALGO small applies to all-reduces of at most %d B (the "
                 "windows' small area): larger ones run as under auto (%s for %zu B)",
@@ -189,6 +202,8 @@ static int st_coll_model_coll(st_coll_type_t type)
         return ST_MODEL_REDUCESCATTER;
     case ST_COLL_ALLGATHER:
         return ST_MODEL_ALLGATHER;
+    case ST_COLL_ALLTOALL:
+        return ST_MODEL_ALLTOALL;
     default:
         return -1;
     }

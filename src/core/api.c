@@ -8,6 +8,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -737,21 +738,41 @@ STRATA_API strataResult_t strataRedOpDestroy(strataRedOp_t op, strataComm_t comm
 /* Collectives                                                                                    */
 /* ---------------------------------------------------------------------------------------------- */
 
-/* The buffers a call of args touches on this rank (a broadcast's sendbuff only on the root, a
- * reduce's recvbuff only there), with their names; returns how many (0 for count 0). */
+/* The buffers a call of args touches on this rank (a broadcast's and a scatter's sendbuff only on
+ * the root, a reduce's and a gather's recvbuff only there; an all-to-all-v's where a count into
+ * it is nonzero), with their names; returns how many (0 for count 0). */
 static int st_api_touched(const st_coll_args_t *args, const void **bufs, const char **names)
 {
     int root = (args->comm->rank == args->root);
     int n    = 0;
 
+    if (args->type == ST_COLL_ALLTOALLV) {
+        int sends = 0, recvs = 0;
+
+        for (int p = 0; p < args->comm->nranks; p++) {
+            sends |= (args->scounts[p] > 0);
+            recvs |= (args->rcounts[p] > 0);
+        }
+        if (sends) {
+            bufs[n]    = args->sendbuff;
+            names[n++] = "sendbuff";
+        }
+        if (recvs) {
+            bufs[n]    = args->recvbuff;
+            names[n++] = "recvbuff";
+        }
+        return n;
+    }
     if (args->count == 0) {
         return 0;
     }
-    if (args->type != ST_COLL_RECV && (args->type != ST_COLL_BROADCAST || root)) {
+    if (args->type != ST_COLL_RECV &&
+        ((args->type != ST_COLL_BROADCAST && args->type != ST_COLL_SCATTER) || root)) {
         bufs[n]    = args->sendbuff;
         names[n++] = "sendbuff";
     }
-    if (args->type != ST_COLL_SEND && (args->type != ST_COLL_REDUCE || root)) {
+    if (args->type != ST_COLL_SEND &&
+        ((args->type != ST_COLL_REDUCE && args->type != ST_COLL_GATHER) || root)) {
         bufs[n]    = args->recvbuff;
         names[n++] = "recvbuff";
     }
@@ -1066,6 +1087,208 @@ STRATA_API strataResult_t strataReduceScatter(const void *sendbuff, void *recvbu
     }
     if (recvcount > 0 && recvbuff == NULL) {
         return st_group_note(st_api_null_buffer(&args, "strataReduceScatter", "recvbuff"));
+    }
+    return st_group_note(st_api_launch(&args, stream));
+}
+
+STRATA_API strataResult_t strataAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                                         strataDataType_t datatype, strataComm_t comm,
+                                         strataStream_t stream)
+{
+    const char *fn = "strataAlltoAll";
+    size_t      bytes;
+
+    ST_API_ARGS(ST_COLL_ALLTOALL, comm, sendbuff, recvbuff, count, datatype);
+    result = st_api_coll_check(&args, fn, strataSum, stream);
+    if (result != strataSuccess) {
+        return st_group_note(result);
+    }
+    if (count > 0 && sendbuff == NULL) {
+        return st_group_note(st_api_null_buffer(&args, fn, "sendbuff"));
+    }
+    if (count > 0 && recvbuff == NULL) {
+        return st_group_note(st_api_null_buffer(&args, fn, "recvbuff"));
+    }
+    bytes = count * st_dtype_size(datatype) * (size_t)comm->nranks;
+    if (count > 0 && (const char *)sendbuff < (const char *)recvbuff + bytes &&
+        (const char *)recvbuff < (const char *)sendbuff + bytes) {
+        st_error(ST_SUB_COLL, "%s (rank %d): sendbuff %p and recvbuff %p overlap (%zu B each): an "
+                 "all-to-all is never in place", fn, comm->rank, sendbuff, recvbuff, bytes);
+        return st_group_note(strataInvalidArgument);
+    }
+    return st_group_note(st_api_launch(&args, stream));
+}
+
+/* One block of an all-to-all-v on this rank, for the overlap check. */
+typedef struct st_api_range {
+    uintptr_t lo, hi; /* [lo, hi) bytes */
+    int       peer;
+    int       recv;   /* 1: a block of recvbuff, 0: of sendbuff */
+} st_api_range_t;
+
+static int st_api_range_cmp(const void *a, const void *b)
+{
+    const st_api_range_t *x = a, *y = b;
+
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/* Checks the arrays of an all-to-all-v against the buffers: every nonzero block within 2^48 B, a
+ * buffer for it, no two received blocks overlapping, no received block overlapping a block that
+ * is sent (blocks sent may overlap each other: they are only read). Sets args->count to the
+ * elements sent in all. */
+static strataResult_t st_api_alltoallv_ranges(st_coll_args_t *args, const char *fn)
+{
+    st_comm_t      *comm = args->comm;
+    int             n = comm->nranks, nr = 0;
+    size_t          es = st_dtype_size(args->dtype), limit = (UINT64_C(1) << 48) / es;
+    size_t          total = 0;
+    st_api_range_t *r;
+    uintptr_t       hi[2] = {0, 0};
+    int             hi_peer[2] = {-1, -1};
+
+    r = malloc(2 * (size_t)n * sizeof(*r));
+    if (r == NULL) {
+        st_error(ST_SUB_COLL, "%s (rank %d): out of memory checking %d ranks' blocks", fn,
+                 comm->rank, n);
+        return strataSystemError;
+    }
+    for (int p = 0; p < n; p++) {
+        for (int recv = 0; recv < 2; recv++) {
+            size_t      cnt  = recv ? args->rcounts[p] : args->scounts[p];
+            size_t      disp = recv ? args->rdispls[p] : args->sdispls[p];
+            const char *buf  = recv ? args->recvbuff : args->sendbuff;
+
+            if (cnt == 0) {
+                continue;
+            }
+            if (buf == NULL) {
+                st_error(ST_SUB_COLL, "%s (rank %d): %s is NULL with %s[%d] = %zu", fn,
+                         comm->rank, recv ? "recvbuff" : "sendbuff",
+                         recv ? "recvcounts" : "sendcounts", p, cnt);
+                free(r);
+                return strataInvalidArgument;
+            }
+            if (cnt > limit || disp > limit - cnt) {
+                st_error(ST_SUB_COLL, "%s (rank %d): %s[%d] %zu + %s[%d] %zu of %s overflows the "
+                         "address space", fn, comm->rank, recv ? "rdispls" : "sdispls", p, disp,
+                         recv ? "recvcounts" : "sendcounts", p, cnt, st_dtype_name(args->dtype));
+                free(r);
+                return strataInvalidArgument;
+            }
+            r[nr].lo   = (uintptr_t)buf + disp * es;
+            r[nr].hi   = r[nr].lo + cnt * es;
+            r[nr].peer = p;
+            r[nr].recv = recv;
+            nr++;
+            if (!recv) {
+                total = (total + cnt < total) ? SIZE_MAX : total + cnt;
+            }
+        }
+    }
+    /* sorted by start, a block overlaps an earlier one exactly when it starts before the end of
+     * the furthest-reaching earlier block of that kind */
+    qsort(r, (size_t)nr, sizeof(*r), st_api_range_cmp);
+    for (int i = 0; i < nr; i++) {
+        for (int kind = 0; kind < 2; kind++) {
+            if ((r[i].recv || kind == 1) && hi_peer[kind] >= 0 && r[i].lo < hi[kind]) {
+                int a = hi_peer[kind], b = r[i].peer;
+
+                st_error(ST_SUB_COLL, "%s (rank %d): the block %s rank %d (%s) overlaps the block "
+                         "%s rank %d (%s): received blocks may overlap no other block", fn,
+                         comm->rank, kind ? "received from" : "sent to", a,
+                         kind ? "recvbuff, rdispls" : "sendbuff, sdispls",
+                         r[i].recv ? "received from" : "sent to", b,
+                         r[i].recv ? "recvbuff, rdispls" : "sendbuff, sdispls");
+                free(r);
+                return strataInvalidArgument;
+            }
+        }
+        if (r[i].hi > hi[r[i].recv]) {
+            hi[r[i].recv]      = r[i].hi;
+            hi_peer[r[i].recv] = r[i].peer;
+        }
+    }
+    free(r);
+    args->count = total;
+    return strataSuccess;
+}
+
+STRATA_API strataResult_t strataAlltoAllv(const void *sendbuff, const size_t sendcounts[],
+                                          const size_t sdispls[], void *recvbuff,
+                                          const size_t recvcounts[], const size_t rdispls[],
+                                          strataDataType_t datatype, strataComm_t comm,
+                                          strataStream_t stream)
+{
+    const char *fn = "strataAlltoAllv";
+    const char *null_array = NULL;
+
+    ST_API_ARGS(ST_COLL_ALLTOALLV, comm, sendbuff, recvbuff, 0, datatype);
+    result = st_api_check_comm(comm, fn);
+    if (result != strataSuccess) {
+        return st_group_note(result);
+    }
+    null_array = sendcounts == NULL ? "sendcounts" : sdispls == NULL ? "sdispls"
+               : recvcounts == NULL ? "recvcounts" : rdispls == NULL ? "rdispls" : NULL;
+    if (null_array != NULL) {
+        st_error(ST_SUB_COLL, "%s (rank %d): %s is NULL (four arrays of %d entries are needed)",
+                 fn, comm->rank, null_array, comm->nranks);
+        return st_group_note(strataInvalidArgument);
+    }
+    args.scounts = sendcounts;
+    args.sdispls = sdispls;
+    args.rcounts = recvcounts;
+    args.rdispls = rdispls;
+    result = st_api_coll_check(&args, fn, strataSum, stream);
+    if (result != strataSuccess) {
+        return st_group_note(result);
+    }
+    result = st_api_alltoallv_ranges(&args, fn);
+    if (result != strataSuccess) {
+        return st_group_note(result);
+    }
+    /* the arrays are the caller's until this returns: a group or a stream keeps its own copy */
+    return st_group_note(st_api_launch(&args, stream));
+}
+
+STRATA_API strataResult_t strataGather(const void *sendbuff, void *recvbuff, size_t count,
+                                       strataDataType_t datatype, int root, strataComm_t comm,
+                                       strataStream_t stream)
+{
+    const char *fn = "strataGather";
+
+    ST_API_ARGS(ST_COLL_GATHER, comm, sendbuff, recvbuff, count, datatype);
+    args.root = root;
+    result = st_api_coll_check(&args, fn, strataSum, stream);
+    if (result != strataSuccess) {
+        return st_group_note(result);
+    }
+    if (count > 0 && sendbuff == NULL) {
+        return st_group_note(st_api_null_buffer(&args, fn, "sendbuff"));
+    }
+    if (count > 0 && comm->rank == root && recvbuff == NULL) {
+        return st_group_note(st_api_null_buffer(&args, fn, "recvbuff (on root)"));
+    }
+    return st_group_note(st_api_launch(&args, stream));
+}
+
+STRATA_API strataResult_t strataScatter(const void *sendbuff, void *recvbuff, size_t count,
+                                        strataDataType_t datatype, int root, strataComm_t comm,
+                                        strataStream_t stream)
+{
+    const char *fn = "strataScatter";
+
+    ST_API_ARGS(ST_COLL_SCATTER, comm, sendbuff, recvbuff, count, datatype);
+    args.root = root;
+    result = st_api_coll_check(&args, fn, strataSum, stream);
+    if (result != strataSuccess) {
+        return st_group_note(result);
+    }
+    if (count > 0 && comm->rank == root && sendbuff == NULL) {
+        return st_group_note(st_api_null_buffer(&args, fn, "sendbuff (on root)"));
+    }
+    if (count > 0 && recvbuff == NULL) {
+        return st_group_note(st_api_null_buffer(&args, fn, "recvbuff"));
     }
     return st_group_note(st_api_launch(&args, stream));
 }

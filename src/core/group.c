@@ -53,6 +53,12 @@ st_status_t st_group_add(const st_coll_args_t *args, strataStream_t stream)
     }
     st_group_items[st_group_len].args   = *args;
     st_group_items[st_group_len].stream = stream;
+    /* an all-to-all-v's arrays are the caller's only until its call returns */
+    if (st_coll_args_keep(&st_group_items[st_group_len].args) != ST_OK) {
+        st_error(ST_SUB_COLL, "group: out of memory queueing call %d", st_group_len + 1);
+        st_group_error = ST_ERR_NO_MEMORY;
+        return ST_ERR_NO_MEMORY;
+    }
     st_group_len++;
     return ST_OK;
 }
@@ -201,6 +207,9 @@ strataResult_t strataGroupEnd(void)
     status = st_group_launch();
     if (st_group_error != ST_OK && status == ST_OK) {
         status = st_group_error;
+    }
+    for (int i = 0; i < st_group_len; i++) {
+        st_coll_args_drop(&st_group_items[i].args); /* the streams took their own copies */
     }
     free(st_group_items);
     st_group_items = NULL;

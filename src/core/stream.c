@@ -18,8 +18,9 @@
  * stream may reach its wait after the communicator is gone.
  * A call the hierarchical algorithm takes runs on the GPU over the node's device windows
  * (coll/hier.c, coll/intra.h); any other (the flat ring, chain, small, send/recv, groups of
- * several calls) runs on pinned host copies of its buffers: one copy in, the host algorithm, one
- * copy out, on the queue's own device stream (st_devq_stage).
+ * several calls; all-to-all, all-to-all-v, gather and scatter) runs on pinned host copies of its
+ * buffers: one copy in, the host algorithm, one copy out (an all-to-all-v's: one per received
+ * block), on the queue's own device stream (st_devq_stage).
  */
 #include "config.h"
 
@@ -147,6 +148,15 @@ static st_status_t st_stream_runnable(st_stream_item_t *item)
 static st_status_t st_devq_run(st_devq_t *dq, st_stream_item_t *item);
 static void        st_devq_thread_fini(st_devq_t *dq);
 
+/* Frees an item and the arrays its calls own (st_coll_args_keep). */
+static void st_stream_item_free(st_stream_item_t *item)
+{
+    for (int i = 0; i < item->nargs; i++) {
+        st_coll_args_drop(&item->args[i]);
+    }
+    free(item);
+}
+
 static st_status_t st_stream_run(struct st_stream *s, st_stream_item_t *item)
 {
     st_status_t status;
@@ -191,7 +201,7 @@ static void *st_stream_main(void *arg)
             s->tail = NULL;
         }
         s->pending--;
-        free(item);
+        st_stream_item_free(item);
         pthread_cond_broadcast(&s->cond);
     }
     pthread_mutex_unlock(&s->lock);
@@ -201,7 +211,8 @@ static void *st_stream_main(void *arg)
     return NULL;
 }
 
-/* A work item holding a copy of args[0..nargs); NULL (logged) when out of memory. */
+/* A work item holding a copy of args[0..nargs) (an all-to-all-v's arrays too); NULL (logged) when
+ * out of memory. */
 static st_stream_item_t *st_stream_item_new(const st_coll_args_t *args, int nargs)
 {
     st_stream_item_t *item = calloc(1, sizeof(*item) + (size_t)nargs * sizeof(item->args[0]));
@@ -212,6 +223,14 @@ static st_stream_item_t *st_stream_item_new(const st_coll_args_t *args, int narg
     }
     item->nargs = nargs;
     memcpy(item->args, args, (size_t)nargs * sizeof(*args));
+    for (int i = 0; i < nargs; i++) {
+        item->args[i].v_owned = NULL; /* the caller's copy stays the caller's */
+        if (st_coll_args_keep(&item->args[i]) != ST_OK) {
+            st_error(ST_SUB_COLL, "out of memory queueing %d calls", nargs);
+            st_stream_item_free(item);
+            return NULL;
+        }
+    }
     return item;
 }
 
@@ -469,7 +488,9 @@ st_status_t st_devq_push(const strataStream_t *users, int nusers, const st_coll_
     status = ST_OK;
     item   = st_stream_item_new(args, nargs);
     if (item == NULL || (item->evs = calloc((size_t)nusers, sizeof(*item->evs))) == NULL) {
-        free(item);
+        if (item != NULL) {
+            st_stream_item_free(item);
+        }
         return ST_ERR_NO_MEMORY;
     }
     item->nevs = nusers;
@@ -507,7 +528,7 @@ st_status_t st_devq_push(const strataStream_t *users, int nusers, const st_coll_
             }
         }
         free(item->evs);
-        free(item);
+        st_stream_item_free(item);
     }
     return status;
 }
@@ -534,8 +555,47 @@ static void st_devq_lens(const st_coll_args_t *a, st_devq_span_t *sp)
     case ST_COLL_REDUCESCATTER: sp->send_len = all; sp->recv_len = n; break;
     case ST_COLL_SEND: sp->send_len = n; break;
     case ST_COLL_RECV: sp->recv_len = n; break;
+    case ST_COLL_ALLTOALL: sp->send_len = all; sp->recv_len = all; break;
+    case ST_COLL_GATHER: sp->send_len = n; sp->recv_len = root ? all : 0; break;
+    case ST_COLL_SCATTER: sp->send_len = root ? all : 0; sp->recv_len = n; break;
+    case ST_COLL_ALLTOALLV:
+        /* the spans from each buffer's start to its furthest block (api.c bounded them) */
+        for (int p = 0; p < a->comm->nranks; p++) {
+            size_t es = st_dtype_size(a->dtype);
+
+            if (a->scounts[p] > 0) {
+                sp->send_len = ST_MAX(sp->send_len, (a->sdispls[p] + a->scounts[p]) * es);
+            }
+            if (a->rcounts[p] > 0) {
+                sp->recv_len = ST_MAX(sp->recv_len, (a->rdispls[p] + a->rcounts[p]) * es);
+            }
+        }
+        break;
     default: break;
     }
+}
+
+/* Copies call a's results from the staging area out to its device receive buffer: the whole
+ * span, or for an all-to-all-v each received block alone (the gaps between them are the
+ * caller's and were never staged in). */
+static st_status_t st_devq_copy_out(st_devq_t *dq, const st_coll_args_t *a,
+                                    const st_devq_span_t *sp)
+{
+    size_t es = st_dtype_size(a->dtype);
+
+    if (a->type != ST_COLL_ALLTOALLV) {
+        return dq->dev->copy(a->recvbuff, dq->stage + sp->recv_off, sp->recv_len,
+                             dq->copy_stream);
+    }
+    for (int p = 0; p < a->comm->nranks; p++) {
+        size_t off = a->rdispls[p] * es;
+
+        if (a->rcounts[p] > 0) {
+            ST_CHECK(dq->dev->copy((char *)a->recvbuff + off, dq->stage + sp->recv_off + off,
+                                   a->rcounts[p] * es, dq->copy_stream));
+        }
+    }
+    return ST_OK;
 }
 
 #define ST_DEVQ_ALIGN 256
@@ -653,8 +713,7 @@ static st_status_t st_devq_stage(st_devq_t *dq, const st_coll_args_t *args, int 
     }
     for (int i = 0; i < nargs; i++) {
         if (sp[i].recv_len > 0) {
-            status = dev->copy(args[i].recvbuff, dq->stage + sp[i].recv_off, sp[i].recv_len,
-                               dq->copy_stream);
+            status = st_devq_copy_out(dq, &args[i], &sp[i]);
             if (status != ST_OK) {
                 goto out;
             }

@@ -502,7 +502,9 @@ st_status_t st_check_attach(const st_coll_args_t *args, st_op_t **op_p)
     check->nrounds     = nrounds;
     check->result      = ST_INPROGRESS;
     check->cur.min.seq   = args->seq;
-    check->cur.min.count = args->count;
+    /* an all-to-all-v's count is what this rank sends, which differs between ranks: its counts
+     * are agreed pair by pair by the algorithm (coll/a2a.c) */
+    check->cur.min.count = (args->type == ST_COLL_ALLTOALLV) ? 0 : args->count;
     check->cur.min.type  = (int32_t)args->type;
     check->cur.min.dtype = (int32_t)args->dtype;
     check->cur.min.op    = st_check_op_code(args, &name);

@@ -4,7 +4,8 @@
  *
  * Each collective's fingerprint is (collective, count, datatype, op, root, sequence number, and
  * whether it runs on the device windows: hier on device buffers against a host call would read
- * different windows). A
+ * different windows); an all-to-all-v's count there is 0, as its ranks' counts differ by design
+ * (its algorithm agrees them pair by pair, coll/a2a.c). A
  * small agreement runs next to the data algorithm: a dissemination exchange of the (min, max)
  * fingerprint, each tagged with the rank that holds it, over ceil(log2 n) rounds of 96-byte
  * messages in a tag space of their own (bits 43 and 42 set: no collective or send/recv tag has

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/status.h"
 #include "reduce/reduce.h"
 #include "strata.h"
 #include "tune/algo.h"
@@ -24,6 +25,10 @@ typedef enum {
     ST_COLL_REDUCESCATTER,
     ST_COLL_SEND,
     ST_COLL_RECV,
+    ST_COLL_ALLTOALL,
+    ST_COLL_ALLTOALLV,
+    ST_COLL_GATHER,
+    ST_COLL_SCATTER,
     ST_COLL_LAST
 } st_coll_type_t;
 
@@ -31,10 +36,10 @@ typedef enum {
 typedef enum {
     ST_INPLACE_SAME = 0,     /* sendbuff == recvbuff (all-reduce; broadcast on root; reduce) */
     ST_INPLACE_SEND_AT_RANK, /* sendbuff == recvbuff + rank * count elements (all-gather: the
-                              * rank's own block of the result) */
+                              * rank's own block of the result; gather on root, rank = root) */
     ST_INPLACE_RECV_AT_RANK, /* recvbuff == sendbuff + rank * count elements (reduce-scatter: the
-                              * rank's block of the input) */
-    ST_INPLACE_NONE          /* one buffer (send, recv) */
+                              * rank's block of the input; scatter on root, rank = root) */
+    ST_INPLACE_NONE          /* one buffer (send, recv), or never in place (all-to-all) */
 } st_inplace_t;
 
 /* One collective: the row of st_coll_info. */
@@ -47,8 +52,9 @@ typedef struct st_coll_info {
     int          p2p;        /* point to point (send, recv): one peer, per-pair sequence numbers,
                               * outside the communicator's issue order and the mismatch check */
     int          per_rank;   /* count is one rank's block (all-gather's sendcount, reduce-scatter's
-                              * recvcount): the call moves count x nranks elements in all, which is
-                              * its size as nccl-tests counts it */
+                              * recvcount, all-to-all's count per rank pair, gather's and
+                              * scatter's block): the call moves count x nranks elements in all,
+                              * which is its size as nccl-tests counts it */
     double       busbw_mul;  /* nccl-tests' bus-bandwidth factor among n ranks (st_coll_busbw): */
     int          busbw_ring; /* busbw_mul x (n - 1) / n when busbw_ring is 1, else busbw_mul */
     st_inplace_t in_place;   /* the in-place rule */
@@ -74,7 +80,19 @@ typedef struct st_coll_args {
     int              mem;        /* st_mem_type_t of the buffers (the API checked they agree):
                                   * ST_MEM_CUDA calls run from the communicator's device queue
                                   * (core/stream.c), ordered on the user's CUDA stream */
+    /* AlltoAllv: the four arrays of nranks entries, in elements (strata.h). Borrowed: they are
+     * valid while the call that made args runs; whoever keeps args past that (a group, a stream's
+     * queue) takes its own copy with st_coll_args_keep and frees it with st_coll_args_drop.
+     * count is the elements this rank sends in all (sum of scounts), for its size only. */
+    const size_t    *scounts, *sdispls, *rcounts, *rdispls;
+    size_t          *v_owned;    /* the copy st_coll_args_keep made (4 x nranks), or NULL */
 } st_coll_args_t;
+
+/* Makes args own its AlltoAllv arrays (one heap copy; nothing for other collectives, or when it
+ * owns them already): call before keeping args past the call that made it. ST_ERR_NO_MEMORY. */
+st_status_t st_coll_args_keep(st_coll_args_t *args);
+/* Frees what st_coll_args_keep made (args' arrays are then invalid). NULL-safe, idempotent. */
+void st_coll_args_drop(st_coll_args_t *args);
 
 /* The row of collective `type`; for a value out of range, a row named "unknown" with no
  * property set (busbw factor 1, never in place). Never NULL. */
@@ -85,7 +103,8 @@ const char *st_coll_name(st_coll_type_t type);
  * carries relative to the algorithm bandwidth (algbw x factor = busbw; doc/PERFORMANCE.md). */
 double st_coll_busbw(st_coll_type_t type, int nranks);
 /* 1 when a call of `type` with these buffers is in place by the table's rule: block_bytes is count
- * x the datatype's size, rank the caller's rank. 0 otherwise (also for send and recv). */
+ * x the datatype's size, rank the caller's rank (for gather and scatter: the root, on the root;
+ * their buffers elsewhere are never in place). 0 otherwise (also for send, recv and all-to-all). */
 int st_coll_in_place(st_coll_type_t type, const void *sendbuff, const void *recvbuff,
                      size_t block_bytes, int rank);
 

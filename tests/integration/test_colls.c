@@ -8,6 +8,12 @@
  * internal chunk (STRATA_CHUNK_SIZE, 512k bytes = 131072 fp32 by default; a run with 4k makes many
  * chunks cheaply). A second battery runs AllReduce for every datatype x op, including a
  * strataRedOpCreatePreMulSum op, with inputs whose exact result is known.
+ *
+ * AlltoAll, AlltoAllv, Gather and Scatter run in the first battery (each count, every root and
+ * mode of the rooted ones, AlltoAllv's patterns: zero counts, skewed, all to one rank, uniform,
+ * in a group and on a host stream) and once per datatype in the second; every byte of a block is
+ * a function of (source rank, destination rank, element, byte), and the gaps between AlltoAllv's
+ * received blocks must stay untouched.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -408,6 +414,348 @@ static void do_sendrecv_pairs(bat_t *b, size_t count)
     it_buf_free(&rb);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* all-to-all, all-to-all-v, gather, scatter: data movement only, so any datatype is its bytes;  */
+/* byte b of element i of the block that rank src sends rank dst is abyte(src, dst, i, b)        */
+/* ------------------------------------------------------------------------------------------ */
+
+static uint8_t abyte(int src, int dst, size_t i, size_t b)
+{
+    uint32_t h = (uint32_t)src * 0x9E3779B1u ^ (uint32_t)dst * 0x85EBCA77u ^
+                 (uint32_t)i * 0xC2B2AE3Du ^ (uint32_t)b * 0x27D4EB2Fu;
+
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 13;
+    return (uint8_t)h;
+}
+
+static void afill(void *buf, int src, int dst, size_t count, size_t es)
+{
+    for (size_t i = 0; i < count; i++) {
+        for (size_t b = 0; b < es; b++) {
+            ((uint8_t *)buf)[i * es + b] = abyte(src, dst, i, b);
+        }
+    }
+}
+
+/* 1 when count elements at buf are src's block for dst; else one failure naming what. */
+static int acheck(const void *buf, int src, int dst, size_t count, size_t es, const char *what)
+{
+    for (size_t i = 0; i < count; i++) {
+        for (size_t b = 0; b < es; b++) {
+            uint8_t got = ((const uint8_t *)buf)[i * es + b], want = abyte(src, dst, i, b);
+
+            if (got != want) {
+                IT_FAIL("%s: block from rank %d to rank %d, element %zu of %zu, byte %zu: got "
+                        "0x%02x, expected 0x%02x", what, src, dst, i, count, b, got, want);
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* 1 when bytes at buf all equal fill; else one failure. */
+static int auntouched(const void *buf, size_t bytes, int fill, const char *what)
+{
+    for (size_t i = 0; i < bytes; i++) {
+        if (((const uint8_t *)buf)[i] != (uint8_t)fill) {
+            IT_FAIL("%s: byte %zu of %zu written (0x%02x), which the call must not touch", what,
+                    i, bytes, ((const uint8_t *)buf)[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void do_alltoall(bat_t *b, strataDataType_t dt, size_t count)
+{
+    size_t   es = it_dtype_size(dt), blk = count * es, all = blk * (size_t)b->n;
+    it_buf_t sb, rb;
+    char     what[160];
+    uint8_t *send = it_buf_alloc(&sb, all, 3, 0);
+    uint8_t *recv = it_buf_alloc(&rb, all, 0, 0xEE);
+
+    snprintf(what, sizeof(what), "AlltoAll %s count %zu", it_dtype_name(dt), count);
+    for (int p = 0; p < b->n; p++) {
+        afill(send + (size_t)p * blk, b->r, p, count, es);
+    }
+    if (IT_OK(strataAlltoAll(send, recv, count, dt, b->c->comm, NULL))) {
+        for (int p = 0; p < b->n; p++) {
+            if (!acheck(recv + (size_t)p * blk, p, b->r, count, es, what) ||
+                !acheck(send + (size_t)p * blk, b->r, p, count, es, "AlltoAll sendbuff")) {
+                break;
+            }
+        }
+    }
+    it_buf_guards(&sb, what);
+    it_buf_guards(&rb, what);
+    it_buf_free(&sb);
+    it_buf_free(&rb);
+}
+
+/* mode 0: out of place, recvbuff NULL off the root; 1: out of place, recvbuff off the root a
+ * buffer that must stay untouched; 2: in place on the root (sendbuff = its block of recvbuff). */
+static void do_gather(bat_t *b, strataDataType_t dt, size_t count, int root, int mode)
+{
+    size_t   es = it_dtype_size(dt), blk = count * es, all = blk * (size_t)b->n;
+    int      is_root = (b->r == root);
+    it_buf_t sb, rb;
+    char     what[160];
+    uint8_t *recv = (is_root || mode == 1) ? it_buf_alloc(&rb, all, 0, 0xEE) : NULL;
+    uint8_t *send = (mode == 2 && is_root) ? recv + (size_t)root * blk
+                                           : it_buf_alloc(&sb, blk, 1, 0);
+
+    snprintf(what, sizeof(what), "Gather %s count %zu root %d %s", it_dtype_name(dt), count, root,
+             mode == 2 ? "in place" : mode == 1 ? "out of place" : "out of place, NULL recvbuff");
+    afill(send, b->r, root, count, es);
+    if (IT_OK(strataGather(send, recv, count, dt, root, b->c->comm, NULL))) {
+        if (is_root) {
+            for (int p = 0; p < b->n; p++) {
+                if (!acheck(recv + (size_t)p * blk, p, root, count, es, what)) {
+                    break;
+                }
+            }
+        } else if (recv != NULL) {
+            auntouched(recv, all, 0xEE, what);
+        }
+        if (send != recv + (size_t)root * blk || !is_root) {
+            acheck(send, b->r, root, count, es, "Gather sendbuff");
+        }
+    }
+    if (recv != NULL) {
+        it_buf_guards(&rb, what);
+        it_buf_free(&rb);
+    }
+    if (!(mode == 2 && is_root)) {
+        it_buf_guards(&sb, what);
+        it_buf_free(&sb);
+    }
+}
+
+/* mode 0: out of place, sendbuff NULL off the root; 1: out of place, sendbuff off the root a
+ * buffer that must stay untouched; 2: in place on the root (recvbuff = its block of sendbuff). */
+static void do_scatter(bat_t *b, strataDataType_t dt, size_t count, int root, int mode)
+{
+    size_t   es = it_dtype_size(dt), blk = count * es, all = blk * (size_t)b->n;
+    int      is_root = (b->r == root);
+    it_buf_t sb, rb;
+    char     what[160];
+    uint8_t *send = (is_root || mode == 1) ? it_buf_alloc(&sb, all, 0, 0x33) : NULL;
+    uint8_t *recv = (mode == 2 && is_root) ? send + (size_t)root * blk
+                                           : it_buf_alloc(&rb, blk, 2, 0xEE);
+
+    snprintf(what, sizeof(what), "Scatter %s count %zu root %d %s", it_dtype_name(dt), count, root,
+             mode == 2 ? "in place" : mode == 1 ? "out of place" : "out of place, NULL sendbuff");
+    if (is_root) {
+        for (int p = 0; p < b->n; p++) {
+            afill(send + (size_t)p * blk, root, p, count, es);
+        }
+    }
+    if (IT_OK(strataScatter(send, recv, count, dt, root, b->c->comm, NULL))) {
+        acheck(recv, root, b->r, count, es, what);
+        if (is_root) {
+            for (int p = 0; p < b->n; p++) {
+                if (!acheck(send + (size_t)p * blk, root, p, count, es, "Scatter sendbuff")) {
+                    break;
+                }
+            }
+        } else if (send != NULL) {
+            auntouched(send, all, 0x33, what);
+        }
+    }
+    if (send != NULL) {
+        it_buf_guards(&sb, what);
+        it_buf_free(&sb);
+    }
+    if (!(mode == 2 && is_root)) {
+        it_buf_guards(&rb, what);
+        it_buf_free(&rb);
+    }
+}
+
+/* All-to-all-v patterns: the elements rank src sends rank dst, known to every rank. */
+typedef enum {
+    AV_ZERO,    /* every count 0 */
+    AV_SKEWED,  /* 0 .. 6 x unit, some pairs 0, a diagonal of zeros */
+    AV_TO_ONE,  /* every rank sends only to rank n-1, which receives everything */
+    AV_UNIFORM  /* unit everywhere (an all-to-all through the v interface) */
+} av_pattern_t;
+
+static size_t av_count(av_pattern_t pat, int n, int src, int dst, size_t unit)
+{
+    switch (pat) {
+    case AV_ZERO:
+        return 0;
+    case AV_SKEWED:
+        return (src == dst && n > 1) ? 0 : (size_t)((src * 3 + dst * 5) % 7) * unit;
+    case AV_TO_ONE:
+        return dst == n - 1 ? unit * (size_t)(src + 1) : 0;
+    default:
+        return unit;
+    }
+}
+
+/* Displacements with gaps (3 elements) and the blocks in reverse rank order, so a displacement is
+ * no rank's offset; returns the elements the buffer needs. */
+static size_t av_layout(const size_t *counts, int n, size_t *displs)
+{
+    size_t at = 2;
+
+    for (int p = n - 1; p >= 0; p--) {
+        displs[p] = at;
+        at += counts[p] + 3;
+    }
+    return at;
+}
+
+static void do_alltoallv(bat_t *b, strataDataType_t dt, av_pattern_t pat, size_t unit)
+{
+    static const char *const names[] = {"zero counts", "skewed", "all to rank n-1", "uniform"};
+    int      n = b->n, r = b->r;
+    size_t   es = it_dtype_size(dt);
+    size_t  *sc = xmalloc(4 * (size_t)n * sizeof(size_t)), *sd = sc + n, *rc = sc + 2 * n,
+            *rd = sc + 3 * n;
+    size_t   sel, rel;
+    it_buf_t sb, rb;
+    char     what[160];
+    uint8_t *send, *recv;
+
+    for (int p = 0; p < n; p++) {
+        sc[p] = av_count(pat, n, r, p, unit);
+        rc[p] = av_count(pat, n, p, r, unit);
+    }
+    sel  = av_layout(sc, n, sd);
+    rel  = av_layout(rc, n, rd);
+    send = it_buf_alloc(&sb, sel * es, 0, 0x33);
+    recv = it_buf_alloc(&rb, rel * es, 5, 0xEE);
+    snprintf(what, sizeof(what), "AlltoAllv %s %s unit %zu", it_dtype_name(dt), names[pat], unit);
+    for (int p = 0; p < n; p++) {
+        afill(send + sd[p] * es, r, p, sc[p], es);
+    }
+    if (IT_OK(strataAlltoAllv(send, sc, sd, recv, rc, rd, dt, b->c->comm, NULL))) {
+        size_t at = 0;
+
+        for (int q = n - 1; q >= 0; q--) { /* blocks in buffer order, gaps between them */
+            if (!auntouched(recv + at * es, (rd[q] - at) * es, 0xEE, what) ||
+                !acheck(recv + rd[q] * es, q, r, rc[q], es, what)) {
+                break;
+            }
+            at = rd[q] + rc[q];
+        }
+        auntouched(recv + at * es, (rel - at) * es, 0xEE, what);
+    }
+    it_buf_guards(&sb, what);
+    it_buf_guards(&rb, what);
+    it_buf_free(&sb);
+    it_buf_free(&rb);
+    free(sc);
+}
+
+/* AlltoAllv in a group (with a Gather) and on a host stream: the arrays are read during the call
+ * only, so they are scrambled (and freed) at once after it; the results must not change. */
+static void do_alltoallv_async(bat_t *b)
+{
+    int              n = b->n, r = b->r;
+    size_t           es = sizeof(int32_t), unit = 5;
+    size_t          *v = xmalloc(4 * (size_t)n * sizeof(size_t));
+    size_t          *sc = v, *sd = v + n, *rc = v + 2 * n, *rd = v + 3 * n, sel, rel;
+    strataStream_t   stream;
+    it_buf_t         sb, rb, gs, gr;
+    char             what[96];
+    uint8_t         *send, *recv, *gsend, *grecv;
+
+    for (int p = 0; p < n; p++) {
+        sc[p] = av_count(AV_SKEWED, n, r, p, unit);
+        rc[p] = av_count(AV_SKEWED, n, p, r, unit);
+    }
+    sel   = av_layout(sc, n, sd);
+    rel   = av_layout(rc, n, rd);
+    send  = it_buf_alloc(&sb, sel * es, 0, 0x33);
+    recv  = it_buf_alloc(&rb, rel * es, 0, 0xEE);
+    gsend = it_buf_alloc(&gs, 9 * es, 0, 0);
+    grecv = it_buf_alloc(&gr, 9 * es * (size_t)n, 0, 0xEE);
+    for (int p = 0; p < n; p++) {
+        afill(send + sd[p] * es, r, p, sc[p], es);
+    }
+    afill(gsend, r, 0, 9, es);
+    for (int mode = 0; mode < 2; mode++) {
+        size_t *w = xmalloc(4 * (size_t)n * sizeof(size_t));
+
+        snprintf(what, sizeof(what), "AlltoAllv int32 skewed %s",
+                 mode == 0 ? "in a group with a Gather" : "on a host stream");
+        memcpy(w, v, 4 * (size_t)n * sizeof(size_t));
+        memset(recv, 0xEE, rel * es);
+        if (mode == 0) {
+            IT_OK(strataGroupStart());
+            IT_OK(strataAlltoAllv(send, w, w + n, recv, w + 2 * n, w + 3 * n, strataInt32,
+                                  b->c->comm, NULL));
+            IT_OK(strataGather(gsend, grecv, 9, strataInt32, 0, b->c->comm, NULL));
+            memset(w, 0xff, 4 * (size_t)n * sizeof(size_t));
+            free(w);
+            IT_OK(strataGroupEnd());
+        } else {
+            if (!IT_OK(strataStreamCreate(&stream))) {
+                free(w);
+                break;
+            }
+            IT_OK(strataAlltoAllv(send, w, w + n, recv, w + 2 * n, w + 3 * n, strataInt32,
+                                  b->c->comm, stream));
+            memset(w, 0xff, 4 * (size_t)n * sizeof(size_t));
+            free(w);
+            IT_OK(strataStreamSynchronize(stream));
+            IT_OK(strataStreamDestroy(stream));
+        }
+        for (int q = 0; q < n; q++) {
+            if (!acheck(recv + rd[q] * es, q, r, rc[q], es, what)) {
+                break;
+            }
+        }
+        if (mode == 0 && r == 0) {
+            for (int q = 0; q < n; q++) {
+                if (!acheck(grecv + (size_t)q * 9 * es, q, 0, 9, es, "Gather in a group")) {
+                    break;
+                }
+            }
+        }
+    }
+    it_buf_guards(&sb, what);
+    it_buf_guards(&rb, what);
+    it_buf_guards(&gs, what);
+    it_buf_guards(&gr, what);
+    it_buf_free(&sb);
+    it_buf_free(&rb);
+    it_buf_free(&gs);
+    it_buf_free(&gr);
+    free(v);
+}
+
+/* The four collectives at one count (fp32 and int8 in turn), gather and scatter from every root
+ * (8 ranks: three per count, every root across the counts) in every mode across the counts. */
+static void a2a_battery(bat_t *b, size_t k, size_t cnt)
+{
+    strataDataType_t dt = (k % 2 == 0) ? strataFloat32 : strataInt8;
+
+    do_alltoall(b, dt, cnt);
+    /* every root up to 5 ranks; with more, the ends and one in the middle in turn */
+    for (int root = 0; root < b->n; root++) {
+        int mid = 1 + (int)(k % (size_t)(b->n > 2 ? b->n - 2 : 1));
+
+        if (b->n > 5 && root != 0 && root != b->n - 1 && root != mid) {
+            continue;
+        }
+        do_gather(b, dt, cnt, root, (int)((k + (size_t)root) % 3));
+        do_scatter(b, dt, cnt, root, (int)((k + (size_t)root + 1) % 3));
+    }
+    if (k < 4) {
+        do_alltoallv(b, dt, (av_pattern_t)k, cnt > 0 ? cnt : 1);
+    }
+    if (k == 4) {
+        do_alltoallv_async(b);
+    }
+}
+
 static int battery(it_ctx_t *c)
 {
     count_set_t set = *(const count_set_t *)c->arg;
@@ -443,6 +791,7 @@ static int battery(it_ctx_t *c)
         if (k % 2 == 1) {
             do_sendrecv_pairs(&b, cnt);
         }
+        a2a_battery(&b, k, cnt);
     }
     return 0;
 }
@@ -650,6 +999,15 @@ static int dtype_op_battery(it_ctx_t *c)
                                         OP_PREMUL};
     size_t counts[] = {1, 7, (size_t)c->nranks + 1, 67, 1031, 40009};
 
+    bat_t b = {c, c->nranks, c->rank};
+
+    /* the data-movement collectives move any datatype's bytes alike: each once per type */
+    for (int dt = 0; dt < strataNumTypes; dt++) {
+        do_alltoall(&b, (strataDataType_t)dt, (size_t)c->nranks + 1);
+        do_gather(&b, (strataDataType_t)dt, 33, c->nranks - 1, dt % 3);
+        do_scatter(&b, (strataDataType_t)dt, 33, dt % c->nranks, (dt + 1) % 3);
+        do_alltoallv(&b, (strataDataType_t)dt, AV_SKEWED, 3);
+    }
     for (int dt = 0; dt < strataNumTypes; dt++) {
         for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
             for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {

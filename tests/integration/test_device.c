@@ -228,6 +228,88 @@ static const strataDataType_t all_types[] = {strataInt8,    strataUint8,   strat
                                              strataBfloat16};
 static const strataRedOp_t all_ops[] = {strataSum, strataProd, strataMax, strataMin, strataAvg};
 
+/* AlltoAll, AlltoAllv (blocks with gaps, which must stay untouched), Gather and Scatter (root
+ * n-1; the buffers a non-root rank does not use are NULL) on device buffers, each compared bit
+ * for bit with the same call on host buffers. They run on host copies (core/stream.c). */
+static void a2a_cases(it_ctx_t *c, const st_dev_ops_t *dev, st_dev_stream_t *s)
+{
+    static const char *const names[4] = {"AlltoAll", "AlltoAllv", "Gather", "Scatter"};
+    int      n = c->nranks, r = c->rank, root = n - 1;
+    size_t   count = 1031, es = sizeof(int32_t), bytes = (size_t)n * count * es;
+    size_t  *v = calloc(4 * (size_t)n, sizeof(size_t));
+    uint8_t *hs = calloc(1, bytes), *hr = calloc(1, bytes), *back = calloc(1, bytes);
+    uint8_t *ds = dmalloc(dev, bytes), *dr = dmalloc(dev, bytes);
+
+    if (v == NULL || hs == NULL || hr == NULL || back == NULL || ds == NULL || dr == NULL) {
+        IT_FAIL("out of memory");
+        goto out;
+    }
+    for (int p = 0; p < n; p++) {
+        v[p]         = (size_t)((r + 2 * p) % 5) * 7;       /* sendcounts */
+        v[n + p]     = (size_t)p * 40 + 1;                  /* sdispls */
+        v[2 * n + p] = (size_t)((p + 2 * r) % 5) * 7;       /* recvcounts */
+        v[3 * n + p] = (size_t)(n - 1 - p) * 40 + 3;        /* rdispls, blocks reversed */
+    }
+    for (int k = 0; k < 4; k++) {
+        const uint8_t *dsend = (k == 3 && r != root) ? NULL : ds;
+        uint8_t       *drecv = (k == 2 && r != root) ? NULL : dr;
+        const uint8_t *hsend = (k == 3 && r != root) ? NULL : hs;
+        uint8_t       *hrecv = (k == 2 && r != root) ? NULL : hr;
+        strataResult_t res[2];
+
+        fill(strataInt32, hs, bytes / es, r, 40 + k);
+        memset(hr, 0x5a, bytes);
+        h2d(dev, s, ds, hs, bytes);
+        h2d(dev, s, dr, hr, bytes);
+        for (int dev_run = 1; dev_run >= 0; dev_run--) {
+            const void    *sb = dev_run ? (const void *)dsend : (const void *)hsend;
+            void          *rb = dev_run ? (void *)drecv : (void *)hrecv;
+            strataStream_t st = dev_run ? (strataStream_t)s : NULL;
+
+            switch (k) {
+            case 0:
+                res[dev_run] = strataAlltoAll(sb, rb, count, strataInt32, c->comm, st);
+                break;
+            case 1:
+                res[dev_run] = strataAlltoAllv(sb, v, v + n, rb, v + 2 * n, v + 3 * n,
+                                               strataInt32, c->comm, st);
+                break;
+            case 2:
+                res[dev_run] = strataGather(sb, rb, count, strataInt32, root, c->comm, st);
+                break;
+            default:
+                res[dev_run] = strataScatter(sb, rb, count, strataInt32, root, c->comm, st);
+                break;
+            }
+            IT_EXPECT(res[dev_run] == strataSuccess, "%s on %s buffers returned %d: %s",
+                      names[k], dev_run ? "device" : "host", (int)res[dev_run],
+                      strataGetLastError(c->comm));
+            if (dev_run) {
+                IT_EXPECT(dev->copy(back, dr, bytes, s) == ST_OK, "copy back failed");
+                ssync(dev, s, 60);
+            }
+        }
+        for (size_t i = 0; i < bytes; i++) {
+            if (back[i] != hr[i]) {
+                IT_FAIL("%s int32: byte %zu of the receive buffer differs: device 0x%02x, host "
+                        "0x%02x", names[k], i, back[i], hr[i]);
+                break;
+            }
+        }
+    }
+out:
+    free(v);
+    free(hs);
+    free(hr);
+    free(back);
+    if (ds != NULL) {
+        dev->mem_free(ds);
+    }
+    if (dr != NULL) {
+        dev->mem_free(dr);
+    }
+}
+
 static int rank_battery(it_ctx_t *c)
 {
     const case_set_t   *cs  = c->arg;
@@ -264,6 +346,7 @@ static int rank_battery(it_ctx_t *c)
             }
         }
     }
+    a2a_cases(c, dev, s);
     /* a premul-sum on device buffers */
     {
         strataRedOp_t op;

@@ -108,6 +108,62 @@ static int bad_args(it_ctx_t *c)
                   (int)r1, (int)r2);
     }
 
+    /* all-to-all, all-to-all-v, gather, scatter (every rank alike) */
+    {
+        size_t cnt[64], dsp[64], zero[64] = {0};
+        char  *big = calloc(4 * (size_t)n * 16 + 64, 1);
+
+        for (int p = 0; p < n; p++) {
+            cnt[p] = 2;
+            dsp[p] = 2 * (size_t)p;
+        }
+        IT_RES(strataAlltoAll(NULL, rcv, 1, strataFloat32, comm, NULL), BAD_ARG);
+        IT_RES(strataAlltoAll(s, NULL, 1, strataFloat32, comm, NULL), BAD_ARG);
+        IT_RES(strataAlltoAll(rcv, rcv, 1, strataFloat32, comm, NULL), BAD_ARG); /* in place */
+        IT_RES(strataAlltoAll(rcv, rcv + n - 1, 1, strataFloat32, comm, NULL), BAD_ARG);
+        IT_RES(strataAlltoAll(s, rcv, 1, strataNumTypes, comm, NULL), BAD_ARG);
+        IT_RES(strataAlltoAll(s, rcv, (size_t)1 << 62, strataFloat32, comm, NULL), BAD_ARG);
+        IT_RES(strataAlltoAll(s, rcv, 1, strataFloat32, NULL, NULL), BAD_ARG);
+        IT_RES(strataAlltoAll(NULL, NULL, 0, strataFloat32, comm, NULL), strataSuccess);
+        IT_RES(strataAlltoAllv(big, NULL, dsp, rcv, cnt, dsp, strataFloat32, comm, NULL), BAD_ARG);
+        IT_RES(strataAlltoAllv(big, cnt, NULL, rcv, cnt, dsp, strataFloat32, comm, NULL), BAD_ARG);
+        IT_RES(strataAlltoAllv(big, cnt, dsp, rcv, NULL, dsp, strataFloat32, comm, NULL), BAD_ARG);
+        IT_RES(strataAlltoAllv(big, cnt, dsp, rcv, cnt, NULL, strataFloat32, comm, NULL), BAD_ARG);
+        IT_RES(strataAlltoAllv(NULL, cnt, dsp, rcv, cnt, dsp, strataFloat32, comm, NULL), BAD_ARG);
+        IT_RES(strataAlltoAllv(big, cnt, dsp, NULL, cnt, dsp, strataFloat32, comm, NULL), BAD_ARG);
+        /* received blocks overlapping each other (every block at 0), or the blocks sent */
+        IT_RES(strataAlltoAllv(big, cnt, dsp, rcv, cnt, zero, strataFloat32, comm, NULL),
+               n > 1 ? BAD_ARG : strataSuccess);
+        IT_RES(strataAlltoAllv(rcv, cnt, dsp, rcv + 1, cnt, dsp, strataFloat32, comm, NULL),
+               BAD_ARG);
+        IT_RES(strataAlltoAllv(big, cnt, dsp, rcv, cnt, dsp, strataNumTypes, comm, NULL), BAD_ARG);
+        IT_RES(strataAlltoAllv(big, cnt, dsp, rcv, cnt, dsp, strataFloat32, NULL, NULL), BAD_ARG);
+        cnt[n - 1] = (size_t)1 << 61;
+        IT_RES(strataAlltoAllv(big, cnt, dsp, rcv, zero, dsp, strataFloat32, comm, NULL),
+               BAD_ARG);
+        cnt[n - 1] = 2;
+        dsp[0] = SIZE_MAX - 1;
+        IT_RES(strataAlltoAllv(big, cnt, dsp, rcv, zero, zero, strataFloat32, comm, NULL),
+               BAD_ARG);
+        dsp[0] = 0;
+        /* zero counts: NULL buffers and any displacements are fine */
+        IT_RES(strataAlltoAllv(NULL, zero, dsp, NULL, zero, zero, strataFloat32, comm, NULL),
+               strataSuccess);
+        IT_RES(strataGather(NULL, rcv, 4, strataFloat32, 0, comm, NULL), BAD_ARG);
+        IT_RES(strataGather(s, rcv, 4, strataFloat32, -1, comm, NULL), BAD_ARG);
+        IT_RES(strataGather(s, rcv, 4, strataFloat32, n, comm, NULL), BAD_ARG);
+        IT_RES(strataGather(s, rcv, 4, strataNumTypes, 0, comm, NULL), BAD_ARG);
+        IT_RES(strataGather(s, rcv, 4, strataFloat32, 0, NULL, NULL), BAD_ARG);
+        IT_RES(strataScatter(s, NULL, 4, strataFloat32, 0, comm, NULL), BAD_ARG);
+        IT_RES(strataScatter(s, rcv, 4, strataFloat32, -1, comm, NULL), BAD_ARG);
+        IT_RES(strataScatter(s, rcv, 4, strataFloat32, n, comm, NULL), BAD_ARG);
+        IT_RES(strataScatter(s, rcv, 4, strataNumTypes, 0, comm, NULL), BAD_ARG);
+        IT_RES(strataScatter(s, rcv, 4, strataFloat32, 0, NULL, NULL), BAD_ARG);
+        IT_RES(strataGather(NULL, NULL, 0, strataFloat32, 0, comm, NULL), strataSuccess);
+        IT_RES(strataScatter(NULL, NULL, 0, strataFloat32, n - 1, comm, NULL), strataSuccess);
+        free(big);
+    }
+
     /* NULL communicator */
     IT_RES(strataAllReduce(s, rcv, 4, strataFloat32, strataSum, NULL, NULL), BAD_ARG);
     IT_RES(strataAllGather(s, rcv, 4, strataFloat32, NULL, NULL), BAD_ARG);
@@ -481,6 +537,15 @@ static int bad_root_args(it_ctx_t *c)
     IT_RES(strataBroadcast(NULL, r, 4, strataFloat32, 0, c->comm, NULL), BAD_ARG);
     IT_RES(strataReduce(s, NULL, 4, strataFloat32, strataSum, 0, c->comm, NULL), BAD_ARG);
     IT_RES(strataSend(s, 4, strataFloat32, 1, c->comm, NULL), BAD_ARG);
+    IT_RES(strataGather(s, NULL, 4, strataFloat32, 0, c->comm, NULL), BAD_ARG);
+    IT_RES(strataScatter(NULL, r, 4, strataFloat32, 0, c->comm, NULL), BAD_ARG);
+    {
+        size_t one[1] = {4}, three[1] = {3}, zero[1] = {0};
+
+        /* one rank: its own pair must agree, or strataInvalidUsage naming both counts */
+        IT_RES(strataAlltoAllv(s, one, zero, r, three, zero, strataFloat32, c->comm, NULL),
+               BAD_USE);
+    }
     still_works(c->comm, "the root argument errors");
     return 0;
 }

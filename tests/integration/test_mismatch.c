@@ -31,7 +31,9 @@
 
 /* One rank's call: which collective with what arguments. */
 typedef struct mm_call {
-    int              coll; /* 0 AllReduce, 1 AllGather, 2 Broadcast */
+    int              coll; /* 0 AllReduce, 1 AllGather, 2 Broadcast, 3 AlltoAll, 4 Gather,
+                            * 5 Scatter, 6 AlltoAllv (root 1: one more element to the next
+                            * rank than it expects) */
     size_t           count;
     strataDataType_t dt;
     strataRedOp_t    op;
@@ -56,10 +58,13 @@ typedef struct mm_shared {
     double start[32][IT_MAX_IDS * 16];
 } mm_shared_t;
 
-static int mm_call(const mm_call_t *call, strataComm_t comm, int nranks)
+static int mm_call(const mm_call_t *call, strataComm_t comm, int nranks, int rank)
 {
-    size_t   n = call->count * (call->coll == 1 ? (size_t)nranks : 1);
-    float   *buf = calloc(n > 0 ? n : 1, sizeof(float) * 2); /* room for any dtype used here */
+    /* room for nranks blocks of count + 1 elements of any dtype used here, send and receive */
+    size_t   n = (call->count + 1) * (size_t)nranks + 1;
+    float   *buf = calloc(n, sizeof(float) * 2);
+    float   *rbuf = calloc(n, sizeof(float) * 2);
+    size_t  *v = calloc(4 * (size_t)nranks, sizeof(size_t));
     int      res;
 
     for (size_t i = 0; i < call->count; i++) {
@@ -76,11 +81,32 @@ static int mm_call(const mm_call_t *call, strataComm_t comm, int nranks)
     case 1:
         res = strataAllGather(buf, buf, call->count, call->dt, comm, NULL);
         break;
+    case 3:
+        res = strataAlltoAll(buf, rbuf, call->count, call->dt, comm, NULL);
+        break;
+    case 4:
+        res = strataGather(buf, rbuf, call->count, call->dt, call->root, comm, NULL);
+        break;
+    case 5:
+        res = strataScatter(buf, rbuf, call->count, call->dt, call->root, comm, NULL);
+        break;
+    case 6:
+        /* count per pair; root 1: this rank sends the next rank one element more */
+        for (int p = 0; p < nranks; p++) {
+            v[p] = call->count + (call->root == 1 && p == (rank + 1) % nranks);
+            v[nranks + p] = v[3 * nranks + p] = (size_t)p * (call->count + 1);
+            v[2 * nranks + p] = call->count;
+        }
+        res = strataAlltoAllv(buf, v, v + nranks, rbuf, v + 2 * nranks, v + 3 * nranks, call->dt,
+                              comm, NULL);
+        break;
     default:
         res = strataBroadcast(buf, buf, call->count, call->dt, call->root, comm, NULL);
         break;
     }
     free(buf);
+    free(rbuf);
+    free(v);
     return res;
 }
 
@@ -96,7 +122,7 @@ static int mm_rank(it_ctx_t *c)
 
     t0 = it_now();
     __atomic_store(&sh->start[mc->slot][c->rank], &t0, __ATOMIC_SEQ_CST);
-    res = mm_call(call, c->comm, c->nranks);
+    res = mm_call(call, c->comm, c->nranks, c->rank);
     t1 = it_now();
     msg = strataGetLastError(c->comm);
     for (int r = 0; r < c->nranks; r++) {
@@ -115,7 +141,9 @@ static int mm_rank(it_ctx_t *c)
                   mc->name, (int)res, strataGetErrorString(res), msg);
         IT_EXPECT(t1 - last < MM_CHECK_BOUND, "%s: the error came %.2f s after the last rank's "
                   "call (bound %.1f s)", mc->name, t1 - last, MM_CHECK_BOUND);
-        IT_EXPECT(strstr(msg, "mismatched collectives") != NULL &&
+        /* an AlltoAllv's counts are agreed by its algorithm, which names the pair */
+        IT_EXPECT(strstr(msg, call->coll == 6 ? "the counts of every pair of ranks must agree"
+                                             : "mismatched collectives") != NULL &&
                   strstr(msg, mc->base_text) != NULL && strstr(msg, mc->other_text) != NULL,
                   "%s: the message \"%s\" does not name \"%s\" and \"%s\"", mc->name, msg,
                   mc->base_text, mc->other_text);
@@ -132,6 +160,10 @@ static int mm_rank(it_ctx_t *c)
 #define AR(_count, _dt, _op) {0, (_count), (_dt), (_op), -1}
 #define AG(_count, _dt)      {1, (_count), (_dt), strataSum, -1}
 #define BC(_count, _dt, _r)  {2, (_count), (_dt), strataSum, (_r)}
+#define A2A(_count, _dt)     {3, (_count), (_dt), strataSum, -1}
+#define GA(_count, _dt, _r)  {4, (_count), (_dt), strataSum, (_r)}
+#define SC(_count, _dt, _r)  {5, (_count), (_dt), strataSum, (_r)}
+#define A2AV(_count, _bad)   {6, (_count), strataFloat32, strataSum, (_bad)}
 
 /* B16 (a)-(e) on 2x2, fp32 ones, timeout 5 s; then the acceptance cases. */
 static const mm_case_t mm_cases[] = {
@@ -164,6 +196,20 @@ static const mm_case_t mm_cases[] = {
     {"B16c unchecked", AR(16, strataFloat32, strataSum), 2, AG(4, strataFloat32), "", "", 11, 0},
     {"count 1000 vs 1024 unchecked", AR(1024, strataFloat32, strataSum), 0,
      AR(1000, strataFloat32, strataSum), "", "", 12, 0},
+    /* the collectives without a reduction */
+    {"alltoall count 8 vs 10", A2A(8, strataFloat32), 2, A2A(10, strataFloat32),
+     "count 8 float on rank 0", "count 10 float on rank 2", 13, 1},
+    {"gather root 0 vs root 3", GA(100, strataFloat32, 0), 1, GA(100, strataFloat32, 3),
+     "count 100 float root 0 on rank 0", "count 100 float root 3 on rank 1", 14, 1},
+    {"scatter float vs int32", SC(64, strataFloat32, 2), 3, SC(64, strataInt32, 2),
+     "count 64 float root 2 on rank 0", "count 64 int32 root 2 on rank 3", 15, 1},
+    {"alltoallv disagreeing pair", A2AV(8, 0), 1, A2AV(8, 1), "sendcounts[2] on rank 1 is 9",
+     "recvcounts[1] on rank 2 is 8", 16, 1},
+    /* the pair check is the algorithm's: on without the mismatch check too */
+    {"alltoallv disagreeing pair unchecked", A2AV(8, 0), 1, A2AV(8, 1),
+     "sendcounts[2] on rank 1 is 9", "recvcounts[1] on rank 2 is 8", 17, 1},
+    {"alltoall count 8 vs 10 unchecked", A2A(8, strataFloat32), 2, A2A(10, strataFloat32), "",
+     "", 18, 0},
 };
 
 static void mm_run(int which, const char *layout, const char *algo)
@@ -193,6 +239,25 @@ static void test_b16a_unchecked(void **state) { mm_run(9, "2x2", NULL); }
 static void test_b16b_unchecked(void **state) { mm_run(10, "2x2", NULL); }
 static void test_b16c_unchecked(void **state) { mm_run(11, "2x2", NULL); }
 static void test_1000_1024_unchecked(void **state) { mm_run(12, "2x2", NULL); }
+static void test_alltoall_count(void **state) { mm_run(13, "2x2", NULL); }
+static void test_gather_root(void **state) { mm_run(14, "2x2", NULL); }
+static void test_scatter_dtype(void **state) { mm_run(15, "2x2", NULL); }
+static void test_alltoallv_pair(void **state) { mm_run(16, "2x2", NULL); }
+static void test_alltoallv_pair_1node(void **state) { mm_run(16, "1", NULL); }
+/* pairwise: every block is a message, so one rank's count changes their sizes; the 2D scheme's
+ * messages carry whole nodes' parts, which one rank's count need not change (unchecked mismatches
+ * are undefined, README) */
+static void test_alltoall_count_unchecked(void **state) { mm_run(18, "2x2", "ring"); }
+
+/* the pair check does not depend on the mismatch check: every rank still gets
+ * strataInvalidUsage naming the pair */
+static void test_alltoallv_pair_unchecked(void **state)
+{
+    const mm_case_t *mc = &mm_cases[17];
+
+    assert_int_equal(it_run_simple(4, "2x2", MM_QUIET " STRATA_CHECK_MISMATCH=0", mm_rank,
+                                   (void *)mc), 0);
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* matching calls with the check on: exact results for every algorithm, count 0 included      */
@@ -442,6 +507,13 @@ int main(void)
         cmocka_unit_test(test_b16b_unchecked),
         cmocka_unit_test(test_b16c_unchecked),
         cmocka_unit_test(test_1000_1024_unchecked),
+        cmocka_unit_test(test_alltoall_count),
+        cmocka_unit_test(test_gather_root),
+        cmocka_unit_test(test_scatter_dtype),
+        cmocka_unit_test(test_alltoallv_pair),
+        cmocka_unit_test(test_alltoallv_pair_1node),
+        cmocka_unit_test(test_alltoallv_pair_unchecked),
+        cmocka_unit_test(test_alltoall_count_unchecked),
         cmocka_unit_test(test_match_ring),
         cmocka_unit_test(test_match_hier),
         cmocka_unit_test(test_match_small_1node),

@@ -271,6 +271,134 @@ class TestCollectives(CommWorld):
         for r, o in enumerate(outs):
             np.testing.assert_array_equal(o, np.min(xs, axis=0)[r])
 
+    def test_alltoall(self):
+        # element k of the block rank s sends to rank d is 100*s + 10*d + k
+        def block(src, dst, n, dtype):
+            return (100 * src + 10 * dst + np.arange(n)).astype(dtype)
+
+        for dtype in (np.int32, np.uint8, np.float64):
+            with self.subTest(dtype=np.dtype(dtype).name, recvbuf="new"):
+                xs = [np.stack([block(r, d, 3, dtype) for d in range(NRANKS)])
+                      for r in range(NRANKS)]
+                before = [x.copy() for x in xs]
+                got = self.grouped(lambda r, c: c.alltoall(xs[r]))
+                for r, g in enumerate(got):
+                    self.assertEqual((g.shape, g.dtype), ((NRANKS, 3), np.dtype(dtype)))
+                    for src in range(NRANKS):
+                        np.testing.assert_array_equal(g[src], block(src, r, 3, dtype))
+                for x, b in zip(xs, before):
+                    np.testing.assert_array_equal(x, b)  # send buffers untouched
+        with self.subTest(dtype="torch.bfloat16", recvbuf="given, flat"):
+            # 32*s + 8*d + k stays below 256: exact in bfloat16's 8 significant bits
+            def bblock(src, dst):
+                return (32 * src + 8 * dst + np.arange(5)).astype(np.float32)
+
+            ts = [torch.cat([torch.from_numpy(bblock(r, d)) for d in range(NRANKS)])
+                  .to(torch.bfloat16) for r in range(NRANKS)]
+            outs = [torch.zeros(NRANKS * 5, dtype=torch.bfloat16) for _ in range(NRANKS)]
+            got = self.grouped(lambda r, c: c.alltoall(ts[r], outs[r]))
+            for r in range(NRANKS):
+                self.assertIs(got[r], outs[r])
+                want = np.concatenate([bblock(s, r) for s in range(NRANKS)])
+                np.testing.assert_array_equal(outs[r].float().numpy(), want)
+        with self.subTest(count=0):
+            got = self.grouped(lambda r, c: c.alltoall(np.empty(0, np.float32)))
+            self.assertEqual([g.size for g in got], [0] * NRANKS)
+
+    def test_alltoallv(self):
+        # rank s sends (s + 2d) % 3 elements to rank d (zeros included); element k of that block
+        # is 1000*s + 100*d + k
+        def cnt(src, dst):
+            return (src + 2 * dst) % 3
+
+        def block(src, dst):
+            return 1000 * src + 100 * dst + np.arange(cnt(src, dst), dtype=np.int64)
+
+        sendcounts = [[cnt(r, d) for d in range(NRANKS)] for r in range(NRANKS)]
+        recvcounts = [[cnt(s, r) for s in range(NRANKS)] for r in range(NRANKS)]
+        with self.subTest(displs="packed"):
+            xs = [np.concatenate([block(r, d) for d in range(NRANKS)]) for r in range(NRANKS)]
+            got = self.grouped(lambda r, c: c.alltoallv(xs[r], sendcounts[r], recvcounts[r]))
+            for r, g in enumerate(got):
+                self.assertEqual(g.dtype, np.int64)
+                np.testing.assert_array_equal(
+                    g, np.concatenate([block(s, r) for s in range(NRANKS)]))
+        with self.subTest(displs="explicit: reversed, with gaps, float32 torch"):
+            # send blocks in reverse rank order at stride 4; receive blocks at stride 5 from
+            # element 2, so the gaps between them must keep their -1
+            sd = [4 * (NRANKS - 1 - d) for d in range(NRANKS)]
+            rd = [2 + 5 * s for s in range(NRANKS)]
+            xs = [torch.full((4 * NRANKS,), -7.0) for _ in range(NRANKS)]
+            for r in range(NRANKS):
+                for d in range(NRANKS):
+                    xs[r][sd[d]:sd[d] + cnt(r, d)] = torch.from_numpy(block(r, d).astype(
+                        np.float32))
+            outs = [torch.full((5 * NRANKS + 2,), -1.0) for _ in range(NRANKS)]
+            got = self.grouped(lambda r, c: c.alltoallv(
+                xs[r], np.array(sendcounts[r]), torch.tensor(recvcounts[r]), outs[r],
+                sdispls=sd, rdispls=tuple(rd)))
+            for r in range(NRANKS):
+                self.assertIs(got[r], outs[r])
+                want = np.full(5 * NRANKS + 2, -1.0, np.float32)
+                for s in range(NRANKS):
+                    want[rd[s]:rd[s] + cnt(s, r)] = block(s, r)
+                np.testing.assert_array_equal(outs[r].numpy(), want)
+        with self.subTest(displs="all counts zero"):
+            zeros = [0] * NRANKS
+            got = self.grouped(lambda r, c: c.alltoallv(np.empty(0, np.int8), zeros, zeros))
+            self.assertEqual([g.size for g in got], [0] * NRANKS)
+
+    def test_gather(self):
+        for root in (0, 2):
+            with self.subTest(root=root, recvbuf="new"):
+                xs = [np.full((2, 3), 10 * r + 1, dtype=np.int32)
+                      for r in range(NRANKS)]
+                got = self.grouped(lambda r, c: c.gather(xs[r], root=root))
+                want = np.stack([np.full((2, 3), 10 * r + 1, np.int32) for r in range(NRANKS)])
+                for r, g in enumerate(got):
+                    if r == root:
+                        self.assertEqual(g.shape, (NRANKS, 2, 3))
+                        np.testing.assert_array_equal(g, want)
+                    else:
+                        self.assertIsNone(g)
+            with self.subTest(root=root, recvbuf="in place on root, torch"):
+                outs = [torch.full((NRANKS * 4,), -1.0, dtype=torch.float16)
+                        for _ in range(NRANKS)]
+                for r, o in enumerate(outs):
+                    o[r * 4:(r + 1) * 4] = torch.arange(4) + 0.5 * r
+                before = [o.clone() for o in outs]
+                # every rank sends its own block of its recvbuf (nccl-tests' in-place layout);
+                # only root's recvbuf is written
+                got = self.grouped(lambda r, c: c.gather(outs[r][r * 4:(r + 1) * 4], outs[r],
+                                                         root=root))
+                want = torch.cat([torch.arange(4) + 0.5 * r for r in range(NRANKS)])
+                self.assertTrue(torch.equal(outs[root].float(), want))
+                self.assertIs(got[root], outs[root])
+                for r in range(NRANKS):
+                    if r != root:
+                        self.assertTrue(torch.equal(outs[r], before[r]))
+
+    def test_scatter(self):
+        for root in (1, 3):
+            with self.subTest(root=root, sendbuf="only on root"):
+                src = np.arange(NRANKS * 6, dtype=np.float32).reshape(NRANKS, 6) - 7.5
+                got = self.grouped(lambda r, c: c.scatter(
+                    src if r == root else None, None if r == root else np.zeros(6, np.float32),
+                    root=root))
+                for r, g in enumerate(got):
+                    self.assertEqual(g.shape, (6,))
+                    np.testing.assert_array_equal(g, src[r])
+            with self.subTest(root=root, sendbuf="in place on root, torch int64"):
+                bufs = [torch.full((NRANKS * 3,), -1, dtype=torch.int64) for _ in range(NRANKS)]
+                bufs[root] = torch.arange(NRANKS * 3) * 7
+                want = bufs[root].clone()
+                self.grouped(lambda r, c: c.scatter(bufs[r], bufs[r][r * 3:(r + 1) * 3],
+                                                    root=root))
+                self.assertTrue(torch.equal(bufs[root], want))  # root's own block is in place
+                for r in range(NRANKS):
+                    self.assertTrue(torch.equal(bufs[r][r * 3:(r + 1) * 3],
+                                                want[r * 3:(r + 1) * 3]))
+
     def test_send_recv_ring(self):
         sends = [np.full(7, 10 * r, dtype=np.int8) for r in range(NRANKS)]
         recvs = [np.zeros(7, dtype=np.int8) for _ in range(NRANKS)]
@@ -356,6 +484,35 @@ class TestStreams(CommWorld):
                 np.testing.assert_array_equal(req.wait(60), np.full(4, NRANKS, np.float32))
         finally:
             s.destroy()
+
+    def test_new_collectives_on_a_stream(self):
+        streams = [strata.Stream() for _ in range(NRANKS)]
+        try:
+            xs = [np.arange(NRANKS * 2, dtype=np.int64) + 100 * r for r in range(NRANKS)]
+            with strata.group():
+                a2a = [c.alltoall(xs[r], stream=streams[r]) for r, c in enumerate(self.comms)]
+            with strata.group():
+                gat = [c.gather(xs[r][:2], root=1, stream=streams[r])
+                       for r, c in enumerate(self.comms)]
+            with strata.group():
+                sca = [c.scatter(xs[r], root=2, stream=streams[r])
+                       for r, c in enumerate(self.comms)]
+            for r in range(NRANKS):
+                got = a2a[r].wait(timeout=60)
+                want = np.concatenate([100 * s + np.arange(2 * r, 2 * r + 2)
+                                       for s in range(NRANKS)])
+                np.testing.assert_array_equal(got, want)
+                g = gat[r].wait(timeout=60)
+                if r == 1:
+                    np.testing.assert_array_equal(
+                        g, np.stack([np.arange(2) + 100 * s for s in range(NRANKS)]))
+                else:
+                    self.assertIsNone(g)
+                np.testing.assert_array_equal(sca[r].wait(timeout=60),
+                                              np.arange(2 * r, 2 * r + 2) + 200)
+        finally:
+            for s in streams:
+                s.destroy()
 
     def test_destroyed_stream(self):
         s = strata.Stream()
@@ -689,6 +846,102 @@ class TestErrors(CommWorld):
         self.check(ValueError, Result.INVALID_ARGUMENT, c.broadcast, None, f4, root=0)
         self.check(ValueError, Result.INVALID_ARGUMENT, c.all_reduce, f4, op="mean")
         self.check(TypeError, Result.INVALID_ARGUMENT, c.all_reduce, f4, stream=object())
+
+    def test_new_collectives_bad_input(self):
+        c = self.comms[0]
+        n = NRANKS
+        f4 = np.zeros(3 * n, np.float32)
+        # alltoall
+        e = self.check(ValueError, Result.INVALID_ARGUMENT, c.alltoall, np.zeros(3 * n + 1))
+        self.assertIn("not a multiple of the %d ranks" % n, e.message)
+        self.assertEqual(e.function, "strataAlltoAll")
+        self.check(ValueError, Result.INVALID_ARGUMENT, c.alltoall, f4, np.zeros(3 * n - 1,
+                                                                                 np.float32))
+        self.check(TypeError, Result.INVALID_ARGUMENT, c.alltoall, f4, np.zeros(3 * n, np.int32))
+        e = self.check(ValueError, Result.INVALID_ARGUMENT, c.alltoall, f4, f4)
+        self.assertIn("never in place", e.message)
+        big = np.zeros(4 * n, np.float32)
+        self.check(ValueError, Result.INVALID_ARGUMENT, c.alltoall, big[:2 * n], big[n:3 * n])
+        self.check(TypeError, Result.INVALID_ARGUMENT, c.alltoall, [1.0] * n)
+        # alltoallv: the sequences
+        ones, zeros = [1] * n, [0] * n
+        x = np.zeros(n, np.int32)
+        for bad, exc, text in (([1] * (n - 1), ValueError, "has %d entries" % (n - 1)),
+                               ([1] * (n - 1) + [-1], ValueError, "sendcounts[%d] is -1" % (n - 1)),
+                               ([1.0] * n, TypeError, "sendcounts[0] must be an int, not float"),
+                               ([True] * n, TypeError, "must be an int, not bool"),
+                               (None, TypeError, "must be a sequence"),
+                               (5, TypeError, "must be a sequence"),
+                               ("1111", TypeError, "must be a sequence"),
+                               (np.ones((2, 2), np.int64), ValueError, "must be 1-D")):
+            with self.subTest(sendcounts=repr(bad)):
+                e = self.check(exc, Result.INVALID_ARGUMENT, c.alltoallv, x, bad, ones)
+                self.assertIn(text, e.message)
+                self.assertEqual(e.function, "strataAlltoAllv")
+        self.check(ValueError, Result.INVALID_ARGUMENT, c.alltoallv, x, ones, ones,
+                   sdispls=[0] * (n + 1))
+        # blocks outside their buffer
+        e = self.check(ValueError, Result.INVALID_ARGUMENT, c.alltoallv, x, [2] + [1] * (n - 1),
+                       ones)
+        self.assertIn("exceeds sendbuf's %d elements" % n, e.message)
+        e = self.check(ValueError, Result.INVALID_ARGUMENT, c.alltoallv, x, ones, ones,
+                       np.zeros(n, np.int32), rdispls=[n] * n)
+        self.assertIn("rdispls[0] + recvcounts[0] = %d + 1 exceeds recvbuf's %d elements"
+                      % (n, n), e.message)
+        # overlapping received blocks, and a received block over what is sent
+        e = self.check(ValueError, Result.INVALID_ARGUMENT, c.alltoallv, x, ones, [2] * n,
+                       np.zeros(4 * n, np.int32), rdispls=[0, 1] + [2 * k for k in range(2, n)])
+        self.assertIn("from ranks 0 and 1 overlap", e.message)
+        buf = np.zeros(2 * n, np.int32)
+        e = self.check(ValueError, Result.INVALID_ARGUMENT, c.alltoallv, buf[:n], ones, ones,
+                       buf, rdispls=[n - 1] + [n + k for k in range(1, n)])
+        self.assertIn("from rank 0 overlaps what sendbuf sends", e.message)
+        # gather and scatter
+        e = self.check(ValueError, Result.INVALID_ARGUMENT, c.gather, f4, root=n)
+        self.assertIn("root %d is outside [0, %d)" % (n, n), e.message)
+        self.check(TypeError, Result.INVALID_ARGUMENT, c.gather, f4, root=0.0)
+        e = self.check(ValueError, Result.INVALID_ARGUMENT, c.gather, f4, np.zeros(3 * n * n - 1,
+                                                                                   np.float32))
+        self.assertIn("needs %d on root" % (3 * n * n), e.message)
+        self.check(TypeError, Result.INVALID_ARGUMENT, c.gather, f4, np.zeros(3 * n * n))
+        e = self.check(ValueError, Result.INVALID_ARGUMENT, c.scatter, None, np.zeros(3), root=0)
+        self.assertIn("sendbuf may be None only on non-root ranks", e.message)
+        self.check(ValueError, Result.INVALID_ARGUMENT, self.comms[1].scatter, None, None)
+        self.check(ValueError, Result.INVALID_ARGUMENT, c.scatter, np.zeros(3 * n + 1, np.float32))
+        e = self.check(ValueError, Result.INVALID_ARGUMENT, c.scatter, f4, np.zeros(4, np.float32))
+        self.assertIn("needs %d on root" % (4 * n), e.message)
+        self.check(ValueError, Result.INVALID_ARGUMENT, c.scatter, f4, root=-1)
+
+    def test_new_collectives_disagreeing_ranks(self):
+        """Ranks that disagree fail every rank in the library (strataInvalidUsage), on fresh
+        communicators: a failed communicator refuses later calls."""
+        for name in ("alltoall", "alltoallv"):
+            with self.subTest(call=name):
+                comms = strata.Communicator.init_all(2)
+                try:
+                    if name == "alltoall":
+                        xs = [np.zeros(2 * (r + 1), np.float32) for r in range(2)]
+                        calls = [lambda r=r: comms[r].alltoall(xs[r]) for r in range(2)]
+                    else:
+                        # rank 0 sends 2 elements to rank 1, which expects 3 from it
+                        xs = [np.zeros(4, np.int32) for _ in range(2)]
+                        counts = [([1, 2], [1, 1]), ([1, 1], [3, 1])]
+                        calls = [lambda r=r: comms[r].alltoallv(xs[r], *counts[r])
+                                 for r in range(2)]
+                    with self.assertRaises(strata.StrataError) as cm:
+                        with strata.group():
+                            for call in calls:
+                                call()
+                    self.assertEqual(cm.exception.result, Result.INVALID_USAGE)
+                    self.assertIn("rank 0", cm.exception.message)
+                    if name == "alltoallv":  # both ranks and both counts
+                        self.assertIn("sendcounts[1] on rank 0 is 2 but recvcounts[0] on rank 1 "
+                                      "is 3", cm.exception.message)
+                    for comm in comms:
+                        self.assertEqual(comm.async_error(), Result.INVALID_USAGE)
+                finally:
+                    for comm in comms:
+                        comm.abort()
 
     def test_errors_from_the_library(self):
         c = self.comms[0]

@@ -75,6 +75,35 @@ want="invalid collective 'allreduce2'"; bad -np 2 allreduce2
 want="invalid minbytes '-5'";        bad -np 2 -b -5
 want="minbytes 1048576 is larger than maxbytes 1024"; bad -np 2 -b 1M -e 1k
 
+# the all-to-alls, gather and scatter: --skew before any rank starts, then a checked run of each
+good "--help lists the new collectives and --skew" '^  COLL: .* alltoall alltoallv$' \
+    '^ +gather scatter all ' '^      --skew <F> ' -- --help
+want="invalid skew (a number from 1 to the rank count) '0.5'"; bad -np 2 alltoallv --skew 0.5
+want="invalid skew (a number from 1 to the rank count) 'nan'"; bad -np 2 alltoallv --skew nan
+want="invalid skew (a number from 1 to the rank count) '2x'";  bad -np 2 alltoallv --skew 2x
+want="--skew applies to alltoallv only"; bad -np 2 alltoall --skew 2
+good "alltoall, alltoallv --skew 3, gather, scatter -c 1" \
+    '^# Collective test starting: alltoall_perf$' '^# Collective test starting: alltoallv_perf$' \
+    '^# Collective test starting: gather_perf$' '^# Collective test starting: scatter_perf$' \
+    '^# alltoallv load: --skew 3: ' \
+    '^ +4096 +256 +float +-1 .* 0 +N/A +N/A +N/A +N/A$' \
+    '^ +4096 +256 +float +2 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$' -- \
+    -np 4 --nodes 2 alltoall,alltoallv,gather,scatter --skew 3 -r 2 -b 64 -e 4k -f 64 -n 2 -w 1 -c 1
+if [ "$(grep -c '^# Out of bounds values : 0 OK$' "$tmp/out")" = 4 ]; then
+    echo "ok: #wrong 0 in all four"
+else
+    fail "the four new collectives: want '# Out of bounds values : 0 OK' four times"
+    grep '^# Out of bounds' "$tmp/out" | sed 's/^/    /'
+fi
+timeout 60 "$collbench" -np 2 alltoallv --skew 3 -b 8 -e 64 -n 1 -w 0 >"$tmp/out" 2>"$tmp/err" </dev/null
+rc=$?
+if [ "$rc" = 2 ] && [ ! -s "$tmp/out" ] && grep -q -- "--skew 3 is more than the 2 ranks" "$tmp/err"; then
+    echo "ok: --skew above the rank count -> status 2: $(head -1 "$tmp/err")"
+else
+    fail "--skew 3 on 2 ranks -> rc $rc, want 2 with a line saying it is more than the 2 ranks"
+    sed 's/^/    /' "$tmp/err" | head -4
+fi
+
 # -A reaches STRATA_ALGO (strata prints its parameters as it read them), over the environment
 good "-A sets STRATA_ALGO" '^STRATA_ALGO=hier$' -- -A HIER --print-config
 STRATA_ALGO=small good "-A overrides an inherited STRATA_ALGO" '^STRATA_ALGO=ring$' -- \

@@ -99,8 +99,8 @@ if run tune -- tune --profile "$tmp/p.json" --out "$tmp/tuned.json" -np 4 --node
         all_reduce -np 4 --nodes 2 -b 1K -e 64K -f 8 -n 3 -w 1; then
         grep -q "tuning from tuning table $tmp/tuned.json" "$tmp/tuned.err" || fail "tuned: the table was not used"
     fi
-    # reduce-scatter and all-gather: ring against hier per size, a list each, followed
-    for c in reduce_scatter all_gather; do
+    # reduce-scatter, all-gather and all-to-all: ring against hier per size, a list each, followed
+    for c in reduce_scatter all_gather alltoall; do
         grep -q "\"$c\": \[" "$tmp/tuned.json" || fail "tune: no $c list in $tmp/tuned.json"
         n=$(sed -n "/^# tune: $c, ring against hier/,/^# tune\|^#\$/p" "$tmp/tune.out" |
             grep -cE '^ +(1K|8K|64K) +[0-9.]+ +[0-9.]+  (ring|hier)$')

@@ -216,6 +216,71 @@ static void run_battery(battery_t *b, int r, strataComm_t comm, float *send, flo
             break;
         }
     }
+    /* all-to-all of 3000 floats per pair (forced ring: pairwise; otherwise, as under auto with
+     * several ranks per node, hier's 2D scheme through the windows), then
+     * all-to-all-v with rank-dependent counts, gather to rank 3 and scatter from rank 1 */
+    {
+        const size_t c = 3000;
+        size_t       v[4 * NRANKS];
+
+        for (size_t i = 0; i < (size_t)p * c; i++) {
+            send[i] = (float)(r * 100000 + (int)(i / c) * 1000 + (int)(i % c % 1000));
+            recv[i] = -1;
+        }
+        CALL(b, r, "all-to-all", strataAlltoAll(send, recv, c, strataFloat32, comm, NULL));
+        expect_algo(b, r, comm, "all-to-all", strcmp(b->algo, "ring") == 0 ? "pairwise" : "hier");
+        for (size_t i = 0; i < (size_t)p * c; i++) {
+            if (recv[i] != (float)((int)(i / c) * 100000 + r * 1000 + (int)(i % c % 1000))) {
+                bt_fail(b, "rank %d: all-to-all [%zu] = %g", r, i, recv[i]);
+                break;
+            }
+        }
+        /* rank q sends rank d (q + d) * 700 elements (0 from rank 0 to itself) */
+        for (int q = 0; q < p; q++) {
+            v[q]              = (size_t)(r + q) * 700;          /* sendcounts */
+            v[NRANKS + q]     = (size_t)q * 7 * 700;            /* sdispls */
+            v[2 * NRANKS + q] = (size_t)(q + r) * 700;          /* recvcounts */
+            v[3 * NRANKS + q] = (size_t)(p - 1 - q) * 7 * 700;  /* rdispls, blocks reversed */
+        }
+        for (int q = 0; q < p; q++) {
+            for (size_t i = 0; i < v[q]; i++) {
+                send[v[NRANKS + q] + i] = (float)(r * 100000 + q * 10000 + (int)(i % 9999));
+            }
+        }
+        CALL(b, r, "all-to-all-v", strataAlltoAllv(send, v, v + NRANKS, recv, v + 2 * NRANKS,
+                                                   v + 3 * NRANKS, strataFloat32, comm, NULL));
+        for (int q = 0; q < p; q++) {
+            for (size_t i = 0; i < v[2 * NRANKS + q]; i++) {
+                if (recv[v[3 * NRANKS + q] + i] !=
+                    (float)(q * 100000 + r * 10000 + (int)(i % 9999))) {
+                    bt_fail(b, "rank %d: all-to-all-v from rank %d [%zu] = %g", r, q, i,
+                            recv[v[3 * NRANKS + q] + i]);
+                    q = p;
+                    break;
+                }
+            }
+        }
+        for (size_t i = 0; i < c; i++) {
+            send[i] = (float)(r * 10000 + (int)i);
+        }
+        CALL(b, r, "gather", strataGather(send, recv, c, strataFloat32, 3, comm, NULL));
+        for (size_t i = 0; r == 3 && i < (size_t)p * c; i++) {
+            if (recv[i] != (float)((int)(i / c) * 10000 + (int)(i % c))) {
+                bt_fail(b, "rank %d: gather [%zu] = %g", r, i, recv[i]);
+                break;
+            }
+        }
+        for (size_t i = 0; i < (size_t)p * c; i++) {
+            send[i] = (float)(r * 100000 + (int)i);
+        }
+        CALL(b, r, "scatter", strataScatter(send, recv, c, strataFloat32, 1, comm, NULL));
+        for (size_t i = 0; i < c; i++) {
+            if (recv[i] != (float)(100000 + r * (int)c + (int)i)) {
+                bt_fail(b, "rank %d: scatter [%zu] = %g", r, i, recv[i]);
+                break;
+            }
+        }
+    }
     /* a split (ranks in reverse order) runs over its parent's transports */
     {
         strataComm_t sub = NULL;

@@ -22,6 +22,17 @@
  * timed region ends when that stream is synchronized; a call that fails after it was queued is
  * the communicator's async error, read after each synchronize.
  * Before anything else the ranks check that they share one STRATA_ALGO (cb_check_algo).
+ *
+ * The all-to-alls, gather and scatter follow nccl-tests' alltoall_perf, gather_perf and
+ * scatter_perf: size is the bytes of one rank's larger buffer (nranks x count elements: count is
+ * per rank pair, or per rank), busbw = algbw x (n-1)/n, -r picks gather's and scatter's root, and
+ * the all-to-alls, which strata never runs in place, print N/A in the in-place half. alltoallv
+ * runs the skewed load of cb_a2av_load: every rank sends a size's bytes in all, `--skew F` times
+ * the mean per-pair count of them to rank 0 (MoE's hot expert), the rest evenly to the others;
+ * its algbw is that size over the time, its busbw the most bytes any rank sends to or receives
+ * from the other ranks over the time (the busiest rank's traffic, which bounds the time; at F 1 it
+ * is alltoall's busbw). With -c 1 every element a rank receives is checked against the input of
+ * its sender at a key unique per (sender, receiver, index).
  */
 #include "config.h"
 
@@ -77,6 +88,8 @@ typedef struct cb_bench {
     int              bw_count;
     int              status;      /* exit status so far: 0 or 1 */
     char             ran[2][CB_ALGO_LEN]; /* rank 0: what the row's halves ran (forced -A) */
+    size_t          *a2av;        /* alltoallv's arguments, 4 x nranks: send counts, send
+                                   * displacements, receive counts, receive displacements */
 } cb_bench_t;
 
 /* One test (collective x datatype x op x root) at one size. */
@@ -92,11 +105,17 @@ typedef struct cb_test {
     size_t           recvcount;   /* elements in recvbuff */
     size_t           send_ip_off; /* in place: sendbuff = recvbuff + rank * send_ip_off elements */
     size_t           recv_ip_off; /* in place: recvbuff = recvbuff + rank * recv_ip_off elements */
+    size_t           bytes;       /* the size column: the larger buffer's bytes (alltoallv: what
+                                   * every rank sends in all) */
+    size_t           stride;      /* alltoallv: the data key of element i from s to d is
+                                   * d * stride + i */
+    double           moved;       /* alltoallv: the most bytes any rank sends to or receives
+                                   * from the other ranks (its busbw's numerator) */
 } cb_test_t;
 
 const st_coll_type_t cb_colls[CB_NUM_COLLS] = {
     ST_COLL_ALLREDUCE, ST_COLL_REDUCESCATTER, ST_COLL_ALLGATHER, ST_COLL_BROADCAST, ST_COLL_REDUCE,
-    ST_COLL_SEND
+    ST_COLL_SEND, ST_COLL_ALLTOALL, ST_COLL_ALLTOALLV, ST_COLL_GATHER, ST_COLL_SCATTER
 };
 
 /* Ends the rank after a failed call: the result, strata's explanation, and what we were doing. */
@@ -116,26 +135,101 @@ static void cb_fatal(const cb_bench_t *b, const cb_test_t *t, const char *call,
     exit(2);
 }
 
+/* Elements rank src sends to rank dst in alltoallv's skewed load, c being the mean per rank pair
+ * (the size's count). Every rank sends n * c elements in all: round(skew * c) of them (at most
+ * n * c) to rank 0, the hot destination, and the rest split evenly over ranks 1 .. n-1, the
+ * remainder's extra elements going one each to the first ranks of that list rotated by src (so
+ * every pair's count is fixed by (c, n, skew, src, dst) alone and the sum is exact). Rank 0 thus
+ * receives about skew x the mean that a rank receives, the others (n - skew) / (n - 1) x it;
+ * skew 1 is alltoall's load, skew n sends everything to rank 0. */
+static size_t cb_a2av_load(size_t c, int n, double skew, int src, int dst)
+{
+    size_t total = c * (size_t)n, hot, rest, others = (size_t)n - 1;
+    size_t slot;
+
+    hot = (size_t)(skew * (double)c + 0.5);
+    hot = (hot > total) ? total : hot;
+    if (dst == 0 || n == 1) {
+        return (dst == 0 && n == 1) ? total : hot;
+    }
+    rest = total - hot;
+    slot = ((size_t)dst - 1 + (size_t)src) % others;
+    return rest / others + (slot < rest % others);
+}
+
+/* alltoallv at mean count c: this rank's four arrays (packed displacements), its totals, and the
+ * most bytes any rank moves to or from the others. */
+static void cb_a2av_shape(const cb_bench_t *b, cb_test_t *t, size_t c)
+{
+    size_t *sc = b->a2av, *sd = sc + b->nranks, *rc = sd + b->nranks, *rd = rc + b->nranks;
+    size_t  recv_off, most = 0;
+    int     n = b->nranks, p, q, s;
+
+    t->sendcount = t->recvcount = 0;
+    for (p = 0; p < n; p++) {
+        sc[p]         = cb_a2av_load(c, n, b->opts->skew, b->rank, p);
+        rc[p]         = cb_a2av_load(c, n, b->opts->skew, p, b->rank);
+        sd[p]         = t->sendcount;
+        rd[p]         = t->recvcount;
+        t->sendcount += sc[p];
+        t->recvcount += rc[p];
+    }
+    for (q = 0; q < n; q++) {
+        recv_off = 0;
+        for (s = 0; s < n; s++) {
+            recv_off += (s != q) ? cb_a2av_load(c, n, b->opts->skew, s, q) : 0;
+        }
+        if (recv_off > most) {
+            most = recv_off;
+        }
+        /* every rank sends n * c elements, its own block aside */
+        if (c * (size_t)n - cb_a2av_load(c, n, b->opts->skew, q, q) > most) {
+            most = c * (size_t)n - cb_a2av_load(c, n, b->opts->skew, q, q);
+        }
+    }
+    t->count  = c;
+    t->stride = c * (size_t)n;
+    t->moved  = (double)most * (double)t->tsize;
+    t->bytes  = c * (size_t)n * t->tsize;
+}
+
 /* nccl-tests' getCollByteCount: count = bytes / element size, divided among the ranks where the
- * count is one rank's block (all_gather, reduce_scatter); in place, the block sits at the rank's
- * offset of the larger buffer (engine/op.h's in-place rule). */
-static void cb_test_shape(cb_test_t *t, size_t bytes, int nranks)
+ * count is one rank's block (all_gather, reduce_scatter, gather, scatter) or one rank pair's
+ * (alltoall, and alltoallv's mean); in place, the block sits at the rank's offset of the larger
+ * buffer (engine/op.h's in-place rule). */
+static void cb_test_shape(const cb_bench_t *b, cb_test_t *t, size_t bytes)
 {
     const st_coll_info_t *info  = st_coll_info(t->coll);
-    size_t                count = bytes / t->tsize, n = (size_t)nranks;
+    size_t                count = bytes / t->tsize, n = (size_t)b->nranks;
 
     t->send_ip_off = 0;
     t->recv_ip_off = 0;
+    if (t->coll == ST_COLL_ALLTOALLV) {
+        cb_a2av_shape(b, t, count / n);
+        return;
+    }
     t->count       = info->per_rank ? count / n : count;
     t->sendcount   = t->count;
     t->recvcount   = t->count;
-    if (info->in_place == ST_INPLACE_SEND_AT_RANK) { /* all_gather */
+    if (t->coll == ST_COLL_ALLTOALL) {
+        t->sendcount = t->recvcount = t->count * n;
+    } else if (info->in_place == ST_INPLACE_SEND_AT_RANK) { /* all_gather, gather */
         t->recvcount   = t->count * n;
         t->send_ip_off = t->count;
-    } else if (info->in_place == ST_INPLACE_RECV_AT_RANK) { /* reduce_scatter */
+    } else if (info->in_place == ST_INPLACE_RECV_AT_RANK) { /* reduce_scatter, scatter */
         t->sendcount   = t->count * n;
         t->recv_ip_off = t->count;
     }
+    t->bytes = ((t->sendcount > t->recvcount) ? t->sendcount : t->recvcount) * t->tsize;
+}
+
+/* Whether the collective has an in-place form (the all-to-alls have none; sendrecv's in-place
+ * half sends and receives on one buffer, as nccl-tests' does). */
+static int cb_has_in_place(st_coll_type_t coll)
+{
+    const st_coll_info_t *info = st_coll_info(coll);
+
+    return info->in_place != ST_INPLACE_NONE || info->p2p;
 }
 
 /* nccl-tests' getBw: algbw over the bytes one rank sees (all of them for all_gather and
@@ -145,11 +239,14 @@ static void cb_test_bw(const cb_test_t *t, int nranks, double sec, double *algbw
 {
     double bytes = (double)(t->count * t->tsize);
 
-    if (st_coll_info(t->coll)->per_rank) {
+    if (st_coll_info(t->coll)->per_rank || t->coll == ST_COLL_ALLTOALLV) {
         bytes *= nranks;
     }
     *algbw_p = (sec > 0) ? bytes / 1.0e9 / sec : 0;
     *busbw_p = *algbw_p * st_coll_busbw(t->coll, nranks);
+    if (t->coll == ST_COLL_ALLTOALLV) { /* the bytes the busiest rank actually moved */
+        *busbw_p = (sec > 0) ? t->moved / 1.0e9 / sec : 0;
+    }
 }
 
 /* Starts one call of the test (returns when it completed with a NULL stream). */
@@ -176,6 +273,15 @@ static strataResult_t cb_issue(const cb_bench_t *b, const cb_test_t *t, int in_p
     case ST_COLL_REDUCE:
         return strataReduce(send, recv, t->count, t->dtype, t->redop, t->root, b->comm,
                             b->stream);
+    case ST_COLL_ALLTOALL:
+        return strataAlltoAll(send, recv, t->count, t->dtype, b->comm, b->stream);
+    case ST_COLL_ALLTOALLV:
+        return strataAlltoAllv(send, b->a2av, b->a2av + n, recv, b->a2av + 2 * n,
+                               b->a2av + 3 * n, t->dtype, b->comm, b->stream);
+    case ST_COLL_GATHER:
+        return strataGather(send, recv, t->count, t->dtype, t->root, b->comm, b->stream);
+    case ST_COLL_SCATTER:
+        return strataScatter(send, recv, t->count, t->dtype, t->root, b->comm, b->stream);
     default:
         /* a ring shift: every rank sends to the next and receives from the previous one */
         res = strataGroupStart();
@@ -285,11 +391,29 @@ static void cb_prepare(const cb_bench_t *b, const cb_test_t *t, const cb_data_t 
         }
         break;
     case ST_COLL_ALLGATHER:
+    case ST_COLL_GATHER:
         cb_data_poison(b->recvbuf, t->recvcount * ts);
         in += in_place ? r * t->send_ip_off * ts : 0;
         cb_data_fill(data, b->rank, in, r * t->count, t->count);
         break;
-    default: /* all_reduce, reduce_scatter, reduce, sendrecv: everybody's input at offset 0 */
+    case ST_COLL_SCATTER: /* in place, the input is the receive buffer on every rank */
+        cb_data_poison(b->recvbuf, (in_place ? t->sendcount : t->recvcount) * ts);
+        if (b->rank == t->root) {
+            cb_data_fill(data, t->root, in, 0, t->sendcount);
+        }
+        break;
+    case ST_COLL_ALLTOALLV: { /* block for rank d at its displacement, keyed d * stride + i */
+        const size_t *sc = b->a2av, *sd = sc + b->nranks;
+        int           d;
+
+        cb_data_poison(b->recvbuf, t->recvcount * ts);
+        for (d = 0; d < b->nranks; d++) {
+            cb_data_fill(data, b->rank, b->sendbuf + sd[d] * ts, (size_t)d * t->stride, sc[d]);
+        }
+        break;
+    }
+    default: /* all_reduce, reduce_scatter, reduce, sendrecv, alltoall: everybody's input at
+              * offset 0 (alltoall: block d keyed d * count + i) */
         if (!in_place) {
             cb_data_poison(b->recvbuf, t->recvcount * ts);
         }
@@ -319,6 +443,48 @@ static size_t cb_check(const cb_bench_t *b, const cb_test_t *t, const cb_data_t 
         return wrong;
     case ST_COLL_BROADCAST:
         return cb_data_check_copy(data, t->root, b->recvbuf, 0, t->count);
+    case ST_COLL_ALLTOALL: /* block s: what s sent to this rank */
+        for (blk = 0; blk < (size_t)n; blk++) {
+            wrong += cb_data_check_copy(data, (int)blk, b->recvbuf + blk * t->count * ts,
+                                        r * t->count, t->count);
+        }
+        return wrong;
+    case ST_COLL_ALLTOALLV: {
+        const size_t *rc = b->a2av + 2 * n, *rd = rc + n;
+
+        for (blk = 0; blk < (size_t)n; blk++) {
+            wrong += cb_data_check_copy(data, (int)blk, b->recvbuf + rd[blk] * ts,
+                                        r * t->stride, rc[blk]);
+        }
+        return wrong;
+    }
+    case ST_COLL_GATHER:
+        for (blk = 0; blk < (size_t)n; blk++) {
+            const char *at = b->recvbuf + blk * t->count * ts;
+
+            if (b->rank == t->root) {
+                wrong += cb_data_check_copy(data, (int)blk, at, blk * t->count, t->count);
+            } else if (in_place && blk == r) { /* the rank's input, read in place */
+                wrong += cb_data_check_copy(data, b->rank, at, r * t->count, t->count);
+            } else { /* strata.h: recvbuff is used only on root */
+                wrong += cb_data_check_poison(data, at, t->count);
+            }
+        }
+        return wrong;
+    case ST_COLL_SCATTER:
+        if (!in_place) {
+            return cb_data_check_copy(data, t->root, b->recvbuf, r * t->count, t->count);
+        }
+        for (blk = 0; blk < (size_t)n; blk++) {
+            const char *at = b->recvbuf + blk * t->count * ts;
+
+            if (blk == r || b->rank == t->root) {
+                wrong += cb_data_check_copy(data, t->root, at, blk * t->count, t->count);
+            } else { /* strata.h: sendbuff is read only on root */
+                wrong += cb_data_check_poison(data, at, t->count);
+            }
+        }
+        return wrong;
     case ST_COLL_REDUCE:
         if (b->rank == t->root) {
             return cb_data_check_reduce(data, b->recvbuf, 0, t->count);
@@ -450,7 +616,7 @@ static void cb_phases_print(st_coll_type_t coll, const cb_phases_t *ph, int in_p
            ph->mixed ? " (not on every rank)" : "");
     label[1] = coll == ST_COLL_REDUCESCATTER ? "inter-RS" : coll == ST_COLL_ALLGATHER ? "inter-AG"
                : coll == ST_COLL_BROADCAST ? "inter-BC" : coll == ST_COLL_REDUCE ? "inter-RD"
-               : "inter-AR";
+               : coll == ST_COLL_ALLTOALL ? "inter-A2A" : "inter-AR";
     if (strcmp(ph->algorithm, "hier") == 0) {
         for (i = 1; i < 3; i++) {
             slow = (ph->seconds[i] > ph->seconds[slow]) ? i : slow;
@@ -572,28 +738,33 @@ static void cb_time_test(cb_bench_t *b, cb_test_t *t)
         }
     }
 
-    cb_test_shape(t, opts->maxbytes, b->nranks);
+    cb_test_shape(b, t, opts->maxbytes);
     cb_run_iters(b, t, 0, opts->warmup);
-    cb_test_shape(t, opts->minbytes, b->nranks);
+    cb_test_shape(b, t, opts->minbytes);
     cb_run_iters(b, t, 0, opts->warmup);
 
     for (size = opts->minbytes; size != 0 && size <= opts->maxbytes;
          size = cb_next_size(opts, size)) {
-        cb_test_shape(t, size, b->nranks);
+        cb_test_shape(b, t, size);
         if (b->rank == 0) {
-            size_t elems = (t->sendcount > t->recvcount) ? t->sendcount : t->recvcount;
-
-            printf("%12zu  %12zu  %8s  %6s  %6i", elems * t->tsize, t->count,
-                   cb_dtype_name(t->dtype), cb_op_name(t->op), t->root);
+            printf("%12zu  %12zu  %8s  %6s  %6i", t->bytes, t->count, cb_dtype_name(t->dtype),
+                   cb_op_name(t->op), t->root);
         }
         cb_bench_one(b, t, 0, &ph[0]);
-        cb_bench_one(b, t, 1, &ph[1]);
+        if (cb_has_in_place(t->coll)) {
+            cb_bench_one(b, t, 1, &ph[1]);
+        } else if (b->rank == 0) {
+            printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
+            snprintf(b->ran[1], sizeof(b->ran[1]), "%s", b->ran[0]);
+        }
         if (b->rank == 0) {
             printf("\n");
             cb_print_ran(b, t);
             if (opts->phases) {
                 cb_phases_print(t->coll, &ph[0], 0);
-                cb_phases_print(t->coll, &ph[1], 1);
+                if (cb_has_in_place(t->coll)) {
+                    cb_phases_print(t->coll, &ph[1], 1);
+                }
             }
             fflush(stdout);
         }
@@ -644,6 +815,16 @@ static void cb_bench_coll(cb_bench_t *b, st_coll_type_t coll)
         printf("#\n# Collective test starting: %s_perf\n", info->short_name);
         if (opts->phases) {
             cb_print_phases_legend(b);
+        }
+        if (coll == ST_COLL_ALLTOALL || coll == ST_COLL_ALLTOALLV) {
+            printf("# %s is never in place in strata: the in-place columns say N/A\n",
+                   info->short_name);
+        }
+        if (coll == ST_COLL_ALLTOALLV) {
+            printf("# alltoallv load: --skew %g: each rank sends size bytes in all, %g x the mean "
+                   "per-pair count to rank 0, the rest evenly to the others;\n# count: the mean "
+                   "per rank pair; busbw: the most bytes any rank sends to or receives from the "
+                   "other ranks, over the time\n", opts->skew, opts->skew);
         }
         cb_print_table_header();
         fflush(stdout);
@@ -891,6 +1072,18 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
         }
         return 2;
     }
+    if (opts->skew > nranks) {
+        if (rank == 0) {
+            fprintf(stderr, "collbench: --skew %g is more than the %d ranks: rank 0 cannot "
+                    "receive more than everything (1 <= F <= nranks)\n", opts->skew, nranks);
+        }
+        return 2;
+    }
+    b.a2av = calloc(4 * (size_t)nranks, sizeof(*b.a2av));
+    if (b.a2av == NULL) {
+        fprintf(stderr, "collbench: rank %d: out of memory\n", rank);
+        return 2;
+    }
     /* the communicator's device is the one current at init */
     if (opts->device != CB_DEVICE_HOST && cb_device_open(opts, rank, &b.device) != 0) {
         return 2;
@@ -915,8 +1108,14 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
         }
     }
 
-    /* the largest buffer any collective needs is maxbytes (nccl-tests' sizes never exceed it) */
-    b.bufbytes = (opts->maxbytes + 4095) & ~(size_t)4095;
+    /* the largest buffer any collective needs is maxbytes (nccl-tests' sizes never exceed it),
+     * but for alltoallv's rank 0, which receives up to skew x maxbytes, plus the rounding of
+     * cb_a2av_load (under one element per sender) */
+    b.bufbytes = opts->maxbytes;
+    if (opts->colls & (1u << ST_COLL_ALLTOALLV)) {
+        b.bufbytes = (size_t)(opts->skew * (double)opts->maxbytes) + (size_t)nranks * 8;
+    }
+    b.bufbytes = (b.bufbytes + 4095) & ~(size_t)4095;
     if (b.bufbytes == 0) {
         b.bufbytes = 4096;
     }
@@ -987,5 +1186,6 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
         free(b.sendbuf);
         free(b.recvbuf);
     }
+    free(b.a2av);
     return b.status;
 }

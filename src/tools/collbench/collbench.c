@@ -45,7 +45,8 @@ enum {
     CB_OPT_OUT,
     CB_OPT_PROFILE,
     CB_OPT_COMPARE,
-    CB_OPT_DEVICE
+    CB_OPT_DEVICE,
+    CB_OPT_SKEW
 };
 
 static const char cb_short_opts[] = "t:g:b:e:i:f:n:w:c:d:o:r:z:T:R:A:h";
@@ -85,6 +86,7 @@ static const struct option cb_long_opts[] = {
     {"profile",        required_argument, NULL, CB_OPT_PROFILE},
     {"compare",        no_argument,       NULL, CB_OPT_COMPARE},
     {"device",         required_argument, NULL, CB_OPT_DEVICE},
+    {"skew",           required_argument, NULL, CB_OPT_SKEW},
     {"help",           no_argument,       NULL, 'h'},
     {NULL,             0,                 NULL, 0}
 };
@@ -120,8 +122,11 @@ static void cb_usage(FILE *out, const char *prog)
 "       %s model [--preset seed] [parameters]   (first argument; model --help)\n"
 "       %s calibrate|tune --out F [--profile P] [launch options] [-b -e -f -n]\n"
 "       %s model --profile P --compare [launch options] [-b -e -f -n]   (\"Fabric\" below)\n"
-"  COLL: all_reduce reduce_scatter all_gather broadcast reduce sendrecv all (default all_reduce;\n"
-"        also all-reduce, all_reduce_perf ...; several with commas)\n"
+"  COLL: all_reduce reduce_scatter all_gather broadcast reduce sendrecv alltoall alltoallv\n"
+"        gather scatter all (default all_reduce; also all-reduce, all_reduce_perf ...; several\n"
+"        with commas). Sizes are one rank's larger buffer: all_gather, gather, scatter and the\n"
+"        all-to-alls move size/nranks bytes per rank (pair); alltoall and alltoallv are never\n"
+"        in place (N/A in the in-place columns)\n"
 "  topo: print the topology instead: per node its ranks by NUMA domain with GPU, NIC and rail,\n"
 "        the rails, the ring order and one line per rank, of the communicator of the launched\n"
 "        ranks; with --topo-file F (an hwloc XML) no ranks are started: one rank per GPU of F\n"
@@ -144,7 +149,8 @@ static void cb_usage(FILE *out, const char *prog)
 "  -d,--datatype <type>        int8 uint8 int32 uint32 int64 uint64 half float double bfloat16,\n"
 "                              or all (default float)\n"
 "  -o,--op <op>                sum prod max min avg premulsum (mulsum), or all (default sum)\n"
-"  -r,--root <root>            root of broadcast and reduce, or all (default 0)\n"
+"  -r,--root <root>            root of broadcast, reduce, gather and scatter, or all\n"
+"                              (default 0)\n"
 "  -z,--blocking <0/1>         0: queue on a strata host stream (with --device: a device\n"
 "                              stream) and synchronize; 1: NULL stream, every call returns when\n"
 "                              complete (with --device: the legacy default stream, synchronized\n"
@@ -165,6 +171,11 @@ static void cb_usage(FILE *out, const char *prog)
 "                              intra-node reduce-scatter (GB/s = size/time), the inter-node\n"
 "                              all-reduce of the shards (busbw over the nodes) and the intra-node\n"
 "                              all-gather, '*' on the longest; for the others the total time\n"
+"      --skew <F>              alltoallv's load (default 1: alltoall's): every rank sends size\n"
+"                              bytes in all, F x the mean per-pair count to rank 0 (a hot\n"
+"                              MoE expert), the rest evenly to the others, 1 <= F <= nranks;\n"
+"                              busbw is the busiest rank's bytes to or from the others over\n"
+"                              the time; buffers take F x -e\n"
 "      --mem-alloc             send/recv buffers from strataMemAlloc (node-shared memory: the\n"
 "                              zero-copy intra-node path) instead of malloc\n"
 "      --device <host|sim|cuda> where the buffers live (default host): sim or cuda sets\n"
@@ -410,8 +421,9 @@ const char *cb_algo_scope(const char *forced)
         return "small applies to all_reduce of at most 131072 B (the windows' small area); "
                "other rows run as under auto";
     }
-    return "hier runs on any layout of 2 ranks or more (a node of one rank reduces in a private "
-           "window); with 1 rank nothing moves";
+    return "hier runs all_reduce, reduce_scatter, all_gather, broadcast and reduce on any layout "
+           "of 2 ranks or more (a node of one rank reduces in a private window); with 1 rank "
+           "nothing moves; sendrecv, the all-to-alls, gather and scatter run as under auto";
 }
 
 /* A forced small that no row can use (no all_reduce, or every size above its limit): the run
@@ -457,6 +469,7 @@ static void cb_opts_default(cb_opts_t *opts, const char *argv0)
     opts->dtypes     = 1u << strataFloat32;
     opts->ops        = 1u << CB_OP_SUM;
     opts->root       = 0;
+    opts->skew       = 1;
     opts->rank       = -1;
     opts->timeout    = 1800;
     opts->prog       = argv0;
@@ -471,7 +484,7 @@ static int cb_bad(const cb_opts_t *opts, const char *what, const char *arg)
 /* Fills opts from argv. Returns 0 to run, 1 when done (help, print-config), -1 on error. */
 static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_config_p)
 {
-    int      c, v, colls_given = 0;
+    int      c, v, colls_given = 0, skew_given = 0;
     unsigned bits;
 
     while ((c = getopt_long(argc, argv, cb_short_opts, cb_long_opts, NULL)) != -1) {
@@ -643,6 +656,19 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
                 return cb_bad(opts, "device (host, sim or cuda)", optarg);
             }
             break;
+        case CB_OPT_SKEW: {
+            char *end;
+
+            errno      = 0;
+            opts->skew = strtod(optarg, &end);
+            /* !(x >= 1) also refuses NaN; the upper bound, nranks, is checked by each rank */
+            if (end == optarg || *end != '\0' || errno != 0 || !(opts->skew >= 1) ||
+                opts->skew > 1 << 20) {
+                return cb_bad(opts, "skew (a number from 1 to the rank count)", optarg);
+            }
+            skew_given = 1;
+            break;
+        }
         case 'h':
             cb_usage(stdout, opts->prog);
             return 1;
@@ -690,6 +716,11 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
     if (opts->device != CB_DEVICE_HOST && (opts->topo || opts->fab_mode != CB_FAB_NONE)) {
         fprintf(stderr, "%s: --device applies to the benchmark, not to topo, calibrate, tune or "
                 "model\n", opts->prog);
+        return -1;
+    }
+    if (skew_given && !(opts->colls & (1u << ST_COLL_ALLTOALLV))) {
+        fprintf(stderr, "%s: --skew applies to alltoallv only, which is not among the collectives "
+                "asked for\n", opts->prog);
         return -1;
     }
     if (opts->minbytes > opts->maxbytes) {

@@ -28,10 +28,11 @@
 #include "engine/op.h"
 #include "strata.h"
 
-/* The collectives collbench runs, in the order `all` runs them (nccl-tests'), as rows of
- * engine/op.h's table; ST_COLL_SEND stands for nccl-tests' sendrecv (a ring shift of sends and
- * receives in one group), which the table names "sendrecv". */
-#define CB_NUM_COLLS 6
+/* The collectives collbench runs, in the order `all` runs them (nccl-tests', then the
+ * all-to-alls, gather and scatter), as rows of engine/op.h's table; ST_COLL_SEND stands for
+ * nccl-tests' sendrecv (a ring shift of sends and receives in one group), which the table names
+ * "sendrecv". */
+#define CB_NUM_COLLS 10
 extern const st_coll_type_t cb_colls[CB_NUM_COLLS];
 
 /* Reduction ops as nccl-tests numbers them (mulsum is the premul-sum made per test). CB_OP_NONE is
@@ -65,6 +66,8 @@ typedef struct cb_opts {
     unsigned    dtypes;      /* bit (1 << strataDataType_t) per datatype */
     unsigned    ops;         /* bit (1 << cb_op_t) per op */
     int         root;        /* -1: every root */
+    double      skew;        /* --skew: alltoallv's load on its hot destination, in means
+                              * (1: every rank pair the same; bench.c, cb_a2av_load) */
     const char *algo;        /* -A: STRATA_ALGO for the ranks (set by main before any rank
                               * starts); NULL: what the environment says */
     int         phases;      /* --phases: print strataCommGetPhaseTimes under every row */
@@ -192,7 +195,9 @@ void        cb_device_close(cb_device_t *d);
 /* How one test (datatype x op x nranks) draws its inputs; see data.c for the patterns. */
 typedef struct cb_data {
     strataDataType_t dtype;
-    int              op;        /* cb_op_t; CB_OP_NONE for broadcast, all_gather, sendrecv */
+    int              op;        /* cb_op_t; CB_OP_NONE for the collectives that only move
+                                 * data (broadcast, all_gather, sendrecv, the all-to-alls,
+                                 * gather, scatter) */
     int              nranks;
     uint64_t         seed;      /* changes for every checked call, identical on all ranks */
     size_t           tsize;     /* bytes per element */

@@ -14,9 +14,9 @@
  *    premul-sums wrap; the expected value is computed modulo 2^64 and compared at the type's width,
  *    which is exactly two's-complement wrapping. max/min compare signed or unsigned as the type
  *    says; avg is the wrapped sum divided by nranks, truncated toward zero (strata.h).
- *  - copies (broadcast, all_gather, sendrecv), max and min on floating types: integers in
- *    [-L, L], L being the largest bound with every integer exact (fp16 2048, bf16 256, fp32 2^24,
- *    fp64 2^52). No arithmetic happens, so any value is exact.
+ * *  - copies (broadcast, all_gather, sendrecv, the all-to-alls, gather, scatter), max and min on
+ *    floating types: integers in [-L, L], L being the largest bound with every integer exact
+ *    (fp16 2048, bf16 256, fp32 2^24, fp64 2^52). No arithmetic happens, so any value is exact.
  *  - sum: integers in [-a, a] with a = L / nranks, so every partial sum of any subset of the ranks
  *    is an exact integer. Above L ranks (bf16 beyond 256 ranks) only L ranks, rotating with k,
  *    hold a nonzero value (+-1) at each element.

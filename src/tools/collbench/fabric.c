@@ -245,6 +245,9 @@ static void cb_fab_coll_op(cb_fab_t *f, const void *arg)
     case ST_MODEL_ALLGATHER:
         CB_FAB_CALL(f, strataAllGather(f->send, f->recv, c->count, strataFloat32, c->comm, NULL));
         break;
+    case ST_MODEL_ALLTOALL:
+        CB_FAB_CALL(f, strataAlltoAll(f->send, f->recv, c->count, strataFloat32, c->comm, NULL));
+        break;
     default:
         CB_FAB_CALL(f, strataAllReduce(f->send, f->recv, c->count, strataFloat32, strataSum,
                                        c->comm, NULL));

@@ -84,7 +84,8 @@ void cb_fab_allreduce_op(cb_fab_t *f, const void *arg);
  * the splits that are timed together), the slowest rank per iteration; the phases of the last
  * call (slowest rank) into ph when not NULL. */
 double cb_fab_time(cb_fab_t *f, strataComm_t comm, size_t bytes, double ph[3]);
-/* Median time of a float collective `coll` (st_model_coll_t: reduce-scatter, all-gather) of
+/* Median time of a float collective `coll` (st_model_coll_t: reduce-scatter, all-gather,
+ * all-to-all) of
  * `bytes` (nccl-tests' size) on comm, as cb_fab_time. */
 double cb_fab_time_coll(cb_fab_t *f, strataComm_t comm, int coll, size_t bytes);
 /* Median time of one ring step on every rail at once, per local rank (med[l], the slowest node

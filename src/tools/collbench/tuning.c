@@ -13,8 +13,8 @@
  *   every smaller size chooses among configurations compatible with them. Written as a tuning
  *   table; then the tuned library (a split with the table) and each size's chosen configuration
  *   are timed against each other, interleaved (the check). Before the table is written,
- *   reduce-scatter and all-gather: ring against hier at every size, the faster per size in the
- *   table's lists for them (cb_fab_tune_colls).
+ *   reduce-scatter, all-gather and all-to-all: ring (pairwise) against hier at every size, the
+ *   faster per size in the table's lists for them (cb_fab_tune_colls).
  */
 #include "config.h"
 
@@ -131,14 +131,15 @@ static void cb_fab_retime(cb_fab_t *f, const cb_cand_t *cands, const int *set, i
     }
 }
 
-/* The other collectives (reduce-scatter, all-gather): the flat ring and hier (the table's
+/* The other collectives (reduce-scatter, all-gather, all-to-all): the flat ring (for all-to-all
+ * the pairwise exchange) and hier (the table's
  * pipeline depth and shares, the window's chunk), each forced on a split of its own, timed at every
  * size one after the other (ring, hier, ring again: the ring's median of its two stands against
  * hier's, so a drift of the shared cores during the pair falls on both); the faster per size
  * makes the collective's list of `table`, merged into ranges. Printed on rank 0. */
 static void cb_fab_tune_colls(cb_fab_t *f, const size_t *sizes, int nsizes, st_tune_table_t *table)
 {
-    static const int colls[] = {ST_MODEL_REDUCESCATTER, ST_MODEL_ALLGATHER};
+    static const int colls[] = {ST_MODEL_REDUCESCATTER, ST_MODEL_ALLGATHER, ST_MODEL_ALLTOALL};
     char             sz[32];
 
     if (f->g == 1 && f->nnodes > 1) {
