@@ -80,6 +80,26 @@ net_up()
     if [ "$2" = 1500 ]; then bench_net_up 2 "$1"; else bench_net_up 2 "$1" 1 "$2"; fi
 }
 
+# What else ran on the machine, sampled before every run (the figures depend on it: 2 emulated
+# nodes share this machine's cores, and a second emulation halves what each gets).
+sample()
+{
+    local others
+    others=$(ip netns list 2>/dev/null | awk '{print $1}' | grep -v "^${BENCH_NET}" |
+             sed -E 's/(n[0-9]+|sw[0-9]*)$//' | sort -u | tr '\n' ' ')
+    echo "$(cut -d' ' -f1 /proc/loadavg) ${others:-}" >>"$BENCH_TMP/sample.$1"
+}
+# sample_report PART: one line on the samples of a part.
+sample_report()
+{
+    [ -s "$BENCH_TMP/sample.$1" ] || return 0
+    awk -v p="$1" '{ n++; if (min == "" || $1 < min) min = $1; if ($1 > max) max = $1
+                     for (i = 2; i <= NF; i++) if (!($i in seen)) { seen[$i] = 1; o = o " " $i } }
+        END { printf "# part %s, before each of its %d runs: load average (1 min) %s to %s; other emulated" \
+                     " networks: %s\n", p, n, min, max, (o == "" ? "none" : o " (their figures are not comparable)") }' \
+        "$BENCH_TMP/sample.$1"
+}
+
 # ceiling NP RATE: (n-1)/n * rate * N/(N-1), N = 2 nodes, GB/s.
 ceiling()
 {
@@ -141,8 +161,8 @@ part_a()
     # --phases: '#' lines under each row that name the algorithm the default chose (not timed)
     run_a_rs() { BENCH_ENV=(); BENCH_ARGS=(reduce_scatter "${BENCH_SW[@]}" -d float -o sum -z 1 --phases); bench_emu_collbench "$1"; }
     run_a_ag() { BENCH_ENV=(); BENCH_ARGS=(all_gather "${BENCH_SW[@]}" -d float -z 1 --phases); bench_emu_collbench "$1"; }
-    one_a_rs() { bench_run_sweeps "$1" run_a_rs; }
-    one_a_ag() { bench_run_sweeps "$1" run_a_ag; }
+    one_a_rs() { sample a; bench_run_sweeps "$1" run_a_rs; }
+    one_a_ag() { sample a; bench_run_sweeps "$1" run_a_ag; }
     bench_variant a_rs RS one_a_rs
     bench_variant a_ag AG one_a_ag
     bench_net_down
@@ -152,6 +172,7 @@ part_a()
     for k in a_rs a_ag; do
         bench_ok "$k" && echo "# $(cat "$BENCH_TMP/$k.label") ran (--phases, last timed call of each half, every run):$(ran_algos "$k")"
     done
+    sample_report a
     sizes=$(target_sizes "$minb_a" a_rs a_ag)
     for k in a_rs a_ag; do
         coll=$([ "$k" = a_rs ] && echo reduce_scatter || echo all_gather)
@@ -186,10 +207,10 @@ part_b()
     bench_log "median of $BENCH_REPS runs per variant; busbw = algbw * (n-1)/n; $BENCH_COL half of each row"
     run_b_rs() { BENCH_ARGS=(reduce_scatter "${BENCH_SW[@]}" -d float -o sum -z 1); bench_emu_collbench "$1"; }
     run_b_ag() { BENCH_ARGS=(all_gather "${BENCH_SW[@]}" -d float -z 1); bench_emu_collbench "$1"; }
-    one_b_rs_hier() { BENCH_ENV=(STRATA_ALGO=hier); bench_run_sweeps "$1" run_b_rs; }
-    one_b_rs_ring() { BENCH_ENV=(STRATA_ALGO=ring); bench_run_sweeps "$1" run_b_rs; }
-    one_b_ag_hier() { BENCH_ENV=(STRATA_ALGO=hier); bench_run_sweeps "$1" run_b_ag; }
-    one_b_ag_ring() { BENCH_ENV=(STRATA_ALGO=ring); bench_run_sweeps "$1" run_b_ag; }
+    one_b_rs_hier() { sample b; BENCH_ENV=(STRATA_ALGO=hier); bench_run_sweeps "$1" run_b_rs; }
+    one_b_rs_ring() { sample b; BENCH_ENV=(STRATA_ALGO=ring); bench_run_sweeps "$1" run_b_rs; }
+    one_b_ag_hier() { sample b; BENCH_ENV=(STRATA_ALGO=hier); bench_run_sweeps "$1" run_b_ag; }
+    one_b_ag_ring() { sample b; BENCH_ENV=(STRATA_ALGO=ring); bench_run_sweeps "$1" run_b_ag; }
     bench_variant b_rs_hier RS.hier one_b_rs_hier
     bench_variant b_rs_ring RS.ring one_b_rs_ring
     bench_variant b_ag_hier AG.hier one_b_ag_hier
@@ -199,6 +220,7 @@ part_b()
          "link ceiling"
     bench_table 8 "$ceil" "b_rs_hier b_rs_ring b_ag_hier b_ag_ring" "b_rs_hier/b_rs_ring b_ag_hier/b_ag_ring" \
         "b_rs_hier b_ag_hier"
+    sample_report b
     sizes=$(target_sizes "$minb_b" b_rs_hier b_rs_ring b_ag_hier b_ag_ring)
     for c in rs ag; do
         lines=""
