@@ -116,7 +116,7 @@ sweep_bytes()
 # ==== part 1: 2 emulated nodes x 4 ranks ========================================================
 emu_part()
 {
-    local why nodes=2 np=8 g=4 bps ceil ceilp s a_min b_min r_hr r_ac worst k f
+    local why nodes=2 np=8 g=4 bps ceil ceilp s a_min b_min r_hr r_ac worst room k f
     echo "#"
     echo "# ==== 2 emulated nodes x 4 ranks, one $rate link per node, MTU $mtu ===="
     why=$(emunet_unavailable)
@@ -136,8 +136,8 @@ emu_part()
     bps=$(emunet_rate_bps "$rate")
     # Each node sends g(N-1)/N S over its link: t >= g(N-1)/N S / R, busbw = S/t (n-1)/n.
     ceil=$(awk -v b="$bps" -v n="$np" -v N="$nodes" -v g="$g" \
-               'BEGIN { printf "%.4f", (n - 1) / n * N * b / 8 / 1e9 / (g * (N - 1)) }')
-    ceilp=$(awk -v c="$ceil" -v m="$mtu" 'BEGIN { printf "%.4f", c * (m - 52) / (m + 14) }')
+               'BEGIN { printf "%.7f", (n - 1) / n * N * b / 8 / 1e9 / (g * (N - 1)) }')
+    ceilp=$(awk -v c="$ceil" -v m="$mtu" 'BEGIN { printf "%.5f", c * (m - 52) / (m + 14) }')
     bench_log_sweeps
     bench_log "per rank r: STRATA_ALGO=auto|hier|ring collbench --rank r --nranks $np alltoall <sweep> -d float -z 1 --phases"
     bench_log "          (in node r/$g; STRATA_COMM_ID=$(emunet_ip 0):<port>, STRATA_SOCKET_IFNAME and UCX_NET_DEVICES=$EMUNET_IF)"
@@ -231,22 +231,30 @@ emu_part()
     a_min=$((np * 1048576))
     echo "# (a) hier vs the flat pairwise exchange, from $a_min B (1 MiB per rank pair):"
     echo "#       size  hier/ring  ring/ceil  hier/ceil  ceil/ring (the most any algorithm could gain over ring here)"
-    worst=""
+    worst="" room=""
     for s in $(sizes_from e_hier "$a_min"); do
         local h r
         h=$(busbw e_hier "$s" "$np") r=$(busbw e_ring "$s" "$np")
         [ -n "$h" ] && [ -n "$r" ] || continue
-        r_hr=$(awk -v h="$h" -v r="$r" 'BEGIN { printf "%.2f", h / r }')
+        r_hr=$(awk -v h="$h" -v r="$r" 'BEGIN { printf "%.4f", h / r }')
         awk -v s="$s" -v h="$h" -v r="$r" -v c="$ceil" 'BEGIN {
             printf "#   %10d  %9.2f  %9.2f  %9.2f  %9.2f\n", s, h / r, r / c, h / c, c / r }'
         worst=$(awk -v a="$worst" -v b="$r_hr" 'BEGIN { print (a == "" || b < a) ? b : a }')
+        room="$room $(awk -v r="$r" -v c="$ceil" 'BEGIN { printf "%.2f", c / r }')"
     done
+    # bytes over the links per payload byte, per variant (median over runs)
+    lbytes()
+    {
+        [ -s "$BENCH_TMP/$1.net" ] || { echo "-"; return; }
+        sort -n "$BENCH_TMP/$1.net" | awk -v w="$want" '{ b[++n] = $1 }
+            END { printf "%.3f", ((n % 2) ? b[(n + 1) / 2] : (b[n / 2] + b[n / 2 + 1]) / 2) / w }'
+    }
     if [ -z "$worst" ]; then
         verdict a "hier/ring >= $tgt_a from 1 MiB per rank pair" "NOT MEASURED (hier: $(bench_status e_hier); ring: $(bench_status e_ring))"
     elif awk -v w="$worst" -v t="$tgt_a" 'BEGIN { exit !(w >= t) }'; then
         verdict a "hier/ring >= $tgt_a from 1 MiB per rank pair (lowest $worst)" PASS
     else
-        verdict a "hier/ring >= $tgt_a from 1 MiB per rank pair (lowest $worst; ceil/ring above says how much room the ring leaves)" FAIL
+        verdict a "hier/ring >= $tgt_a from 1 MiB per rank pair (lowest $worst). The links carried $(lbytes e_hier) (hier) and $(lbytes e_ring) (ring) x the all-to-all's bytes: the same bytes, the same ceiling; ceil/ring, the most any algorithm could gain over this ring, was$room" FAIL
     fi
 
     # ---- target (b): auto >= 0.85 of the link ceiling from 16 MiB ----
@@ -258,7 +266,7 @@ emu_part()
     for s in $(sizes_from e_auto "$b_min"); do
         f=$(busbw e_auto "$s" "$np")
         [ -n "$f" ] || continue
-        r_ac=$(awk -v f="$f" -v c="$ceil" 'BEGIN { printf "%.2f", f / c }')
+        r_ac=$(awk -v f="$f" -v c="$ceil" 'BEGIN { printf "%.4f", f / c }')
         worst=$(awk -v a="$worst" -v b="$r_ac" 'BEGIN { print (a == "" || b < a) ? b : a }')
         cat "$BENCH_TMP/e_auto".[0-9]*.out | awk -v want="$s" -v f="$r_ac" -v b="$bps" -v g="$g" -v N="$nodes" '
             function med(a, n,   i, j, t) {
@@ -270,8 +278,8 @@ emu_part()
                 y = $0; sub(/.*total +/, "", y); sub(/ us.*/, "", y)
                 n++; ia[n] = x + 0; tt[n] = y + 0 }
             END { tl = g * (N - 1) / N * want / (b / 8) * 1e6
-                  if (n) printf "#   %10d  %9.2f  %11.0f  %16.2f  %12.2f\n", want, f, tl, med(ia, n) / tl, med(tt, n) / tl
-                  else printf "#   %10d  %9.2f  %11.0f  %16s  %12s\n", want, f, tl, "-", "-" }'
+                  if (n) printf "#   %10d  %9.3f  %11.0f  %16.2f  %12.2f\n", want, f, tl, med(ia, n) / tl, med(tt, n) / tl
+                  else printf "#   %10d  %9.3f  %11.0f  %16s  %12s\n", want, f, tl, "-", "-" }'
     done
     if [ -z "$worst" ]; then
         verdict b "auto/ceiling >= $tgt_b from $tgt_b_min" "NOT MEASURED (auto: $(bench_status e_auto))"
@@ -328,7 +336,7 @@ intra_part()
     for s in $(sizes_from i_strata "$(bench_to_bytes "$tgt_c_min")"); do
         c=$(busbw i_strata "$s" "$inp") o=$(busbw i_ompi "$s" "$inp")
         [ -n "$c" ] && [ -n "$o" ] || continue
-        r=$(awk -v c="$c" -v o="$o" 'BEGIN { printf "%.2f", c / o }')
+        r=$(awk -v c="$c" -v o="$o" 'BEGIN { printf "%.4f", c / o }')
         worst=$(awk -v a="$worst" -v b="$r" 'BEGIN { print (a == "" || b < a) ? b : a }')
         awk -v r="$r" -v t="$tgt_c" 'BEGIN { exit !(r < t) }' && below="$below $s ($r)"
     done
