@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# bench/lib.sh: what bench/intra_node.sh, two_nodes.sh, hier_vs_ring.sh, rails.sh and sharded.sh share
-# (sourced, not run): the rerunnable command line, the temporary folder and the exit trap that
-# removes everything (process groups, emulated nodes, /dev/shm leftovers), launching ranks
+# bench/lib.sh: what bench/intra_node.sh, two_nodes.sh, hier_vs_ring.sh, rails.sh, sharded.sh and
+# alltoall.sh share (sourced, not run): the rerunnable command line, the temporary folder and the
+# exit trap that removes everything (process groups, emulated nodes, /dev/shm leftovers), launching ranks
 # (forked here, or one per process inside emulated nodes), the honesty checks on each table
 # (sizes, iterations, #wrong), medians over repetitions and the side-by-side table with ratios.
 #
@@ -10,6 +10,7 @@
 # bench_variant KEY LABEL RUNFN runs it --reps times and leaves in $BENCH_TMP/KEY.status one of
 #     ok | unavailable: why | failed: why | wrong: why
 # and, when ok, $BENCH_TMP/KEY.med: "size median-time-out-of-place median-time-in-place" (us).
+# bench_interleave "KEY LABEL RUNFN" ... does the same for several variants, run by run.
 # No speed is ever reported for a variant whose runs had #wrong != 0 or did not check (-c 0).
 
 BENCH_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -347,19 +348,21 @@ bench_gloo()
 # bench_unavail OUT WHY: what a run function does when its program is missing.
 bench_unavail() { echo "BENCH-UNAVAILABLE: $2" >"$1"; return 2; }
 
-# bench_build_mpi: $BENCH_TMP/mpi_allreduce, or BENCH_MPI_WHY says why not.
+# bench_build_mpi [NAME]: $BENCH_TMP/NAME built from bench/NAME.c (default mpi_allreduce) in
+# BENCH_MPI, or BENCH_MPI_WHY says why not.
 bench_build_mpi()
 {
+    local name=${1:-mpi_allreduce}
     BENCH_MPI="" BENCH_MPI_WHY=""
     if ! command -v mpicc >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; then
         BENCH_MPI_WHY="mpicc/mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"
     elif ! mpirun --version 2>/dev/null | grep -q "Open MPI"; then
         BENCH_MPI_WHY="mpirun is not Open MPI's"
-    elif ! mpicc -O2 -o "$BENCH_TMP/mpi_allreduce" "$BENCH_HERE/mpi_allreduce.c" \
+    elif ! mpicc -O2 -o "$BENCH_TMP/$name" "$BENCH_HERE/$name.c" \
             >"$BENCH_TMP/mpicc.log" 2>&1; then
         BENCH_MPI_WHY="mpicc failed: $(tail -n 1 "$BENCH_TMP/mpicc.log")"
     else
-        BENCH_MPI=$BENCH_TMP/mpi_allreduce
+        BENCH_MPI=$BENCH_TMP/$name
         bench_log "Open MPI: $(mpirun --version 2>/dev/null | head -n 1)"
     fi
 }
@@ -384,10 +387,12 @@ bench_build_gloo()
 }
 
 # ---- checking and summarizing runs --------------------------------------------------------------
-# Rows of a table: size, out-of-place time (us) and #wrong, in-place time and #wrong; counted from
-# the end of the row, since collectives without an operation (all_gather, broadcast) leave redop
-# empty (12 fields instead of 13).
-bench_rows() { awk '!/^#/ && $1 ~ /^[0-9]+$/ && NF >= 12 { print $1, $(NF-7), $(NF-4), $(NF-3), $NF }' "$1"; }
+# Rows of a table: size, out-of-place time (us) and #wrong, in-place time and #wrong. Read from the
+# end of the row: collbench leaves the redop column empty where no op applies (alltoall: 12 words).
+bench_rows()
+{
+    awk '!/^#/ && $1 ~ /^[0-9]+$/ && NF >= 12 { print $1, $(NF-7), $(NF-4), $(NF-3), $NF }' "$1"
+}
 bench_hdr_iters()
 {
     awk '{ for (i = 2; i < NF; i++) if ($i == "iters:" && $(i-1) != "warmup" && $(i-1) != "agg")
@@ -412,46 +417,88 @@ bench_unavailable_reason()
 # bench_variant KEY LABEL RUNFN: --reps runs, checked; see the top of this file.
 bench_variant()
 {
-    local key=$1 label=$2 fn=$3 rep out rc t0 why it want_iters
-    local st="$BENCH_TMP/$key.status"
-    echo "$label" >"$BENCH_TMP/$key.label"
-    : >"$BENCH_TMP/$key.all"
+    local rep
+    bench_variant_start "$1" "$2"
     for ((rep = 1; rep <= BENCH_REPS; rep++)); do
-        out="$BENCH_TMP/$key.$rep.out"
-        t0=$SECONDS
-        "$fn" "$out"
-        rc=$?
-        bench_rows "$out" >"$out.rows"
-        if awk '$3 != "0" || $5 != "0" { bad = 1 } END { exit !bad }' "$out.rows"; then
-            echo "wrong: #wrong != 0 or unchecked in run $rep (exit $rc); no speed reported" >"$st"
-            { echo "---- $label, run $rep:"; cat "$out"; } >>"$BENCH_TMP/failures.txt"
-            break
-        fi
-        if [ "$rc" != 0 ]; then
-            if why=$(bench_unavailable_reason "$out"); then
-                echo "unavailable: $why" >"$st"
-            else
-                echo "failed: run $rep exited with $rc$([ "$rc" = 124 ] && echo " (timeout ${BENCH_TMO}s)")" >"$st"
-                { echo "---- $label, run $rep (exit $rc):"; tail -n 40 "$out"; } >>"$BENCH_TMP/failures.txt"
-            fi
-            [ -n "$BENCH_NET" ] && bench_net_reap
-            break
-        fi
-        if [ ! -s "$out.rows" ]; then
-            echo "failed: run $rep printed no table" >"$st"
-            { echo "---- $label, run $rep:"; tail -n 40 "$out"; } >>"$BENCH_TMP/failures.txt"
-            break
-        fi
-        it=$(bench_hdr_iters "$out")
-        want_iters=$(bench_hdr_iters "$BENCH_TMP/$key.1.out")
-        if [ "$rep" -gt 1 ] && ! cmp -s <(cut -d' ' -f1 "$out.rows") <(cut -d' ' -f1 "$BENCH_TMP/$key.1.out.rows"); then
-            echo "failed: run $rep has other sizes than run 1" >"$st"; break
-        fi
-        [ "$it" = "$want_iters" ] || { echo "failed: iterations differ between runs" >"$st"; break; }
-        cat "$out.rows" >>"$BENCH_TMP/$key.all"
-        echo "ok" >"$st"
-        printf '#   %-28s run %d/%d: ok, %d s\n' "$label" "$rep" "$BENCH_REPS" $((SECONDS - t0))
+        bench_variant_rep "$1" "$3" "$rep" || break
     done
+    bench_variant_end "$1"
+}
+
+# bench_interleave "KEY LABEL RUNFN" ... (one word each): as bench_variant for each, but run 1 of every variant,
+# then run 2 of every variant, ...: a load that drifts during the runs (a shared machine) then
+# weighs on every column alike, which the ratios between them need. A variant that fails or is
+# wrong in one run is not run again.
+bench_interleave()
+{
+    local v rep key label fn
+    for v in "$@"; do read -r key label fn <<<"$v"; bench_variant_start "$key" "$label"; done
+    for ((rep = 1; rep <= BENCH_REPS; rep++)); do
+        for v in "$@"; do
+            read -r key label fn <<<"$v"
+            [ "$rep" = 1 ] || [ "$(bench_status "$key")" = ok ] || continue
+            bench_variant_rep "$key" "$fn" "$rep"
+        done
+    done
+    for v in "$@"; do read -r key label fn <<<"$v"; bench_variant_end "$key"; done
+}
+
+# The pieces of both: start (label, no rows yet), one run (checked; returns 1 when the variant
+# is done for: failed, wrong or unavailable), end (medians, or the reason under the table).
+bench_variant_start()
+{
+    echo "$2" >"$BENCH_TMP/$1.label"
+    : >"$BENCH_TMP/$1.all"
+    echo "failed: no run" >"$BENCH_TMP/$1.status"
+}
+
+bench_variant_rep()
+{
+    local key=$1 fn=$2 rep=$3 out rc t0 why it want_iters label
+    local st="$BENCH_TMP/$key.status"
+    label=$(cat "$BENCH_TMP/$key.label")
+    out="$BENCH_TMP/$key.$rep.out"
+    t0=$SECONDS
+    "$fn" "$out"
+    rc=$?
+    bench_rows "$out" >"$out.rows"
+    # A half whose time is N/A did not run (the all-to-alls have no in-place form); one that ran
+    # must have checked, with #wrong 0.
+    if awk '$3 != "0" || ($4 != "N/A" && $5 != "0") { bad = 1 } END { exit !bad }' "$out.rows"; then
+        echo "wrong: #wrong != 0 or unchecked in run $rep (exit $rc); no speed reported" >"$st"
+        { echo "---- $label, run $rep:"; cat "$out"; } >>"$BENCH_TMP/failures.txt"
+        return 1
+    fi
+    if [ "$rc" != 0 ]; then
+        if why=$(bench_unavailable_reason "$out"); then
+            echo "unavailable: $why" >"$st"
+        else
+            echo "failed: run $rep exited with $rc$([ "$rc" = 124 ] && echo " (timeout ${BENCH_TMO}s)")" >"$st"
+            { echo "---- $label, run $rep (exit $rc):"; tail -n 40 "$out"; } >>"$BENCH_TMP/failures.txt"
+        fi
+        [ -n "$BENCH_NET" ] && bench_net_reap
+        return 1
+    fi
+    if [ ! -s "$out.rows" ]; then
+        echo "failed: run $rep printed no table" >"$st"
+        { echo "---- $label, run $rep:"; tail -n 40 "$out"; } >>"$BENCH_TMP/failures.txt"
+        return 1
+    fi
+    it=$(bench_hdr_iters "$out")
+    want_iters=$(bench_hdr_iters "$BENCH_TMP/$key.1.out")
+    if [ "$rep" -gt 1 ] && ! cmp -s <(cut -d' ' -f1 "$out.rows") <(cut -d' ' -f1 "$BENCH_TMP/$key.1.out.rows"); then
+        echo "failed: run $rep has other sizes than run 1" >"$st"; return 1
+    fi
+    [ "$it" = "$want_iters" ] || { echo "failed: iterations differ between runs" >"$st"; return 1; }
+    cat "$out.rows" >>"$BENCH_TMP/$key.all"
+    echo "ok" >"$st"
+    printf '#   %-28s run %d/%d: ok, %d s\n' "$label" "$rep" "$BENCH_REPS" $((SECONDS - t0))
+    return 0
+}
+
+bench_variant_end()
+{
+    local key=$1 st="$BENCH_TMP/$1.status"
     if [ "$(cat "$st")" = ok ]; then
         # Median per size of each half's time (the middle one; the mean of the two middle ones).
         sort -n -k1,1 "$BENCH_TMP/$key.all" | awk '
@@ -463,7 +510,7 @@ bench_variant()
             { n++; o[n] = $2; p[n] = $4 }
             END { flush() }' >"$BENCH_TMP/$key.med"
     else
-        printf '#   %-28s %s\n' "$label" "$(cat "$st")"
+        printf '#   %-28s %s\n' "$(cat "$BENCH_TMP/$key.label")" "$(cat "$st")"
         [ "$(cut -d: -f1 "$st")" = unavailable ] || BENCH_FAIL=1
     fi
 }
@@ -479,12 +526,12 @@ bench_time()
 }
 
 # bench_busbw_of COLL: the tables' busbw factor for a collective (nccl-tests', as collbench's):
-# all_reduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n, broadcast and reduce 1.
+# all_reduce 2(n-1)/n, reduce_scatter, all_gather and alltoall (n-1)/n, broadcast and reduce 1.
 bench_busbw_of()
 {
     case $1 in
         all_reduce) BENCH_BUSBW="2 1" ;;
-        reduce_scatter|all_gather) BENCH_BUSBW="1 1" ;;
+        reduce_scatter|all_gather|alltoall) BENCH_BUSBW="1 1" ;;
         broadcast|reduce) BENCH_BUSBW="1 0" ;;
         *) bench_die "no busbw factor for collective '$1'" ;;
     esac

@@ -1,11 +1,13 @@
 #!/bin/bash
-# run_all.sh: the five benchmarks, one after the other, with their default sizes:
+# run_all.sh: the six benchmarks, one after the other, with their default sizes:
 #   intra_node.sh    one node, 2 and 4 ranks: strata vs Open MPI (vader) vs Gloo vs memcpy ceiling
 #   two_nodes.sh     2 emulated nodes x 2 ranks, 2 Gbit/s: strata vs Open MPI (han, tuned) vs Gloo
 #   hier_vs_ring.sh  2 emulated nodes x 4 ranks, 1 Gbit/s: STRATA_ALGO=hier vs ring
 #   rails.sh         2 emulated nodes x 2 ranks, two 1 Gbit/s links each: rails vs two-link ceiling
 #   sharded.sh       reduce-scatter and all-gather: 2 x 2 ranks at 2 Gbit/s vs the link ceiling,
 #                    2 x 4 ranks at 1 Gbit/s hier vs ring; PASS/FAIL per acceptance target
+#   alltoall.sh      2 emulated nodes x 4 ranks, 1 Gbit/s: alltoall auto vs hier vs ring, link
+#                    ceiling; one node, 4 ranks: strata vs Open MPI; the issue's targets
 # then one line per script. What they measure and the formulas: bench/README.md.
 #
 #   bench/run_all.sh [--only intra_node,two_nodes,...] [--reps N] [--collbench P] [--keep DIR]
@@ -15,7 +17,7 @@
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-only="intra_node,two_nodes,hier_vs_ring,rails,sharded" pass=() keep=""
+only="intra_node,two_nodes,hier_vs_ring,rails,sharded,alltoall" pass=() keep=""
 argv=("$@")
 while [ $# -gt 0 ]; do
     case $1 in
