@@ -402,9 +402,9 @@ STRATA_API strataResult_t strataReduceScatter(const void *sendbuff, void *recvbu
  * (no GPU-native all-to-all yet). count 0: NULL buffers are fine and nothing moves.
  * Returns strataInvalidArgument for a NULL buffer with count > 0, overlapping buffers
  * (count > 0), and the common results above; ranks that pass different counts or datatypes get
- * strataInvalidUsage on every rank (with the mismatch check; without it a different count fails
- * with strataInvalidUsage too, named by the receiver as a size mismatch, and a different
- * datatype of the same size is not noticed). */
+ * strataInvalidUsage on every rank with the mismatch check; without it (STRATA_CHECK_MISMATCH=0)
+ * a mismatch is undefined, as for every collective: the flat exchange names a different count as
+ * a size mismatch, the hierarchical one through the node's windows need not notice it. */
 STRATA_API strataResult_t strataAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                                          strataDataType_t datatype, strataComm_t comm,
                                          strataStream_t stream);
@@ -444,7 +444,8 @@ STRATA_API strataResult_t strataAlltoAllv(const void *sendbuff, const size_t sen
  * pinned host copies. count 0: nothing moves.
  * Returns strataInvalidArgument for root out of [0, nranks), a NULL sendbuff with count > 0, a
  * NULL recvbuff on root with count > 0, and the common results above; a rank with another count,
- * datatype or root gets strataInvalidUsage on every rank. */
+ * datatype or root gets strataInvalidUsage on every rank (with the mismatch check, the default;
+ * without it a mismatch is undefined). */
 STRATA_API strataResult_t strataGather(const void *sendbuff, void *recvbuff, size_t count,
                                        strataDataType_t datatype, int root, strataComm_t comm,
                                        strataStream_t stream);
@@ -457,7 +458,8 @@ STRATA_API strataResult_t strataGather(const void *sendbuff, void *recvbuff, siz
  * host copies. count 0: nothing moves.
  * Returns strataInvalidArgument for root out of [0, nranks), a NULL sendbuff on root with
  * count > 0, a NULL recvbuff with count > 0, and the common results above; a rank with another
- * count, datatype or root gets strataInvalidUsage on every rank. */
+ * count, datatype or root gets strataInvalidUsage on every rank (with the mismatch check, the
+ * default; without it a mismatch is undefined). */
 STRATA_API strataResult_t strataScatter(const void *sendbuff, void *recvbuff, size_t count,
                                         strataDataType_t datatype, int root, strataComm_t comm,
                                         strataStream_t stream);
@@ -593,11 +595,13 @@ STRATA_API strataResult_t strataMemFree(void *ptr);
 /* Where the time of the calling rank's last completed collective on comm went, phase by phase
  * (what `collbench --phases` prints). "Last" is the collective that completed last on this rank;
  * in a group of several, the one the engine finished last; a failed call leaves the previous
- * record. For the hierarchical algorithm (algorithm "hier"; all five collectives run as the same
- * three-phase pipeline, see README "Algorithms"): phase 0 is the copy into the node's windows and
- * the intra-node reduce-scatter, phase 1 the inter-node step of this rank's shards over its rail
- * (all-reduce: a ring's all-reduce; reduce-scatter and all-gather: that half of the ring;
- * broadcast and reduce: a chain over the nodes), phase 2 the intra-node all-gather. seconds[0] and seconds[2]: the time this rank spent
+ * record. For the hierarchical algorithm (algorithm "hier"; every collective it runs follows
+ * the same three-phase pipeline, see README "Algorithms"): phase 0 is the copy into the node's
+ * windows and the intra-node reduce-scatter (all-to-all: the gather of each node pair's message),
+ * phase 1 the inter-node step of this rank's shards over its rail (all-reduce: a ring's
+ * all-reduce; reduce-scatter and all-gather: that half of the ring; broadcast and reduce: a chain
+ * over the nodes; all-to-all: one message to and from every other node), phase 2 the intra-node
+ * all-gather (all-to-all: the copy out). seconds[0] and seconds[2]: the time this rank spent
  * copying and reducing in those phases, waits for local peers excluded; seconds[1]: the time
  * during which at least one of this rank's inter-node transfers was in flight (so it includes the
  * wait for the network, which is what it measures). The phases of different chunks overlap, so

@@ -92,9 +92,11 @@ size_t st_coll_chunk_elems(strataDataType_t dtype);
 st_status_t st_ring_create(const st_coll_args_t *args, st_op_t **op_p);   /* AR, RS, AG */
 st_status_t st_chain_create(const st_coll_args_t *args, st_op_t **op_p);  /* bcast, reduce */
 st_status_t st_p2p_create(const st_coll_args_t *args, st_op_t **op_p);    /* send, recv */
-st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p);   /* all five */
-/* Whether hier can take the call: the node's windows exist, and for reduce-scatter and all-gather
- * a window chunk holds one element of every rank. */
+st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p); /* all but AlltoAllv,
+                                                                          * gather, scatter */
+/* Whether hier can take the call: the node's windows exist; for reduce-scatter and all-gather a
+ * window chunk holds one element of every rank; for all-to-all the buffers are host memory and
+ * nranks^2 bytes fit a window chunk. */
 int st_hier_fits(const st_coll_args_t *args);
 st_status_t st_small_create(const st_coll_args_t *args, st_op_t **op_p);  /* all-reduce */
 /* AlltoAll, AlltoAllv, gather, scatter: the flat exchanges of a2a.c */

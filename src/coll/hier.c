@@ -127,6 +127,7 @@ typedef struct st_hier {
     st_hier_mode_t   mode;
     st_hier_layout_t layout;
     st_hier_inter_t  inter;
+    char             inter_phase[40]; /* "inter-node all-reduce", ... (stall reports) */
     int              step0, step_end; /* the inter-node steps run (st_hier_inter_t) */
     int              tag_steps;       /* steps per (chunk, shard) in the tags */
     int              root_node;       /* broadcast, reduce: the root's node */
@@ -1069,7 +1070,7 @@ static st_status_t st_hier_progress(st_op_t *op)
     if (h->inter_active > 0) {
         ST_CHECK(st_hier_inter_progress(h));
         if (h->inter_active > 0) {
-            op->phase = st_hier_phases[2];
+            op->phase = h->inter_phase;
         }
     }
     /* shards final, in chunk order */
@@ -1096,14 +1097,18 @@ static st_status_t st_hier_progress(st_op_t *op)
         st_intra_publish(intra, ST_INTRA_AG, h->base + ++h->ag_k);
         op->progressed = 1;
     }
-    if (h->ag_k == h->ncols && h->zc.on &&
+    if (h->ag_k == h->ncols && (h->zc.on || h->args.type == ST_COLL_ALLTOALL) &&
         !st_intra_all_reached(intra, ST_INTRA_AG, h->base + h->ncols, &lag)) {
         /* zero-copy: the local peers still copy their results out of this rank's receive buffer
          * (its owned shards); returning would hand it back to the caller, who may overwrite it at
          * once. A peer's last all-gather also follows every owner's reduce-scatter, so the send
-         * buffer is free then too. */
+         * buffer is free then too. All-to-all: the local peers still copy their pieces out of
+         * this rank's in slots, which the next operation's copy-in would overwrite. */
         st_hier_blocked(h, 3, lag);
-        op->phase = "zero-copy: waiting for the local ranks to finish reading this rank's buffers";
+        op->phase = h->zc.on ? "zero-copy: waiting for the local ranks to finish reading this "
+                               "rank's buffers"
+                             : "all-to-all: waiting for the local ranks to finish reading this "
+                               "rank's window";
         goto idle;
     }
     if (h->ag_k == h->ncols) {
@@ -1392,6 +1397,7 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
     h->op.coll         = st_coll_name(args->type);
     h->op.seq          = args->seq;
     h->op.phase        = st_hier_phases[0];
+    snprintf(h->inter_phase, sizeof(h->inter_phase), "inter-node %s", st_hier_inter_name(h));
     h->op.nsteps       = 0;
     h->op.wait_peer    = -1;
     h->op.progress     = st_hier_progress;

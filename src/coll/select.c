@@ -162,7 +162,7 @@ static size_t st_coll_bytes(const st_coll_args_t *args)
  * profile should not have to guess). */
 static void st_coll_forced_unfit(st_algo_t forced, const st_coll_args_t *args, st_algo_t ran)
 {
-    static int said[ST_ALGO_LAST][3];
+    static int said[ST_ALGO_LAST][4];
     const char *ran_name = st_coll_algo_of(ran, args->type)->name; /* "chain" for a rooted ring */
     int         why;
 
@@ -170,6 +170,8 @@ static void st_coll_forced_unfit(st_algo_t forced, const st_coll_args_t *args, s
         why = 0; /* a collective the forced algorithm does not run */
     } else if (forced == ST_ALGO_SMALL && args->comm->intra != NULL) {
         why = 1; /* larger than the windows' small area */
+    } else if (forced == ST_ALGO_HIER && st_coll_has_windows(args)) {
+        why = 3; /* windows, but the call does not fit them (st_hier_fits) */
     } else {
         why = 2; /* small or hier without node-local windows */
     }
@@ -184,6 +186,13 @@ static void st_coll_forced_unfit(st_algo_t forced, const st_coll_args_t *args, s
         st_warn(ST_SUB_COLL, "STRATA_ALGO small applies to all-reduces of at most %d B (the "
                 "windows' small area): larger ones run as under auto (%s for %zu B)",
                 ST_INTRA_SMALL_MAX, ran_name, st_coll_bytes(args));
+    } else if (why == 3) {
+        st_warn(ST_SUB_COLL, "STRATA_ALGO hier cannot take this %s: %s (STRATA_HIER_CHUNK_SIZE "
+                "%zu B); such calls run as under auto (%s here; said once)",
+                st_coll_name(args->type), args->type == ST_COLL_ALLTOALL && args->mem != ST_MEM_HOST
+                ? "device buffers (all-to-all runs hier on host memory only)"
+                : "a window chunk must hold an element of every rank (all-to-all: nranks^2 bytes)",
+                args->comm->intra->chunk_bytes, ran_name);
     } else {
         st_warn(ST_SUB_COLL, "STRATA_ALGO %s needs node-local windows, which %s of %d rank%s "
                 "has not: its collectives run %s", st_algo_name(forced), args->comm->name,

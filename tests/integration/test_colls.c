@@ -472,18 +472,27 @@ static int auntouched(const void *buf, size_t bytes, int fill, const char *what)
 static void do_alltoall(bat_t *b, strataDataType_t dt, size_t count)
 {
     size_t   es = it_dtype_size(dt), blk = count * es, all = blk * (size_t)b->n;
-    it_buf_t sb, rb;
-    char     what[160];
+    it_buf_t sb, rb, sb2, rb2;
+    char     what[160], what2[200];
     uint8_t *send = it_buf_alloc(&sb, all, 3, 0);
     uint8_t *recv = it_buf_alloc(&rb, all, 0, 0xEE);
+    uint8_t *send2 = it_buf_alloc(&sb2, all, 3, 0);
+    uint8_t *recv2 = it_buf_alloc(&rb2, all, 0, 0xEE);
 
     snprintf(what, sizeof(what), "AlltoAll %s count %zu", it_dtype_name(dt), count);
+    snprintf(what2, sizeof(what2), "%s, the second of two back to back", what);
+    /* two calls back to back with other data (the second's block for rank p carries the pattern
+     * of (p, r), not (r, p)): a rank that starts the second while a local peer still copies the
+     * first out of its window would hand that peer the second's bytes */
     for (int p = 0; p < b->n; p++) {
         afill(send + (size_t)p * blk, b->r, p, count, es);
+        afill(send2 + (size_t)p * blk, p, b->r, count, es);
     }
-    if (IT_OK(strataAlltoAll(send, recv, count, dt, b->c->comm, NULL))) {
+    if (IT_OK(strataAlltoAll(send, recv, count, dt, b->c->comm, NULL)) &&
+        IT_OK(strataAlltoAll(send2, recv2, count, dt, b->c->comm, NULL))) {
         for (int p = 0; p < b->n; p++) {
             if (!acheck(recv + (size_t)p * blk, p, b->r, count, es, what) ||
+                !acheck(recv2 + (size_t)p * blk, b->r, p, count, es, what2) ||
                 !acheck(send + (size_t)p * blk, b->r, p, count, es, "AlltoAll sendbuff")) {
                 break;
             }
@@ -491,8 +500,12 @@ static void do_alltoall(bat_t *b, strataDataType_t dt, size_t count)
     }
     it_buf_guards(&sb, what);
     it_buf_guards(&rb, what);
+    it_buf_guards(&sb2, what2);
+    it_buf_guards(&rb2, what2);
     it_buf_free(&sb);
     it_buf_free(&rb);
+    it_buf_free(&sb2);
+    it_buf_free(&rb2);
 }
 
 /* mode 0: out of place, recvbuff NULL off the root; 1: out of place, recvbuff off the root a
