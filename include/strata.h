@@ -616,7 +616,8 @@ STRATA_API strataResult_t strataMemFree(void *ptr);
  * Returns strataInvalidArgument for a NULL comm or times; strataInvalidUsage for a destroyed
  * comm or one without a completed collective. */
 typedef struct strataPhaseTimes {
-    char   algorithm[16]; /* "hier", "ring", "small", "chain", "p2p" */
+    char   algorithm[16]; /* "hier", "ring", "small", "chain", "p2p", "pairwise" (all-to-all,
+                           * AlltoAllv), "direct" (gather, scatter) */
     double totalSeconds;  /* from the call's start to its completion on this rank */
     double seconds[3];
     size_t bytes[3];

@@ -128,6 +128,7 @@ typedef struct st_hier {
     st_hier_layout_t layout;
     st_hier_inter_t  inter;
     char             inter_phase[40]; /* "inter-node all-reduce", ... (stall reports) */
+    const char *const *phases;        /* st_hier_phases, or all-to-all's names */
     int              step0, step_end; /* the inter-node steps run (st_hier_inter_t) */
     int              tag_steps;       /* steps per (chunk, shard) in the tags */
     int              root_node;       /* broadcast, reduce: the root's node */
@@ -984,11 +985,14 @@ static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
 
 static const char *const st_hier_phases[] = {"copy-in", "intra reduce-scatter",
                                              "inter-node all-reduce", "intra all-gather"};
+/* all-to-all's names of the same four steps */
+static const char *const st_hier_a2a_phases[] = {"copy-in", "gather per destination node",
+                                                 "inter-node all-to-all exchange", "copy-out"};
 
 static void st_hier_blocked(st_hier_t *h, int phase, int laggard_lr)
 {
     h->op.win_wait  = 1;
-    h->op.phase     = st_hier_phases[phase];
+    h->op.phase     = h->phases[phase];
     h->op.wait_peer = (laggard_lr >= 0) ? st_topo_node_rank(h->topo, h->node, laggard_lr) : -1;
 }
 
@@ -1035,7 +1039,7 @@ static st_status_t st_hier_progress(st_op_t *op)
         if (!h->zc.on) {
             ST_CHECK(st_hier_copy_in(h, h->copy_k));
             if (h->dev != NULL) {
-                ST_CHECK(st_hier_dsync(h, st_hier_phases[0]));
+                ST_CHECK(st_hier_dsync(h, h->phases[0]));
             }
         }
         h->t_busy[0] += st_time_now() - t0;
@@ -1056,7 +1060,7 @@ static st_status_t st_hier_progress(st_op_t *op)
         t0 = st_time_now();
         ST_CHECK(st_hier_reduce_scatter(h, h->rs_k));
         if (h->dev != NULL) {
-            ST_CHECK(st_hier_dsync(h, st_hier_phases[1]));
+            ST_CHECK(st_hier_dsync(h, h->phases[1]));
         }
         h->t_busy[0] += st_time_now() - t0;
         st_intra_publish(intra, ST_INTRA_RS, h->base + h->rs_k + 1);
@@ -1090,7 +1094,7 @@ static st_status_t st_hier_progress(st_op_t *op)
             t0 = st_time_now();
             ST_CHECK(st_hier_deliver(h, h->ag_k));
             if (h->dev != NULL) {
-                ST_CHECK(st_hier_dsync(h, st_hier_phases[3]));
+                ST_CHECK(st_hier_dsync(h, h->phases[3]));
             }
             h->t_busy[2] += st_time_now() - t0;
         }
@@ -1396,7 +1400,8 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
     h->op.comm         = comm;
     h->op.coll         = st_coll_name(args->type);
     h->op.seq          = args->seq;
-    h->op.phase        = st_hier_phases[0];
+    h->phases          = args->type == ST_COLL_ALLTOALL ? st_hier_a2a_phases : st_hier_phases;
+    h->op.phase        = h->phases[0];
     snprintf(h->inter_phase, sizeof(h->inter_phase), "inter-node %s", st_hier_inter_name(h));
     h->op.nsteps       = 0;
     h->op.wait_peer    = -1;

@@ -421,9 +421,10 @@ const char *cb_algo_scope(const char *forced)
         return "small applies to all_reduce of at most 131072 B (the windows' small area); "
                "other rows run as under auto";
     }
-    return "hier runs all_reduce, reduce_scatter, all_gather, broadcast and reduce on any layout "
-           "of 2 ranks or more (a node of one rank reduces in a private window); with 1 rank "
-           "nothing moves; sendrecv, the all-to-alls, gather and scatter run as under auto";
+    return "hier runs all_reduce, reduce_scatter, all_gather, broadcast, reduce and alltoall "
+           "(host buffers) on any layout of 2 ranks or more (a node of one rank reduces in a "
+           "private window); with 1 rank nothing moves; sendrecv, alltoallv, gather and scatter "
+           "run as under auto";
 }
 
 /* A forced small that no row can use (no all_reduce, or every size above its limit): the run
@@ -703,6 +704,13 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
         fprintf(stderr, "%s: %s needs --out FILE (the %s it writes)\n", opts->prog,
                 opts->fab_mode == CB_FAB_TUNE ? "tune" : "calibrate",
                 opts->fab_mode == CB_FAB_TUNE ? "tuning table" : "fabric profile");
+        return -1;
+    }
+    if (opts->fab_mode != CB_FAB_NONE && colls_given) {
+        fprintf(stderr, "%s: %s takes no collective: it measures all-reduce%s\n", opts->prog,
+                opts->fab_mode == CB_FAB_TUNE ? "tune" : opts->fab_mode == CB_FAB_CALIBRATE
+                ? "calibrate" : "model --compare", opts->fab_mode == CB_FAB_TUNE
+                ? ", then ring against hier for reduce_scatter, all_gather and alltoall" : "");
         return -1;
     }
     if (opts->fab_mode == CB_FAB_COMPARE && opts->fab_profile == NULL) {

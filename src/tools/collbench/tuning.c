@@ -360,8 +360,11 @@ int cb_fab_tune(cb_fab_t *f, const size_t *sizes, int nsizes)
             fprintf(stderr, "collbench: cannot write the tuning table %s\n", out);
             ret = 2;
         } else {
-            printf("# tuning table written to %s (%d entries, pipeline depth %u, rail shares %s)\n",
-                   out, table.nentries, table.pipeline_depth, f->nics > 1 ?
+            printf("# tuning table written to %s (%d all-reduce entries; reduce_scatter %d, "
+                   "all_gather %d, alltoall %d; pipeline depth %u, rail shares %s)\n",
+                   out, table.nentries, table.colls[ST_MODEL_REDUCESCATTER].n,
+                   table.colls[ST_MODEL_ALLGATHER].n, table.colls[ST_MODEL_ALLTOALL].n,
+                   table.pipeline_depth, f->nics > 1 ?
                    (prop_win ? "proportional to the rails" : "even") : "n/a");
         }
         fflush(stdout);
