@@ -16,31 +16,12 @@
  *    float, so #wrong counts real errors (a block from the wrong sender or place, a stale one).
  * Only MPI is used.
  */
-#include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-typedef struct {
-    size_t minbytes, maxbytes;
-    int    factor, iters, warmup, check;
-} opts_t;
-
-static size_t parse_size(const char *s)
-{
-    char  *end;
-    double v = strtod(s, &end);
-
-    switch (*end) {
-    case 'k': case 'K': v *= 1024.0; break;
-    case 'm': case 'M': v *= 1024.0 * 1024.0; break;
-    case 'g': case 'G': v *= 1024.0 * 1024.0 * 1024.0; break;
-    default: break;
-    }
-    return (size_t)v;
-}
+#include "mpi_bench.h"
 
 /* What rank `src` sends at key `key` (block d, element i: key = d * count + i) in round `seed`:
  * an integer in [0, 2^24), exact in float. */
@@ -110,22 +91,15 @@ static unsigned long long bench_one(const opts_t *o, float *send, float *recv, s
     algbw = (double)bytes / sec / 1e9;
     busbw = algbw * (nranks - 1) / nranks;
     if (rank == 0) {
-        double usec = sec * 1e6;
-
-        printf((usec >= 10000.0) ? "  %7.0f" : (usec >= 100.0) ? "  %7.1f" : "  %7.2f", usec);
-        if (o->check) {
-            printf("  %6.2f  %6.2f  %5llu", algbw, busbw, wrong_all);
-        } else {
-            printf("  %6.2f  %6.2f  %5s", algbw, busbw, "N/A");
-        }
+        print_half(o, sec, algbw, busbw, wrong_all);
     }
     return wrong_all;
 }
 
 int main(int argc, char **argv)
 {
-    opts_t             o = {1024, 64 << 20, 2, 20, 5, 1};
-    int                rank, nranks, c;
+    opts_t             o;
+    int                rank, nranks;
     unsigned           seed = 1;
     unsigned long long wrong = 0;
     float             *send, *recv;
@@ -134,22 +108,9 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    while ((c = getopt(argc, argv, "b:e:f:n:w:c:")) != -1) {
-        switch (c) {
-        case 'b': o.minbytes = parse_size(optarg); break;
-        case 'e': o.maxbytes = parse_size(optarg); break;
-        case 'f': o.factor = atoi(optarg); break;
-        case 'n': o.iters = atoi(optarg); break;
-        case 'w': o.warmup = atoi(optarg); break;
-        case 'c': o.check = atoi(optarg); break;
-        default:
-            if (rank == 0) {
-                fprintf(stderr, "usage: %s [-b min] [-e max] [-f factor] [-n iters] [-w warmup] "
-                        "[-c 0/1]\n", argv[0]);
-            }
-            MPI_Finalize();
-            return 2;
-        }
+    if (parse_opts(argc, argv, rank, &o) != 0) {
+        MPI_Finalize();
+        return 2;
     }
     if (o.minbytes < sizeof(float) * (size_t)nranks || o.maxbytes < o.minbytes || o.factor < 2 ||
         o.iters < 1 || o.maxbytes / sizeof(float) / (size_t)nranks > (size_t)INT32_MAX) {
@@ -173,12 +134,7 @@ int main(int argc, char **argv)
     if (rank == 0) {
         printf("# mpi_alltoall: MPI_Alltoall, float, %d ranks; out of place only (the in-place "
                "columns say N/A, as collbench's alltoall)\n", nranks);
-        printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %d(factor) warmup iters: %d "
-               "iters: %d agg iters: 1 validation: %d graph: 0\n", o.minbytes, o.maxbytes,
-               o.factor, o.warmup, o.iters, o.check);
-        printf("#\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
-               "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
-               "algbw", "busbw", "#wrong");
+        print_header(&o);
     }
     /* Warmup as collbench: at the largest size, then at the smallest. */
     run(send, recv, maxcount, o.warmup);
