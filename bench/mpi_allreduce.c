@@ -63,8 +63,8 @@ static void run(float *send, float *recv, size_t count, int in_place, int iters)
 static unsigned long long bench_one(const opts_t *o, float *send, float *recv, size_t count,
                                     int in_place, int rank, int nranks, unsigned *seed)
 {
-    unsigned long long wrong = 0, wrong_all = 0;
-    double             t0, sec, algbw, busbw;
+    unsigned long long wrong = 0;
+    double             t0, sec;
     size_t             bytes = count * sizeof(float);
 
     fill(in_place ? recv : send, count, rank, 0);
@@ -72,21 +72,14 @@ static unsigned long long bench_one(const opts_t *o, float *send, float *recv, s
     t0 = MPI_Wtime();
     run(send, recv, count, in_place, o->iters);
     sec = (MPI_Wtime() - t0) / o->iters;
-    MPI_Allreduce(MPI_IN_PLACE, &sec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 
     if (o->check) {
         ++*seed;
         fill(in_place ? recv : send, count, rank, *seed);
         run(send, recv, count, in_place, 1);
         wrong = count_wrong(recv, count, nranks, *seed);
-        MPI_Allreduce(&wrong, &wrong_all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     }
-    algbw = (double)bytes / sec / 1e9;
-    busbw = algbw * 2.0 * (nranks - 1) / nranks;
-    if (rank == 0) {
-        print_half(o, sec, algbw, busbw, wrong_all);
-    }
-    return wrong_all;
+    return finish_half(o, sec, wrong, bytes, 2.0, rank, nranks);
 }
 
 int main(int argc, char **argv)
@@ -98,11 +91,7 @@ int main(int argc, char **argv)
     float             *send, *recv;
     size_t             maxcount, size;
 
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    if (parse_opts(argc, argv, rank, &o) != 0) {
-        MPI_Finalize();
+    if (mpi_start(&argc, &argv, &rank, &nranks, &o) != 0) {
         return 2;
     }
     if (o.minbytes < sizeof(float) || o.maxbytes < o.minbytes || o.factor < 2 || o.iters < 1) {

@@ -69,8 +69,8 @@ static void run(const float *send, float *recv, size_t count, int iters)
 static unsigned long long bench_one(const opts_t *o, float *send, float *recv, size_t count,
                                     int rank, int nranks, unsigned *seed)
 {
-    unsigned long long wrong = 0, wrong_all = 0;
-    double             t0, sec, algbw, busbw;
+    unsigned long long wrong = 0;
+    double             t0, sec;
     size_t             bytes = count * (size_t)nranks * sizeof(float);
 
     fill(send, count, nranks, rank, 0);
@@ -78,7 +78,6 @@ static unsigned long long bench_one(const opts_t *o, float *send, float *recv, s
     t0 = MPI_Wtime();
     run(send, recv, count, o->iters);
     sec = (MPI_Wtime() - t0) / o->iters;
-    MPI_Allreduce(MPI_IN_PLACE, &sec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 
     if (o->check) {
         ++*seed;
@@ -86,14 +85,8 @@ static unsigned long long bench_one(const opts_t *o, float *send, float *recv, s
         memset(recv, 0xff, bytes); /* poison: NaN, never an input */
         run(send, recv, count, 1);
         wrong = count_wrong(recv, count, nranks, rank, *seed);
-        MPI_Allreduce(&wrong, &wrong_all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     }
-    algbw = (double)bytes / sec / 1e9;
-    busbw = algbw * (nranks - 1) / nranks;
-    if (rank == 0) {
-        print_half(o, sec, algbw, busbw, wrong_all);
-    }
-    return wrong_all;
+    return finish_half(o, sec, wrong, bytes, 1.0, rank, nranks);
 }
 
 int main(int argc, char **argv)
@@ -105,11 +98,7 @@ int main(int argc, char **argv)
     float             *send, *recv;
     size_t             maxcount, size;
 
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    if (parse_opts(argc, argv, rank, &o) != 0) {
-        MPI_Finalize();
+    if (mpi_start(&argc, &argv, &rank, &nranks, &o) != 0) {
         return 2;
     }
     if (o.minbytes < sizeof(float) * (size_t)nranks || o.maxbytes < o.minbytes || o.factor < 2 ||

@@ -83,4 +83,38 @@ static void print_half(const opts_t *o, double sec, double algbw, double busbw,
     }
 }
 
+/* MPI_Init, the rank and size, and the options. 0, or 2 (MPI finalized: exit with it). */
+static int mpi_start(int *argc, char ***argv, int *rank, int *nranks, opts_t *o)
+{
+    MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, nranks);
+    if (parse_opts(*argc, *argv, *rank, o) != 0) {
+        MPI_Finalize();
+        return 2;
+    }
+    return 0;
+}
+
+/* The end of one half of a row, on every rank: time = the largest over ranks of this rank's
+ * seconds per call, #wrong summed over ranks (with -c 1), algbw = bytes / time and busbw = algbw x
+ * busf x (n-1)/n (nccl-tests: busf 2 for all-reduce, 1 for all-to-all); printed on rank 0.
+ * Returns the #wrong of all ranks. */
+static unsigned long long finish_half(const opts_t *o, double sec, unsigned long long wrong,
+                                      size_t bytes, double busf, int rank, int nranks)
+{
+    unsigned long long wrong_all = 0;
+    double             algbw;
+
+    MPI_Allreduce(MPI_IN_PLACE, &sec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (o->check) {
+        MPI_Allreduce(&wrong, &wrong_all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    }
+    algbw = (double)bytes / sec / 1e9;
+    if (rank == 0) {
+        print_half(o, sec, algbw, algbw * busf * (nranks - 1) / nranks, wrong_all);
+    }
+    return wrong_all;
+}
+
 #endif
