@@ -1,16 +1,25 @@
 #!/usr/bin/python3
 """ddp_digits.py: PyTorch DistributedDataParallel training of a small MLP on scikit-learn's digits
 (8x8 images, 10 classes, 1797 samples, bundled with scikit-learn), with the gradient all-reduce
-done by gloo (DDP's own) or by strata (strata.ddp's comm hook).
+done by the process group (DDP's own reduction: gloo, or strata as a torch.distributed backend)
+or by strata.ddp's comm hook.
 
     /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node 4 \\
         examples/ddp_digits.py --comm strata
+    /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node 4 \\
+        examples/ddp_digits.py --backend strata
     sudo examples/run_ddp_emu.sh --rate 1gbit -- --comm strata     # 2 emulated nodes x 2 ranks
 
---comm gloo | strata | strata-fp16 | strata-bf16. The process group is gloo in every case (DDP's
-parameter broadcast, the strata unique id, the reports); with strata* only the gradient
-all-reduce goes through strata. Fixed seeds: the same data split, initial weights and sample
-order for every backend, so runs are comparable loss for loss.
+--backend gloo | strata (default gloo): the process group. With strata (strata.torch registers
+the backend) everything goes through strata: DDP's parameter broadcast and its gradient
+reduction, the reports; no gloo group is created.
+--comm ddp | gloo | strata | strata-fp16 | strata-bf16: who all-reduces the gradients. ddp: DDP's
+own reduction through the process group; gloo: the same, and asks for --backend gloo. strata*:
+strata.ddp's comm hook (fp32, fp16 or bf16 on the wire) over a strata communicator of its own,
+whose unique id travels by a broadcast on the process group (with either backend). Default:
+strata with --backend gloo (as before --backend existed), ddp with --backend strata.
+Fixed seeds: the same data split, initial weights and sample order for every backend, so runs
+are comparable loss for loss.
 
 Rank 0 prints per epoch the training loss (mean over every sample of every rank) and the test
 accuracy (held-out 20 %), then the mean training step time, the overlap measurement and whether
@@ -25,30 +34,31 @@ library from STRATA_LIBRARY or the build tree (see strata._lib).
 import argparse
 import contextlib
 import faulthandler
-import hashlib
 import json
-import os
 import socket
 import statistics
-import sys
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
-COMMS = ("gloo", "strata", "strata-fp16", "strata-bf16")
+from digits_common import (BACKENDS, MLP, deterministic, evaluate, gather, group_backends,
+                           import_strata, init_process_group, load_data, param_digest, run)
+
+COMMS = ("ddp", "gloo", "strata", "strata-fp16", "strata-bf16")
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--comm", choices=COMMS, default="strata",
-                   help="who all-reduces the gradients (default strata)")
+    p.add_argument("--backend", choices=BACKENDS, default="gloo",
+                   help="the process group's backend (default gloo)")
+    p.add_argument("--comm", choices=COMMS, default=None,
+                   help="who all-reduces the gradients (default: strata with --backend gloo, "
+                   "ddp with --backend strata)")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=16, help="samples per rank and step (16)")
     p.add_argument("--lr", type=float, default=0.1)
@@ -62,51 +72,13 @@ def parse_args(argv=None):
     p.add_argument("--timing-steps", type=int, default=10, help="steps per round and mode")
     p.add_argument("--json", metavar="FILE", help="rank 0 writes the results here")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (1)")
-    return p.parse_args(argv)
-
-
-class MLP(nn.Module):
-    def __init__(self, hidden):
-        super().__init__()
-        self.fc1 = nn.Linear(64, hidden)
-        self.fc2 = nn.Linear(hidden, hidden)
-        self.fc3 = nn.Linear(hidden, 10)
-
-    def forward(self, x):
-        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
-
-
-def load_data(seed):
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-    x, y = load_digits(return_X_y=True)
-    x = (x / 16.0).astype(np.float32)
-    xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.2, random_state=seed, stratify=y)
-    return (torch.from_numpy(xtr), torch.from_numpy(ytr).long(),
-            torch.from_numpy(xte), torch.from_numpy(yte).long())
-
-
-def param_digest(module):
-    h = hashlib.sha256()
-    for p in module.parameters():
-        h.update(p.detach().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
-def gather(obj):
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def evaluate(module, x, y):
-    module.eval()
-    with torch.no_grad():
-        logits = module(x)
-        loss = F.cross_entropy(logits, y).item()
-        acc = (logits.argmax(1) == y).float().mean().item() * 100.0
-    module.train()
-    return loss, acc
+    args = p.parse_args(argv)
+    if args.comm is None:
+        args.comm = "strata" if args.backend == "gloo" else "ddp"
+    if args.comm == "gloo" and args.backend != "gloo":
+        p.error("--comm gloo is DDP's reduction through a gloo process group: with --backend %s "
+                "use --comm ddp (DDP's reduction through %s)" % (args.backend, args.backend))
+    return args
 
 
 def measure_overlap(model, batches, rounds, steps):
@@ -129,11 +101,9 @@ def measure_overlap(model, batches, rounds, steps):
 
 def main(argv=None):
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo")
+    deterministic(args.seed, args.threads)
+    backend = init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(args.seed)
-    np.random.seed(args.seed)
 
     xtr, ytr, xte, yte = load_data(args.seed)
     sampler = DistributedSampler(range(len(xtr)), num_replicas=world, rank=rank, shuffle=True,
@@ -146,26 +116,21 @@ def main(argv=None):
     model = DDP(module, bucket_cap_mb=args.bucket_mb)
 
     state = None
-    if args.comm != "gloo":
-        try:
-            import strata.ddp
-        except ImportError:
-            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                            "..", "python"))
-            import strata.ddp
-        state = strata.ddp.StrataState()
+    if args.comm.startswith("strata"):
+        strata_ddp = import_strata("strata.ddp")
+        state = strata_ddp.StrataState()
         wire = {"strata": "fp32", "strata-fp16": "fp16", "strata-bf16": "bf16"}[args.comm]
-        model.register_comm_hook(state, strata.ddp.HOOKS[wire])
+        model.register_comm_hook(state, strata_ddp.HOOKS[wire])
 
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     nodes = len(set(gather(socket.gethostname())))
     nparams = sum(p.numel() for p in module.parameters())
     steps_per_epoch = (len(sampler) + args.batch_size - 1) // args.batch_size
     if rank == 0:
-        print("# ddp_digits: --comm %s, %d ranks on %d node(s), MLP 64-%d-%d-10 (%d parameters, "
-              "%.2f MB of fp32 gradients), buckets <= %g MB, batch %d per rank, %d steps per "
-              "epoch, %d train / %d test samples" % (
-                  args.comm, world, nodes, args.hidden, args.hidden, nparams,
+        print("# ddp_digits: process group %s, --comm %s, %d ranks on %d node(s), MLP 64-%d-%d-10 "
+              "(%d parameters, %.2f MB of fp32 gradients), buckets <= %g MB, batch %d per rank, "
+              "%d steps per epoch, %d train / %d test samples" % (
+                  backend, args.comm, world, nodes, args.hidden, args.hidden, nparams,
                   nparams * 4 / 1e6, args.bucket_mb, args.batch_size, steps_per_epoch,
                   len(xtr), len(xte)), flush=True)
 
@@ -196,6 +161,7 @@ def main(argv=None):
     train_s = time.perf_counter() - t_train
     test_loss, test_acc = evaluate(module, xte, yte)
     digests = gather(param_digest(module))
+    groups = group_backends()
     identical = len(set(digests)) == 1
     # The first step builds DDP's buckets anew (and, for strata, connects): left out of the mean.
     step_ms = statistics.mean(step_times[1:] if len(step_times) > 1 else step_times) * 1e3
@@ -228,10 +194,12 @@ def main(argv=None):
                   "communication %.3f ms per step" % (args.timing_rounds, args.timing_steps,
                                                       sync_ms, nosync_ms, exposed_ms))
         print("parameters bitwise identical on all %d ranks: %s" % (
-            world, "yes" if identical else "NO (%d different)" % len(set(digests))), flush=True)
+            world, "yes" if identical else "NO (%d different)" % len(set(digests))))
+        print("process groups: %s" % " ".join(groups), flush=True)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"comm": args.comm, "world": world, "nodes": nodes, "seed": args.seed,
+                json.dump({"backend": backend, "groups": groups, "comm": args.comm,
+                           "world": world, "nodes": nodes, "seed": args.seed,
                            "epochs": args.epochs, "epoch_loss": epoch_loss,
                            "epoch_accuracy": epoch_acc, "test_loss": test_loss,
                            "test_accuracy": test_acc, "step_ms": step_ms,
@@ -246,25 +214,7 @@ def main(argv=None):
         state.close()
     dist.barrier()
     dist.destroy_process_group()
-    leave(0)
-
-
-def leave(rc):
-    """Exits without running destructors: with torch 1.13, freeing DDP and the gloo group's
-    objects after destroy_process_group sometimes never returns (2 runs in about 40 here, with
-    gloo alone; faulthandler showed the main thread in the frame's teardown and a native thread
-    without Python frames). Everything is written and strata's resources are released by now."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(rc)
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except SystemExit as exc:  # argparse's --help and usage errors
-        leave(exc.code if isinstance(exc.code, int) else 2)
-    except BaseException:  # noqa: BLE001 - reported; its traceback keeps main's objects alive
-        import traceback
-        traceback.print_exc()
-        leave(1)
+    run(main)

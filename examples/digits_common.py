@@ -1,0 +1,132 @@
+"""digits_common.py: what the digits examples share (ddp_digits.py, zero_digits.py,
+pipeline_digits.py): the process group (--backend gloo | strata), the data (scikit-learn's digits,
+8x8 images, 10 classes, 1797 samples, a fixed 80/20 split), the 64-H-H-10 MLP, determinism,
+digests of parameters, and a bounded exit.
+
+--backend strata imports strata.torch, which registers the "strata" backend with
+torch.distributed, and the process group is strata's own: every collective of torch.distributed,
+DDP's, ZeRO's and the example's, goes through it; no gloo group is created. group_backends()
+lists the backend of every process group that exists, so an example can show (and a test
+assert) that none is gloo.
+"""
+
+import hashlib
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+BACKENDS = ("gloo", "strata")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def import_strata(module="strata"):
+    """Imports strata (or a submodule), from PYTHONPATH or else this tree's python/."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        sys.path.insert(0, os.path.join(HERE, "..", "python"))
+        return importlib.import_module(module)
+
+
+def deterministic(seed, threads=1):
+    """Fixed seeds, `threads` torch threads, deterministic algorithms."""
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+
+
+def init_process_group(backend):
+    """dist.init_process_group(backend) from torch.distributed.run's environment; for strata,
+    strata.torch is imported first (it registers the backend). Returns the default group's
+    backend name as torch.distributed reports it."""
+    if backend == "strata":
+        import_strata("strata.torch")
+    elif backend not in BACKENDS:
+        raise ValueError("unknown backend %r (%s)" % (backend, ", ".join(BACKENDS)))
+    dist.init_process_group(backend)
+    return dist.get_backend()
+
+
+def group_backends():
+    """The backend names of every process group that exists now (sorted, unique)."""
+    pg_map = dist.distributed_c10d._pg_map
+    return sorted({str(v[0]) for v in pg_map.values()})
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.fc1 = nn.Linear(64, hidden)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.fc3 = nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+def load_data(seed):
+    """(x_train, y_train, x_test, y_test): float32 pixels in [0, 1] and int64 labels."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float32)
+    xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.2, random_state=seed, stratify=y)
+    return (torch.from_numpy(xtr), torch.from_numpy(ytr).long(),
+            torch.from_numpy(xte), torch.from_numpy(yte).long())
+
+
+def param_digest(module):
+    """sha256 of the module's parameters' bytes, in order."""
+    h = hashlib.sha256()
+    for p in module.parameters():
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def gather(obj, group=None):
+    """Every rank's obj (all_gather_object over group)."""
+    out = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
+def evaluate(module, x, y):
+    """(loss, accuracy in %) of module on (x, y), without gradients."""
+    was_training = module.training
+    module.eval()
+    with torch.no_grad():
+        logits = module(x)
+        loss = F.cross_entropy(logits, y).item()
+        acc = (logits.argmax(1) == y).float().mean().item() * 100.0
+    module.train(was_training)
+    return loss, acc
+
+
+def leave(rc):
+    """Exits without running destructors: with torch 1.13, freeing DDP and the gloo group's
+    objects after destroy_process_group sometimes never returns (2 runs in about 40 here, with
+    gloo alone; faulthandler showed the main thread in the frame's teardown and a native thread
+    without Python frames). Everything is written and strata's resources are released by now."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
+
+
+def run(main):
+    """Runs main() and leaves with its status (0 when it returns None), printing any exception."""
+    try:
+        rc = main()
+    except SystemExit as exc:  # argparse's --help and usage errors
+        leave(exc.code if isinstance(exc.code, int) else 2)
+    except BaseException:  # noqa: BLE001 - reported; its traceback keeps main's objects alive
+        import traceback
+        traceback.print_exc()
+        leave(1)
+    leave(rc or 0)
