@@ -46,7 +46,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
 from digits_common import (BACKENDS, MLP, deterministic, evaluate, gather, group_backends,
-                           import_strata, init_process_group, load_data, param_digest, run)
+                           import_strata, init_process_group, leave, load_data, param_digest, run)
 
 COMMS = ("ddp", "gloo", "strata", "strata-fp16", "strata-bf16")
 
@@ -214,6 +214,7 @@ def main(argv=None):
         state.close()
     dist.barrier()
     dist.destroy_process_group()
+    leave(0)
 
 
 if __name__ == "__main__":

@@ -120,7 +120,10 @@ def leave(rc):
 
 
 def run(main):
-    """Runs main() and leaves with its status (0 when it returns None), printing any exception."""
+    """Runs main(), which ends with leave(status) while its locals (DDP, the optimizers) are
+    alive: returning would free them first, and that is where torch 1.13's teardown hangs
+    (~ProcessGroupGloo joins a gloo thread that waits for the GIL the freeing thread holds).
+    An exception is printed and leaves with 1."""
     try:
         rc = main()
     except SystemExit as exc:  # argparse's --help and usage errors

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch.utils.data.distributed import DistributedSampler
 
 from digits_common import (BACKENDS, MLP, deterministic, gather, group_backends,
-                           init_process_group, load_data, param_digest, run)
+                           init_process_group, leave, load_data, param_digest, run)
 
 STAGES = 2
 
@@ -204,7 +204,7 @@ def main(argv=None):
                   " ".join("%.2e" % c[1] for c in checks), "ok" if check_ok else "FAILED"),
               flush=True)
     if not check_ok:
-        return 1
+        leave(1)
 
     epoch_loss, epoch_acc = [], []
     t_train = time.perf_counter()
@@ -259,7 +259,7 @@ def main(argv=None):
     faulthandler.dump_traceback_later(120, exit=True)
     dist.barrier()
     dist.destroy_process_group()
-    return 0 if identical else 1
+    leave(0 if identical else 1)
 
 
 if __name__ == "__main__":

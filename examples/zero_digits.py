@@ -36,7 +36,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
 from digits_common import (BACKENDS, MLP, deterministic, evaluate, gather, group_backends,
-                           init_process_group, load_data, param_digest, run)
+                           init_process_group, leave, load_data, param_digest, run)
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
@@ -138,7 +138,7 @@ def main(argv=None):
     faulthandler.dump_traceback_later(120, exit=True)
     dist.barrier()
     dist.destroy_process_group()
-    return 0 if identical else 1
+    leave(0 if identical else 1)
 
 
 if __name__ == "__main__":
