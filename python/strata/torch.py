@@ -42,6 +42,7 @@ Not supported (a RuntimeError saying so): recv from any source (dist.recv withou
 PREMUL_SUM, CUDA tensors (this build's binding is host memory).
 """
 
+import collections
 import datetime
 import threading
 
@@ -195,6 +196,18 @@ def _timeout_s(timeout):
 # ---------------------------------------------------------------------------------------------
 
 
+# torch 1.13 reaches a Python Work from C++ (DDP's reducer, its parameter checks) through
+# pybind's trampoline, which finds the Python object only while it is alive: a Work whose
+# Python object has been collected falls back to the C++ base class, whose wait() never
+# returns. So the backend keeps every Work alive until it completes, and the last _KEEP_DONE
+# completed ones after that (torch's C++ callers wait on or take the future of a Work right
+# after making it).
+_KEEP_DONE = 4096
+_keep_pending = set()
+_keep_done = collections.deque(maxlen=_KEEP_DONE)
+_keep_lock = threading.Lock()
+
+
 class _StrataWork(dist.Work):
     """The Work of one call: completes when every strata request of the call has completed and
     its post-processing (copies back, local reductions) has run."""
@@ -211,6 +224,8 @@ class _StrataWork(dist.Work):
         self._future = None
         self._callbacks = []
         self._left = len(requests)
+        with _keep_lock:
+            _keep_pending.add(self)
         if not requests:
             self._complete()
         for req in requests:
@@ -241,6 +256,9 @@ class _StrataWork(dist.Work):
             self._settle(fut)
         for fn in callbacks:
             fn(self)
+        with _keep_lock:
+            _keep_pending.discard(self)
+            _keep_done.append(self)
 
     def _settle(self, fut):
         if self._error is not None:
