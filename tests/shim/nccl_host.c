@@ -487,8 +487,8 @@ int main(int argc, char **argv)
         *slash = '\0';
         CHECK(strcmp(got, want) == 0, "libnccl is mapped from %s, not from the shim's %s", maps,
               want);
-        printf("nccl_host: libnccl served by %s (mapped from the shim's folder; no other libnccl)\n",
-               maps);
+        printf("nccl_host: libnccl served by %s (mapped from the shim's folder; no other "
+               "libnccl)\n", maps);
     }
     NCCLOK(ncclGetVersion(&version));
     CHECK(version == NCCL_VERSION_CODE, "ncclGetVersion %d, header %d", version,
