@@ -16,6 +16,12 @@
 #   6 performance  all-reduce busbw 4 B..1 GiB at 2, 4, 8 ranks; the HBM traffic the algorithm
 #                  moves as a fraction of the copy anchor (copy path: (5m+1)S bytes per all-reduce
 #                  of S bytes per rank over m ranks); 8-byte all-reduce latency, 2 ranks
+#   7 nccl_shim    torch's "nccl" backend on strata's NCCL shim (src/shim/.libs/libnccl.so.2,
+#                  LD_PRELOAD): two ranks on the GPU, dist.all_reduce of a CUDA tensor, the value
+#                  checked; /proc/self/maps must show libnccl.so.2 mapped from the shim's folder
+#                  (none from nvidia's wheel) and dladdr of ncclAllReduce must name the shim; also
+#                  that the shim exports every nccl symbol libtorch_cuda imports (dry run: those
+#                  host checks, the torch run a SKIP)
 # Each step: PASS, FAIL or SKIP with a reason, and its time; a failing step never stops the run.
 # The issue's targets are printed as ratios (measured / target), never as the run's verdict.
 #
@@ -36,7 +42,7 @@ set -u -o pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/.." && pwd)
 
-dry=0 out="" steps="0,1,2,3,4,5,6" budget=480 bundle=0
+dry=0 out="" steps="0,1,2,3,4,5,6,7" budget=480 bundle=0
 usage() { sed -n '2,/^set -u/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case $1 in
@@ -51,7 +57,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 case $budget in ''|*[!0-9]*) echo "gpu_check: --budget '$budget' is not a number of seconds" >&2; exit 2 ;; esac
-case ,$steps, in *[!0-9,]*) echo "gpu_check: --steps '$steps' is not a list of 0..6" >&2; exit 2 ;; esac
+case ,$steps, in *[!0-9,]*) echo "gpu_check: --steps '$steps' is not a list of 0..7" >&2; exit 2 ;; esac
 
 # The built tree: this script's, or the build folder of $COLLBENCH when set (make check sets it:
 # in a VPATH build the binaries are not next to the sources).
@@ -59,6 +65,7 @@ build=$top
 [ -n "${COLLBENCH:-}" ] && build=$(cd "$(dirname "$COLLBENCH")" && pwd)
 collbench=${COLLBENCH:-$top/collbench}
 dev_probe=$build/tests/gpu/dev_probe
+nccl_shim=$build/src/shim/.libs/libnccl.so.2
 nccl_port=$build/examples/nccl_port
 libs=$top/.gpu_libs
 # the carried libraries first, then libstrata.so of the tree (examples link it)
@@ -468,6 +475,106 @@ if step_on 6; then
             end SKIP "dry run: no GPU; the figures in details are of the simulated device on the CPU, never GPU performance"
         else
             end PASS "all-reduce busbw and HBM fractions measured (targets below, as ratios)"
+        fi
+    fi
+fi
+
+# ---- 7: torch's "nccl" backend on strata's NCCL shim ----
+if step_on 7; then
+    begin 7 nccl_shim
+    dets shim "${nccl_shim#"$build"/}"
+    probs=()
+    if [ ! -f "$nccl_shim" ]; then
+        probs+=("the shim is not built (configure builds it where nccl.h is: src/shim/.libs/libnccl.so.2)")
+    else
+        soname=$(readelf -d "$nccl_shim" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+        dets soname "$soname"
+        [ "$soname" = libnccl.so.2 ] || probs+=("the shim's SONAME is '$soname', not libnccl.so.2")
+        # every nccl symbol libtorch_cuda imports (step 0's list) must be exported by the shim
+        if [ -s "$out/libtorch_cuda_nccl.txt" ]; then
+            nm -D --defined-only "$nccl_shim" | awk '{print $3}' | sort -u >"$out/step7_shim_exports.txt"
+            sort -u "$out/libtorch_cuda_nccl.txt" >"$out/step7_torch_imports.txt"
+            lacking=$(comm -23 "$out/step7_torch_imports.txt" "$out/step7_shim_exports.txt" | tr '\n' ' ')
+            detn torch_nccl_imports "$(wc -l <"$out/step7_torch_imports.txt")"
+            dets torch_imports_not_in_shim "$lacking"
+            [ -z "$lacking" ] || probs+=("libtorch_cuda imports what the shim lacks: $lacking")
+        else
+            dets torch_nccl_imports "unknown (no libtorch_cuda found in step 0)"
+        fi
+    fi
+    if [ ${#probs[@]} -gt 0 ] && [ "$dry" = 1 ]; then
+        end SKIP "dry run: $(IFS=';'; echo "${probs[*]}")"
+    elif [ ${#probs[@]} -gt 0 ]; then
+        end FAIL "$(IFS=';'; echo "${probs[*]}")"
+    elif [ "$dry" = 1 ]; then
+        end SKIP "dry run: torch's nccl backend needs a GPU; the shim's SONAME is libnccl.so.2$([ -s "$out/libtorch_cuda_nccl.txt" ] && echo " and it exports every nccl symbol libtorch_cuda imports")"
+    else
+        # one launcher: two ranks of this script on the one GPU, each printing one JSON line
+        cat >"$out/step7_torch.py" <<'PY'
+import ctypes, json, os, subprocess, sys
+shim = os.path.realpath(sys.argv[1])
+if os.environ.get("RANK") is None:
+    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(29500 + os.getpid() % 2000), LD_PRELOAD=shim)
+    procs = [subprocess.Popen([sys.executable, sys.argv[0], shim], env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE, text=True) for r in range(2)]
+    lines, ok = [], True
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=110)
+        except subprocess.TimeoutExpired:
+            p.kill(); out, _ = p.communicate(); ok = False
+        js = [l for l in out.splitlines() if l.startswith("{")]
+        lines.append(json.loads(js[-1]) if js else {"ok": False, "why": "no result, status %s" % p.returncode})
+        ok = ok and p.returncode == 0 and lines[-1].get("ok") is True
+    print(json.dumps({"ok": ok, "ranks": lines}))
+    sys.exit(0 if ok else 1)
+rank = int(os.environ["RANK"])
+res = {"rank": rank, "ok": False}
+try:
+    import torch, torch.distributed as dist
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", rank=rank, world_size=2, device_id=torch.device("cuda", 0))
+    t = torch.full((1 << 20,), float(rank + 1), device="cuda", dtype=torch.float32)
+    dist.all_reduce(t)
+    torch.cuda.synchronize()
+    res["value_min"], res["value_max"] = float(t.min()), float(t.max())
+    maps = sorted({l.split()[-1] for l in open("/proc/self/maps") if "/" in l and
+                   os.path.basename(l.split()[-1]).startswith("libnccl.so")})
+    res["libnccl_mapped"] = maps
+    res["libstrata_mapped"] = any("libstrata.so" in l for l in open("/proc/self/maps"))
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                    ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+    glob = ctypes.CDLL(None)
+    info = DlInfo()
+    addr = ctypes.cast(glob.ncclAllReduce, ctypes.c_void_p)
+    ctypes.CDLL("libc.so.6").dladdr(addr, ctypes.byref(info))
+    res["ncclAllReduce_from"] = info.fname.decode() if info.fname else None
+    served = res["ncclAllReduce_from"] and os.path.dirname(os.path.realpath(res["ncclAllReduce_from"])) == os.path.dirname(shim)
+    only_shim = bool(maps) and all(os.path.dirname(os.path.realpath(m)) == os.path.dirname(shim) for m in maps)
+    res["ok"] = bool(res["value_min"] == 3.0 and res["value_max"] == 3.0 and served and only_shim
+                     and res["libstrata_mapped"])
+    dist.destroy_process_group()
+except Exception as e:
+    res["why"] = "%s: %s" % (type(e).__name__, e)
+print(json.dumps(res))
+sys.exit(0 if res["ok"] else 1)
+PY
+        if ! command -v python3 >/dev/null; then
+            end FAIL "no python3 for the torch run"
+        else
+            run 130 "$out/step7_torch.txt" python3 "$out/step7_torch.py" "$nccl_shim"; rc=$?
+            r=$(grep '^{' "$out/step7_torch.txt" | tail -1)
+            det torch_run "${r:-null}"
+            detn torch_run_status "$rc"
+            if [ "$rc" = 125 ]; then
+                end SKIP "the budget was spent before the torch run"
+            elif [ "$rc" = 0 ]; then
+                end PASS "torch nccl backend on the shim: 2 ranks, all_reduce of 1M floats = 3.0 on the GPU; libnccl.so.2 mapped from the shim's folder only, ncclAllReduce resolved to it, libstrata mapped"
+            else
+                end FAIL "torch on the shim: status $rc: $(printf '%s' "${r:-$(tail -2 "$out/step7_torch.txt" | tr '\n' ' ')}" | cut -c1-400)"
+            fi
         fi
     fi
 fi

@@ -2,7 +2,8 @@
 # check_layers.sh - the layering rule of docs/architecture.md, checked on the sources: a file
 # includes only headers of its own floor or of floors below it. Floors, top to bottom:
 #
-#   9 src/tools            the benchmark and its commands
+#   9 src/tools src/shim   side by side: the benchmark and its commands; the NCCL shim
+#                          (libnccl.so.2), a client of the public header only
 #   8 src/core             entry points, lifecycle, bootstrap, device queues
 #   7 src/coll             algorithms
 #   6 src/engine           the communicator at run time, ops, progress engine, mismatch check
@@ -15,10 +16,11 @@
 #
 # An include that points up fails, naming file, line and both floors; so does an include of a
 # transport's own header from outside its folder (everything else reaches a transport through
-# transports/transport.h). Includes are resolved as the compiler would (the includer's folder,
-# then src/, the root, include/; "" and <> alike, ".." normalised). Usage: check_layers.sh
-# [source root] (default: this script's tree); tests/tools/test_check_layers.sh checks the check
-# on copies of the tree.
+# transports/transport.h), and an include of anything but include/ from src/shim/ (the shim
+# uses strata's public API and nothing else: strata.h, nccl.h, libc). Includes are resolved as
+# the compiler would (the includer's folder, then src/, the root, include/; "" and <> alike, ".."
+# normalised). Usage: check_layers.sh [source root] (default: this script's tree);
+# tests/tools/test_check_layers.sh checks the check on copies of the tree.
 set -u
 root=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 cd "$root" || exit 99
@@ -27,6 +29,7 @@ floor_of()
 {
     case $1 in
         src/tools/*) echo 9 ;;
+        src/shim/*) echo 9 ;;
         src/core/*) echo 8 ;;
         src/coll/*) echo 7 ;;
         src/engine/*) echo 6 ;;
@@ -86,12 +89,18 @@ for f in $files; do
             bad=$((bad + 1))
             continue
         fi
-        if [ "$ff" -eq 4 ] && [ "$tf" -eq 4 ]; then
-            # the floor-4 folders are side by side: neither includes the other
+        # the NCCL shim is a client of the public API: include/ only
+        if [ "${f#src/shim/}" != "$f" ] && [ "$tf" -ne 0 ]; then
+            echo "check_layers: $f:$line includes \"$inc\": the shim includes only the public header (include/), not $t"
+            bad=$((bad + 1))
+            continue
+        fi
+        if { [ "$ff" -eq 4 ] && [ "$tf" -eq 4 ]; } || { [ "$ff" -eq 9 ] && [ "$tf" -eq 9 ]; }; then
+            # the folders of floors 4 and 9 are side by side: neither includes the other
             me=${f%%/*}; [ "$me" = src ] && me=$(cut -d/ -f2 <<< "$f")
             other=${t%%/*}; [ "$other" = src ] && other=$(cut -d/ -f2 <<< "$t")
             if [ "$other" != "$me" ]; then
-                echo "check_layers: $f:$line includes \"$inc\": $me and $other are side by side (floor 4)"
+                echo "check_layers: $f:$line includes \"$inc\": $me and $other are side by side (floor $ff)"
                 bad=$((bad + 1))
             fi
             continue

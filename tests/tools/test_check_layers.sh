@@ -2,8 +2,8 @@
 # test_check_layers.sh - the layering check (check_layers.sh) on the tree, and that it fails where
 # it must: on copies of the tree given an include that points up (topo to core, base to tune,
 # the engine to the algorithms, an algorithm to core; also written with <>, "..", a "src/"
-# prefix), one between the side-by-side folders of floor 4, or one of a transport's own headers
-# from outside its folder.
+# prefix), one between the side-by-side folders of floor 4 or of floor 9, one of a transport's own
+# headers from outside its folder, or one of anything but the public header from the NCCL shim.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=$(cd "$here/../.." && pwd)
@@ -82,6 +82,16 @@ copy
 mkdir -p "$tmp/tree/transports/zz"
 printf '#include "transports/shm/shm.h"\n' > "$tmp/tree/transports/zz/zz_other.c"
 expect "a transport including another's header" 1 'transports/zz/zz_other.c:1 includes "transports/shm/shm.h": transports/shm/shm.h is private' "$tmp/tree"
+
+# the NCCL shim (src/shim/) is a client of include/ only: not even a floor below it
+copy
+printf '#include "base/log.h"\n' >> "$tmp/tree/src/shim/nccl.c"
+expect "the shim including a floor below it" 1 'includes "base/log.h": the shim includes only the public header (include/), not src/base/log.h' "$tmp/tree"
+
+copy
+printf '#include "shim/zz.h"\n' > "$tmp/tree/src/tools/zz_shim.c"
+printf '/* empty */\n' > "$tmp/tree/src/shim/zz.h"
+expect "the benchmark including the shim" 1 'src/tools/zz_shim.c:1 includes "shim/zz.h": tools and shim are side by side (floor 9)' "$tmp/tree"
 
 if [ "$fails" -ne 0 ]; then
     echo "test_check_layers: $fails failed"

@@ -1,7 +1,7 @@
 #!/bin/bash
 # test_gpu_check.sh: bench/gpu_check.sh's dry run, as CI can run it without a GPU: it must finish
 # in under a minute with status 0, write a JSON that parses (python3 -m json.tool) with one entry
-# per step 0..6 (result PASS, FAIL or SKIP, a reason, its seconds), run step 5 on the simulated
+# per step 0..7 (result PASS, FAIL or SKIP, a reason, its seconds), run step 5 on the simulated
 # device labelled "sim (dry run)" with #wrong 0, and write its log; the same from a copy of the
 # script and collbench in another folder (paths relative to the script); bad arguments exit 2.
 #   test_gpu_check.sh      (COLLBENCH: the built collbench, default the tree's)
@@ -69,7 +69,7 @@ COLLBENCH=$collbench timeout 120 "$script" --dry-run "$tmp/out" >"$tmp/stdout" 2
 sec=$(( $(date +%s) - t0 ))
 [ "$rc" = 0 ] || { fail "gpu_check.sh --dry-run -> status $rc"; tail -15 "$tmp/stdout" | sed 's/^/    /'; }
 [ -s "$tmp/out/gpu_check.log" ] || fail "no gpu_check.log"
-[ -s "$tmp/out/gpu_check.json" ] && check_json "$tmp/out/gpu_check.json" 0 1 2 3 4 5 6 || fail "no gpu_check.json"
+[ -s "$tmp/out/gpu_check.json" ] && check_json "$tmp/out/gpu_check.json" 0 1 2 3 4 5 6 7 || fail "no gpu_check.json"
 grep -E '^(PASS|FAIL|SKIP) step' "$tmp/stdout" | sed 's/^/    /'
 echo "ok so far: the dry run ($sec s)"
 
