@@ -5,7 +5,9 @@ Each example runs under torch.distributed.run with --backend gloo and with --bac
 the same seed, 2 epochs:
   - examples/ddp_digits.py, 2 ranks: DDP's own reduction through the process group (--comm ddp),
   - examples/zero_digits.py, 2 ranks: DDP + ZeroRedundancyOptimizer (Adam),
-  - examples/pipeline_digits.py, 4 ranks: 2 pipelines x 2 stages, 1F1B over 4 micro-batches.
+  - examples/pipeline_digits.py, 4 ranks: 2 pipelines x 2 stages, 1F1B over 4 micro-batches;
+and ddp_digits.py --comm strata with --backend strata only (strata.ddp's hook, its communicator's
+unique id broadcast on the strata group), compared with the gloo run of DDP's own reduction.
 Checks, per example:
   - every epoch's training loss agrees within 1e-4 relative between the backends,
   - the process group is the one asked for, and it is the only backend of any group that exists
@@ -37,9 +39,12 @@ RTOL = 1e-4
 # name: (script, ranks, extra arguments)
 EXAMPLES = {
     "ddp": ("ddp_digits.py", 2, ["--comm", "ddp", "--timing-rounds", "0"]),
+    "ddp-hook": ("ddp_digits.py", 2, ["--comm", "strata", "--timing-rounds", "0"]),
     "zero": ("zero_digits.py", 2, []),
     "pipeline": ("pipeline_digits.py", 4, ["--micro-batches", "4"]),
 }
+# Run with the second backend only, compared with another example's run on the first.
+REFERENCE = {"ddp-hook": "ddp"}
 
 
 def run(name, backend, tmp, timeout):
@@ -114,16 +119,27 @@ def main():
         os.makedirs(tmp, exist_ok=True)
         for name in args.only or list(EXAMPLES):
             for backend in (ref_backend, test_backend):
+                if name in REFERENCE and backend == ref_backend:
+                    if (REFERENCE[name], ref_backend) not in results:
+                        results[REFERENCE[name], ref_backend] = run(
+                            REFERENCE[name], ref_backend, tmp, args.timeout)
+                    continue
                 results[name, backend] = run(name, backend, tmp, args.timeout)
     print("# all runs: %.1f s" % (time.monotonic() - t0))
 
     table = []
     for name in args.only or list(EXAMPLES):
-        ref, res = results[name, ref_backend], results[name, test_backend]
+        ref = results[REFERENCE.get(name, name), ref_backend]
+        res = results[name, test_backend]
         check(ref is not None and res is not None, "%s: both runs finished" % name)
         if ref is None or res is None:
             continue
-        for r, backend in ((ref, ref_backend), (res, test_backend)):
+        runs = [(ref, ref_backend), (res, test_backend)]
+        if name in REFERENCE:
+            runs = runs[1:]
+            check((res.get("buckets_per_step") or 0) >= 1.0, "%s: the hook all-reduced %.1f "
+                  "bucket(s) per step" % (name, res.get("buckets_per_step") or 0))
+        for r, backend in runs:
             c = "%s --backend %s" % (name, backend)
             check(r["backend"] == backend, "%s: the process group's backend is %s"
                   % (c, r["backend"]))
