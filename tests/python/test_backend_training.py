@@ -72,8 +72,8 @@ def run(name, backend, tmp, timeout):
         p.wait()
     with open(log) as f:
         text = f.read()
-    print("---- %s --backend %s, %d ranks: exit %s after %.1f s" % (
-        script, backend, nproc, rc, time.monotonic() - t0))
+    print("---- %s: %s --backend %s, %d ranks: exit %s after %.1f s" % (
+        name, " ".join([script] + extra), backend, nproc, rc, time.monotonic() - t0))
     print("\n".join(line for line in text.splitlines() if "default0]" in line)[-3000:])
     ok = rc == 0 and os.path.exists(out)
     if rc is None:
