@@ -172,6 +172,13 @@ def _suite_setup():
         from torch.testing._internal import common_distributed
         from torch.testing._internal.common_distributed import DistTestCases
         DistTestCases.backend_feature["plugin"].add(os.environ["BACKEND"])
+        # What the backend declares to the suite, the way torch's own backends are declared in
+        # DistTestCases (STRATA_DIST_FEATURES: "+feature" in backend_feature, "-collective" in
+        # skip_collective, comma-separated).
+        for item in filter(None, os.environ.get("STRATA_DIST_FEATURES", "").split(",")):
+            table = (DistTestCases.backend_feature if item[0] == "+"
+                     else DistTestCases.skip_collective)
+            table.setdefault(item[1:], set()).add(os.environ["BACKEND"])
         from torch.testing._internal.distributed.distributed_test import (
             DistributedTest, TestDistBackend)
     finally:
@@ -435,6 +442,12 @@ def main():
     ap.add_argument("--backend-module",
                     default=os.environ.get("STRATA_DIST_BACKEND_MODULE", "strata.torch"))
     ap.add_argument("--backend-name", default=os.environ.get("STRATA_DIST_BACKEND_NAME", "strata"))
+    ap.add_argument("--features", default=os.environ.get("STRATA_DIST_FEATURES",
+                                                         "+ddp,-sendrecv anysource"),
+                    help="what the backend declares to the suite's DistTestCases: +F adds it to "
+                    "backend_feature[F] (the suite then runs F's tests, e.g. +ddp), -C to "
+                    "skip_collective[C] (the suite skips them with its own message); default "
+                    "strata's: '+ddp,-sendrecv anysource'")
     ap.add_argument("--init-method", choices=("file", "env"), default="file",
                     help="INIT_METHOD the suite sees (its own re-inits; default file://)")
     ap.add_argument("--no-preskip", action="store_true",
@@ -474,6 +487,7 @@ def main():
                 MARK: str(ws), "BACKEND": opts.backend_name, "WORLD_SIZE": str(ws),
                 "TEMP_DIR": tmp, "STRATA_DIST_BACKEND_MODULE": opts.backend_module,
                 "STRATA_DIST_START_METHOD": opts.start_method,
+                "STRATA_DIST_FEATURES": opts.features,
                 "DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": str(opts.timeout),
                 "INIT_METHOD": ("file://" + os.path.join(tmp, "init_file")
                                 if opts.init_method == "file" else "env://"),
