@@ -485,7 +485,14 @@ class ProcessGroupStrata(dist.ProcessGroup):
                          so.finish)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        works = [self.allgather([outs], [t]) for outs, t in zip(output_lists, input_list)]
+        """output_lists[r][j] receives rank r's input_list[j] (torch's layout)."""
+        n = self.size()
+        if len(output_lists) != n or any(len(outs) != len(input_list) for outs in output_lists):
+            raise StrataBackendError(Result.INVALID_ARGUMENT, "allgather_coalesced: the output "
+                                     "lists must be %d (one per rank) of %d tensors (one per "
+                                     "input)" % (n, len(input_list)))
+        works = [self.allgather([[output_lists[r][j] for r in range(n)]], [t])
+                 for j, t in enumerate(input_list)]
         return self._join("allgather_coalesced", list(output_lists), works)
 
     def gather(self, output_tensors, input_tensors, opts=None):
