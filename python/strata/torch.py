@@ -29,7 +29,9 @@ Ordering and completion. Each group owns one strata host stream for its collecti
 call order (every rank issues them in the same order, as torch requires), and one per peer and
 direction for send / recv, so a receive waiting for its sender never holds up a collective or a
 send. A call returns a Work at once; its future (Work.get_future(), what DDP's reducer waits on)
-completes from the stream's watcher thread when the operation is over. Sends and receives
+completes on the backend's completion threads when the operation is over (never on the
+stream's watcher, so a future's callback may itself run a collective and wait for it, as
+PyTorch's PowerSGD hook does). Sends and receives
 between two ranks match in call order (tags are not matched: torch's tag is accepted and
 ignored), and a receive needs the sender's byte count.
 
@@ -39,12 +41,23 @@ reductions run in strata for float32/64, float16, bfloat16, int8, uint8, int32 a
 SUM, PRODUCT, MIN, MAX and AVG; other dtypes and the bitwise ops (BAND, BOR, BXOR) all-gather
 the contributions and reduce them on every rank in rank order (bitwise the same everywhere).
 Not supported (a RuntimeError saying so): recv from any source (dist.recv without src),
-PREMUL_SUM, CUDA tensors (this build's binding is host memory).
+PREMUL_SUM, CUDA tensors (this build's binding is host memory). Ops a dtype cannot take (bitwise
+ops on floating or complex tensors, MIN/MAX on complex, AVG on bool) are refused at the call.
+
+init_process_group's timeout also bounds the join: the ranks meet in the store first, and a rank
+that never comes is named in the error (strata's own join deadline, STRATA_BOOTSTRAP_TIMEOUT,
+applies only after that). Works of torch.distributed's Python API are let go when they complete;
+those made for C++ callers (DDP) are kept among the last 1024 completed, which torch 1.13's
+trampoline needs to reach their Python side.
 """
 
 import collections
+import concurrent.futures
 import datetime
+import os
+import sys
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -102,6 +115,19 @@ def _op_name(op):
 
 def _native(dtype):
     return dtype in _torch_types()
+
+
+def _check_op(op, dtype, what):
+    """Refuses, at the call, an op that cannot apply to dtype (as torch's backends do)."""
+    if op in ("band", "bor", "bxor") and (dtype.is_floating_point or dtype.is_complex):
+        raise StrataBackendError(Result.INVALID_ARGUMENT, "%s: bitwise op %s on %s (integer and "
+                                 "bool tensors only)" % (what, op.upper(), dtype))
+    if op in ("min", "max") and dtype.is_complex:
+        raise StrataBackendError(Result.INVALID_ARGUMENT, "%s: %s on complex tensors"
+                                 % (what, op.upper()))
+    if op == "avg" and dtype == torch.bool:
+        raise StrataBackendError(Result.INVALID_ARGUMENT, "%s: AVG on bool tensors" % what)
+    return op
 
 
 def _local_reduce(rows, op, nranks):
@@ -199,21 +225,55 @@ def _timeout_s(timeout):
 # torch 1.13 reaches a Python Work from C++ (DDP's reducer, its parameter checks) through
 # pybind's trampoline, which finds the Python object only while it is alive: a Work whose
 # Python object has been collected falls back to the C++ base class, whose wait() never
-# returns. So the backend keeps every Work alive until it completes, and the last _KEEP_DONE
-# completed ones after that (torch's C++ callers wait on or take the future of a Work right
-# after making it).
-_KEEP_DONE = 4096
+# returns. So the backend keeps every Work alive until it completes, and a Work made for a
+# caller that is not torch.distributed's Python API (C++, or Python that hands it to C++) also
+# among the last _KEEP_DONE completed ones (torch's C++ callers wait on or take the future of a
+# Work right after making it, or with one more in flight). Works of the Python API (dist.*) are
+# held by their caller as long as it needs them: they are let go at completion, so their tensors
+# are not kept alive by the backend.
+_KEEP_DONE = 1024
 _keep_pending = set()
 _keep_done = collections.deque(maxlen=_KEEP_DONE)
 _keep_lock = threading.Lock()
+_C10D_FILE = _c10d.__file__.rstrip("c")  # distributed_c10d.py (not .pyc)
+
+
+def _called_from_python_api():
+    """Whether the ProcessGroup method running now was called by torch.distributed's Python API
+    (distributed_c10d.py) rather than from C++ or other code (the first frame outside this
+    file decides)."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename == __file__:
+        f = f.f_back
+    return f is not None and f.f_code.co_filename == _C10D_FILE
+
+
+# Works complete (copies back, local reductions, their futures, and the futures' callbacks,
+# which torch runs in the thread that completes a future) on these threads, never on a stream's
+# watcher: a callback may start a collective and wait for it (PowerSGD's hook does), which
+# needs the watcher. A pool that grows while its threads are busy (up to 64 nested waits).
+_done_pool = None
+_done_pool_pid = None
+_done_pool_lock = threading.Lock()
+
+
+def _completion_pool():
+    global _done_pool, _done_pool_pid
+    with _done_pool_lock:
+        if _done_pool is None or _done_pool_pid != os.getpid():  # none yet, or a forked child
+            _done_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=64, thread_name_prefix="strata-torch-done")
+            _done_pool_pid = os.getpid()
+        return _done_pool
 
 
 class _StrataWork(dist.Work):
     """The Work of one call: completes when every strata request of the call has completed and
     its post-processing (copies back, local reductions) has run."""
 
-    def __init__(self, name, outputs, requests, post=None, source=-1):
+    def __init__(self, name, outputs, requests, post=None, source=-1, keep_after=True):
         super().__init__()
+        self._keep_after = keep_after
         self._name = name
         self._outputs = outputs
         self._post = post
@@ -239,7 +299,7 @@ class _StrataWork(dist.Work):
             self._left -= 1
             last = self._left == 0
         if last:
-            self._complete()
+            _completion_pool().submit(self._complete)
 
     def _complete(self):
         if self._error is None and self._post is not None:
@@ -258,7 +318,8 @@ class _StrataWork(dist.Work):
             fn(self)
         with _keep_lock:
             _keep_pending.discard(self)
-            _keep_done.append(self)
+            if self._keep_after:
+                _keep_done.append(self)
 
     def _settle(self, fut):
         if self._error is not None:
@@ -366,7 +427,8 @@ class ProcessGroupStrata(dist.ProcessGroup):
             reqs = launch(stream)
         except StrataError as exc:
             raise _backend_error(exc, name) from None
-        return _StrataWork(name, outputs, [r for r in reqs if r is not None], post, source)
+        return _StrataWork(name, outputs, [r for r in reqs if r is not None], post, source,
+                           keep_after=not _called_from_python_api())
 
     def _grouped(self, stream, calls):
         """Runs calls (functions of stream returning a Request) as one strata group."""
@@ -391,6 +453,7 @@ class ProcessGroupStrata(dist.ProcessGroup):
         t = _one(tensors, "allreduce")
         op = _op_name(getattr(opts, "reduceOp", opts))
         st = _Stage(t, "allreduce tensor")
+        _check_op(op, t.dtype, "allreduce")
         outputs = [t]
         if _native(t.dtype) and op in dict(_NATIVE_OPS).values():
             return self._run("allreduce", outputs,
@@ -411,7 +474,7 @@ class ProcessGroupStrata(dist.ProcessGroup):
     @staticmethod
     def _join(name, outputs, works):
         """One Work completing when all of works (queued in order) have."""
-        return _StrataWork(name, outputs, works)
+        return _StrataWork(name, outputs, works, keep_after=not _called_from_python_api())
 
     def broadcast(self, tensors, opts=None):
         if isinstance(opts, int):  # broadcast(tensor, root)
@@ -435,6 +498,7 @@ class ProcessGroupStrata(dist.ProcessGroup):
         op = _op_name(op)
         t = _one(tensors, "reduce")
         st = _Stage(t, "reduce tensor")
+        _check_op(op, t.dtype, "reduce")
         is_root = self.rank() == root
         if _native(t.dtype) and op in dict(_NATIVE_OPS).values():
             return self._run("reduce", [t],
@@ -507,6 +571,12 @@ class ProcessGroupStrata(dist.ProcessGroup):
         if is_root and len(outs) != self.size():
             raise StrataBackendError(Result.INVALID_ARGUMENT, "gather: %d output tensors on the "
                                      "root for %d ranks" % (len(outs), self.size()))
+        for o in outs:
+            _check_tensor(o, "gather output")
+            if o.numel() != t.numel() or o.dtype != t.dtype:
+                raise StrataBackendError(Result.INVALID_ARGUMENT, "gather: an output tensor of %d "
+                                         "%s elements for an input of %d %s" % (
+                                             o.numel(), o.dtype, t.numel(), t.dtype))
         st = _Stage(t, "gather input")
         wire = st.wire
         out = torch.empty((self.size(),) + tuple(wire.shape), dtype=wire.dtype) if is_root \
@@ -534,6 +604,12 @@ class ProcessGroupStrata(dist.ProcessGroup):
             if len(ins) != self.size():
                 raise StrataBackendError(Result.INVALID_ARGUMENT, "scatter: %d input tensors on "
                                          "the root for %d ranks" % (len(ins), self.size()))
+            for x in ins:
+                _check_tensor(x, "scatter input")
+                if x.numel() != t.numel() or x.dtype != t.dtype:
+                    raise StrataBackendError(Result.INVALID_ARGUMENT, "scatter: an input tensor of "
+                                             "%d %s elements for an output of %d %s" % (
+                                                 x.numel(), x.dtype, t.numel(), t.dtype))
             send = torch.stack([x.reshape(-1) for x in ins]).reshape(-1)
             send = send if _native(send.dtype) else send.view(torch.uint8)
         return self._run("scatter", [t],
@@ -548,6 +624,13 @@ class ProcessGroupStrata(dist.ProcessGroup):
         if len(ins) != self.size():
             raise StrataBackendError(Result.INVALID_ARGUMENT, "reduce_scatter: %d input tensors "
                                      "for %d ranks" % (len(ins), self.size()))
+        _check_tensor(t, "reduce_scatter output")
+        for i, x in enumerate(ins):
+            _check_tensor(x, "reduce_scatter input")
+            if x.numel() != t.numel() or x.dtype != t.dtype:
+                raise StrataBackendError(Result.INVALID_ARGUMENT, "reduce_scatter: input %d has %d "
+                                         "%s elements, the output %d %s" % (
+                                             i, x.numel(), x.dtype, t.numel(), t.dtype))
         flat = torch.stack([x.reshape(-1) for x in ins]).reshape(-1)
         return self._reduce_scatter_flat("reduce_scatter", t, flat, opts)
 
@@ -563,6 +646,7 @@ class ProcessGroupStrata(dist.ProcessGroup):
     def _reduce_scatter_flat(self, name, output, flat, opts):
         op = _op_name(getattr(opts, "reduceOp", opts))
         so = _Stage(output, name + " output", read=False)
+        _check_op(op, output.dtype, name)
         if flat.dtype != output.dtype:
             raise StrataBackendError(Result.INVALID_ARGUMENT, "%s: input %s, output %s"
                                      % (name, flat.dtype, output.dtype))
@@ -672,13 +756,22 @@ class ProcessGroupStrata(dist.ProcessGroup):
             return
         self._closed = True
         streams = [self._coll] + list(self._p2p.values())
+        if any(s._pending for s in streams):
+            # Work still queued (an irecv its peer never sends, a collective others never join):
+            # abort, so that it fails at once instead of holding the exit for the deadline.
+            try:
+                self._comm.abort()
+            except Exception:  # noqa: BLE001
+                pass
         for s in streams:
             try:
                 s.destroy()
             except Exception:  # noqa: BLE001 - the communicator may have failed
                 pass
         try:
-            if self._comm.async_error() == Result.SUCCESS:
+            if self._comm.closed:
+                pass
+            elif self._comm.async_error() == Result.SUCCESS:
                 self._comm.destroy()
             else:
                 self._comm.abort()
@@ -701,7 +794,27 @@ _splits = []          # communicators split by new_group, waiting for their crea
 _splits_lock = threading.Lock()
 
 
+def _arrive(store, rank, size, timeout_s):
+    """Waits until every rank of the group has reached the backend's creation, within the torch
+    timeout (strata's own join deadline is STRATA_BOOTSTRAP_TIMEOUT); raises naming the ranks
+    that did not come."""
+    store.add("strata/arrived/%d" % rank, 1)
+    count = store.add("strata/arrived", 1)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    pause = 0.001
+    while count < size:
+        if deadline is not None and time.monotonic() > deadline:
+            missing = [r for r in range(size) if store.add("strata/arrived/%d" % r, 0) == 0]
+            raise StrataBackendError(Result.TIMEOUT, "init_process_group: rank(s) %s of %d did not "
+                                     "join within the timeout (%g s)"
+                                     % (", ".join(map(str, missing)), size, timeout_s))
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+        count = store.add("strata/arrived", 0)
+
+
 def _rendezvous(store, rank, size, timeout_s):
+    _arrive(store, rank, size, timeout_s)
     key = "strata/unique_id"
     if rank == 0:
         try:

@@ -2,8 +2,10 @@
 users call it, with 2 and 4 processes: every collective of torch.distributed on values each rank
 can compute, the dtypes and ops strata lacks (reduced through an all-gather), non-contiguous
 tensors, uneven all-to-all, send/recv both ways at once, new_group / new_subgroups (split),
-async futures, and the failures: a rank that exits, and one that never comes within
-init_process_group's timeout (the others raise within it, naming the rank), and the calls the backend refuses (a RuntimeError saying why). PyTorch's own suite is
+async futures (and a callback that runs a collective and waits for it; DDP with PyTorch's
+PowerSGD hook), and the failures: a rank that never joins init_process_group, one that joins and
+then stays silent past the timeout, and one that exits (the others raise within the timeout,
+naming the rank), and the calls the backend refuses (a RuntimeError saying why). PyTorch's own suite is
 test_dist_suite; this one checks what that suite does not reach.
 
 Run by test_torch_backend.sh (make check). Exit 0 pass, 1 fail.
@@ -21,13 +23,28 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def worker(case, rank, n, store):
+    if case == "absent" and rank == n - 1:
+        return  # never joins: the others' init_process_group must fail within its timeout
     import torch
     warnings.simplefilter("ignore", UserWarning)  # torch: _all_gather_base is private
     import torch.distributed as dist
     import strata.torch  # noqa: F401 - registers "strata"
 
+    timeout = datetime.timedelta(seconds=3 if case in ("late", "absent") else 20)
+    if case == "absent":
+        t0 = time.monotonic()
+        try:
+            dist.init_process_group("strata", init_method="file://" + store, rank=rank,
+                                    world_size=n, timeout=timeout)
+        except RuntimeError as exc:
+            took = time.monotonic() - t0
+            assert took < 10, took
+            assert "rank(s) %d of %d did not join" % (n - 1, n) in str(exc), exc
+            print("rank %d: %s after %.1f s" % (rank, str(exc)[:200], took))
+            return
+        raise AssertionError("init_process_group succeeded without rank %d" % (n - 1))
     dist.init_process_group("strata", init_method="file://" + store, rank=rank, world_size=n,
-                            timeout=datetime.timedelta(seconds=3 if case == "late" else 20))
+                            timeout=timeout)
     assert dist.get_backend() == "strata", dist.get_backend()
     assert dist.group.WORLD._get_backend_name() == "strata"
     tri = n * (n + 1) // 2
@@ -58,14 +75,26 @@ def worker(case, rank, n, store):
         view = big.t()  # non-contiguous
         dist.all_reduce(view)
         assert torch.equal(big, torch.arange(12, dtype=torch.float32).reshape(3, 4) * tri), big
+        t = torch.full((2,), float(rank))
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        assert t.tolist() == [(n - 1) / 2] * 2, t
+        t = torch.full((2,), 7 + rank, dtype=torch.int32)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)  # integers: the sum divided, truncated
+        assert t.tolist() == [(7 * n + n * (n - 1) // 2) // n] * 2, t
+        e = torch.zeros(0)
+        dist.all_reduce(e)
+        dist.broadcast(e, 0)
+        z = torch.tensor(float(rank + 1))  # 0-dim
+        dist.all_reduce(z)
+        assert z.shape == () and z.item() == tri, z
         for root in range(n):
             t = torch.full((4,), float(rank))
             dist.broadcast(t, root)
             assert t.tolist() == [float(root)] * 4
             t = torch.full((2,), float(rank + 1))
             dist.reduce(t, root)
-            if rank == root:
-                assert t.tolist() == [float(tri)] * 2
+            # the root has the sum; the others' tensors are not written
+            assert t.tolist() == [float(tri) if rank == root else float(rank + 1)] * 2, t
             s = torch.tensor([rank], dtype=torch.int16)
             dist.reduce(s, root, op=dist.ReduceOp.MAX)
             if rank == root:
@@ -76,6 +105,16 @@ def worker(case, rank, n, store):
         o = torch.zeros(2 * n)
         dist._all_gather_base(o, torch.full((2,), float(rank)))
         assert o.tolist() == [float(r) for r in range(n) for _ in range(2)]
+        o = torch.zeros(2 * n)
+        o[2 * rank:2 * rank + 2] = rank + 0.5
+        dist._all_gather_base(o, o[2 * rank:2 * rank + 2])  # in place: input is own block
+        assert o.tolist() == [r + 0.5 for r in range(n) for _ in range(2)], o
+        try:
+            dist.reduce_scatter(torch.zeros(2), [torch.zeros(4) for _ in range(n)])
+        except RuntimeError as exc:
+            assert "input 0 has 4" in str(exc), exc
+        else:
+            raise AssertionError("reduce_scatter of mismatched sizes did not raise")
         o = torch.zeros(2)
         dist.reduce_scatter(o, [torch.full((2,), float(r * 10 + rank)) for r in range(n)])
         assert o.tolist() == [float(rank * 10 * n + tri - n)] * 2, o
@@ -91,6 +130,13 @@ def worker(case, rank, n, store):
         out = torch.empty((n * (rank + 1), 2))
         dist.all_to_all_single(out, inp, [rank + 1] * n, [p + 1 for p in range(n)])
         want = torch.cat([torch.full((rank + 1, 2), float(100 * r + rank)) for r in range(n)])
+        assert torch.equal(out, want), out
+        inp = torch.cat([torch.full((p + 1, 3), rank * 16 + p, dtype=torch.int16)
+                         for p in range(n)])  # int16 travels as bytes
+        out = torch.empty((n * (rank + 1), 3), dtype=torch.int16)
+        dist.all_to_all_single(out, inp, [rank + 1] * n, [p + 1 for p in range(n)])
+        want = torch.cat([torch.full((rank + 1, 3), r * 16 + rank, dtype=torch.int16)
+                          for r in range(n)])
         assert torch.equal(out, want), out
         outs = [torch.empty(r + 1) for r in range(n)]
         dist.all_to_all(outs, [torch.full((rank + 1,), float(rank * n + p)) for p in range(n)])
@@ -124,6 +170,13 @@ def worker(case, rank, n, store):
         w = dist.all_reduce(torch.ones(2), async_op=True)
         got = w.get_future().then(lambda f: f.value()[0] * 2).wait()
         assert got.tolist() == [2.0 * n] * 2 and w.is_completed() and w.is_success()
+
+        def nested(fut):  # a callback that runs a collective and waits for it (PowerSGD does)
+            x = fut.value()[0].clone()
+            dist.all_reduce(x)
+            return x
+        got = dist.all_reduce(torch.ones(1), async_op=True).get_future().then(nested).wait()
+        assert got.item() == n * n, got
         dist.barrier()
         # groups: a split of the default communicator
         odd = dist.new_group([r for r in range(n) if r % 2])
@@ -140,6 +193,27 @@ def worker(case, rank, n, store):
         dist.all_reduce(t, group=sub)
         assert t.item() == float(rank // 2 * 4 + 1), t
         dist.barrier()
+    elif case == "powersgd":
+        # DDP on the strata group with PyTorch's PowerSGD hook: its callbacks start all-reduces
+        # and wait for them inside the futures' callbacks
+        import torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+        torch.manual_seed(0)
+        model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
+        state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=1,
+                                   start_powerSGD_iter=2, min_compression_rate=0.5)
+        model.register_comm_hook(state, psgd.powerSGD_hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        torch.manual_seed(100 + rank)
+        for _ in range(4):
+            opt.zero_grad()
+            model(torch.randn(8, 32)).pow(2).mean().backward()
+            opt.step()
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        copies = [torch.empty_like(flat) for _ in range(n)]
+        dist.all_gather(copies, flat)
+        assert all(torch.equal(copies[0], c) for c in copies), "replicas differ"
     elif case == "refused":
         try:
             dist.recv(torch.zeros(1))
@@ -173,7 +247,7 @@ def launch(case, n):
         store = os.path.join(tmp, "store")
         procs = [subprocess.Popen([sys.executable, __file__, "--worker", case, str(r), str(n),
                                    store], start_new_session=True) for r in range(n)]
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + float(os.environ.get("TB_DEADLINE", 120))
         rcs = []
         for p in procs:
             try:
@@ -193,7 +267,8 @@ def main():
         worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
         return 0
     failed = 0
-    for case, sizes in (("colls", (2, 4)), ("refused", (2,)), ("dies", (2, 3)), ("late", (2,))):
+    for case, sizes in (("colls", (2, 4)), ("refused", (2,)), ("powersgd", (2,)),
+                        ("dies", (2, 3)), ("late", (2,)), ("absent", (2,))):
         for n in sizes:
             t0 = time.monotonic()
             rcs = launch(case, n)
