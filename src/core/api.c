@@ -224,6 +224,9 @@ static void *st_api_init_thread(void *arg)
     st_status_t    status = st_comm_init(job->comm, &job->id, job->timeout, job->tl);
 
     if (status != ST_OK) {
+        /* the words are this thread's: keep them for strataCommGetAsyncError's caller (no device
+         * queue writes async_msg before the communicator is ready) */
+        snprintf(job->comm->async_msg, sizeof(job->comm->async_msg), "%s", st_log_last_error());
         st_comm_set_error(job->comm, status);
         job->comm->state = ST_COMM_FAILED;
     }

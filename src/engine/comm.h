@@ -114,7 +114,8 @@ struct st_comm {
      * device buffers, ordered on the user's CUDA streams (made at the first such call). */
     int                  dev_id;
     struct st_stream    *devq;
-    char                 async_msg[512]; /* the first device-queue failure's message (given to
+    char                 async_msg[512]; /* the first device-queue failure's message, or a
+                                          * nonblocking init's (given to
                                           * strataCommGetAsyncError's caller as its last error) */
 
     /* Memory of cancelled operations that the transport still holds (st_comm_defer), freed

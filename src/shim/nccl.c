@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Exported: the library is built with -fvisibility=hidden, and nccl.h carries no attribute. */
 #define ST_NCCL_API __attribute__((visibility("default")))
@@ -75,6 +76,15 @@ _Static_assert((int)ncclFloat8e4m3 == ST_NCCL_FP8_E4M3 && (int)ncclFloat8e5m2 ==
  * (strataGetLastError): a forwarded call that fails makes strata's the newer one. */
 static __thread char st_nccl_msg[256];
 static __thread int  st_nccl_msg_newer;
+/* When the calling thread last saw a failure (a value of st_nccl_seq; 0: never), to tell it from
+ * a communicator's failure recorded since (ncclGetLastError(comm), st_nccl_comm_fail). */
+static unsigned long          st_nccl_seq;
+static __thread unsigned long st_nccl_msg_seq;
+
+static unsigned long st_nccl_seq_next(void)
+{
+    return __atomic_add_fetch(&st_nccl_seq, 1, __ATOMIC_RELAXED);
+}
 
 static ncclResult_t st_nccl_fail(ncclResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -86,6 +96,7 @@ static ncclResult_t st_nccl_fail(ncclResult_t res, const char *fmt, ...)
     vsnprintf(st_nccl_msg, sizeof(st_nccl_msg), fmt, ap);
     va_end(ap);
     st_nccl_msg_newer = 1;
+    st_nccl_msg_seq   = st_nccl_seq_next();
     return res;
 }
 
@@ -107,6 +118,7 @@ static ncclResult_t st_nccl_res(strataResult_t res)
 {
     if (res != strataSuccess && res != strataInProgress) {
         st_nccl_msg_newer = 0;
+        st_nccl_msg_seq   = st_nccl_seq_next();
     }
     if (res == strataTimeout) {
         return ncclRemoteError;
@@ -156,53 +168,117 @@ static int st_nccl_current_device(void)
 }
 #endif
 
+/* The shim's record of each communicator it made: its device, and the words of the
+ * communicator's first failure (st_nccl_comm_fail). An entry goes when the communicator is
+ * destroyed or aborted, whatever strata answers (a pointer strata frees may come back for the
+ * next communicator). */
 typedef struct {
-    strataComm_t comm;
-    int          dev;
-} st_nccl_dev_t;
+    strataComm_t  comm;
+    int           dev;
+    unsigned long seq;      /* when msg was recorded (st_nccl_seq); 0: no failure yet */
+    char          msg[256]; /* the first failure's message */
+} st_nccl_rec_t;
 
-static pthread_mutex_t st_nccl_devs_lock = PTHREAD_MUTEX_INITIALIZER;
-static st_nccl_dev_t  *st_nccl_devs;
-static size_t          st_nccl_ndevs, st_nccl_devs_cap;
+static pthread_mutex_t st_nccl_recs_lock = PTHREAD_MUTEX_INITIALIZER;
+static st_nccl_rec_t  *st_nccl_recs;
+static size_t          st_nccl_nrecs, st_nccl_recs_cap;
+
+/* The entry of comm, or NULL; under st_nccl_recs_lock. */
+static st_nccl_rec_t *st_nccl_rec_find(strataComm_t comm)
+{
+    for (size_t i = 0; i < st_nccl_nrecs; i++) {
+        if (st_nccl_recs[i].comm == comm) {
+            return &st_nccl_recs[i];
+        }
+    }
+    return NULL;
+}
 
 static void st_nccl_dev_set(strataComm_t comm, int dev)
 {
+    st_nccl_rec_t *rec;
+
     if (comm == NULL) {
         return;
     }
-    pthread_mutex_lock(&st_nccl_devs_lock);
-    if (st_nccl_ndevs == st_nccl_devs_cap) {
-        size_t         cap = st_nccl_devs_cap ? 2 * st_nccl_devs_cap : 16;
-        st_nccl_dev_t *grown = realloc(st_nccl_devs, cap * sizeof(*grown));
+    pthread_mutex_lock(&st_nccl_recs_lock);
+    rec = st_nccl_rec_find(comm); /* a stale entry (freed without the shim): made anew */
+    if (rec == NULL && st_nccl_nrecs == st_nccl_recs_cap) {
+        size_t         cap = st_nccl_recs_cap ? 2 * st_nccl_recs_cap : 16;
+        st_nccl_rec_t *grown = realloc(st_nccl_recs, cap * sizeof(*grown));
 
         if (grown == NULL) { /* CuDevice will say -1: not worth failing an init for */
-            pthread_mutex_unlock(&st_nccl_devs_lock);
+            pthread_mutex_unlock(&st_nccl_recs_lock);
             return;
         }
-        st_nccl_devs     = grown;
-        st_nccl_devs_cap = cap;
+        st_nccl_recs     = grown;
+        st_nccl_recs_cap = cap;
     }
-    st_nccl_devs[st_nccl_ndevs++] = (st_nccl_dev_t){comm, dev};
-    pthread_mutex_unlock(&st_nccl_devs_lock);
+    if (rec == NULL) {
+        rec = &st_nccl_recs[st_nccl_nrecs++];
+    }
+    rec->comm   = comm;
+    rec->dev    = dev;
+    rec->seq    = 0;
+    rec->msg[0] = '\0';
+    pthread_mutex_unlock(&st_nccl_recs_lock);
 }
 
-/* The noted device of comm, or -1; with drop, forgets it (the communicator is gone). */
-static int st_nccl_dev_get(strataComm_t comm, int drop)
+/* The noted device of comm, or -1. */
+static int st_nccl_dev_get(strataComm_t comm)
 {
-    int dev = -1;
+    st_nccl_rec_t *rec;
+    int            dev;
 
-    pthread_mutex_lock(&st_nccl_devs_lock);
-    for (size_t i = 0; i < st_nccl_ndevs; i++) {
-        if (st_nccl_devs[i].comm == comm) {
-            dev = st_nccl_devs[i].dev;
-            if (drop) {
-                st_nccl_devs[i] = st_nccl_devs[--st_nccl_ndevs];
-            }
-            break;
-        }
-    }
-    pthread_mutex_unlock(&st_nccl_devs_lock);
+    pthread_mutex_lock(&st_nccl_recs_lock);
+    rec = st_nccl_rec_find(comm);
+    dev = rec != NULL ? rec->dev : -1;
+    pthread_mutex_unlock(&st_nccl_recs_lock);
     return dev;
+}
+
+/* Forgets comm (destroyed or aborted). */
+static void st_nccl_comm_drop(strataComm_t comm)
+{
+    st_nccl_rec_t *rec;
+
+    pthread_mutex_lock(&st_nccl_recs_lock);
+    rec = st_nccl_rec_find(comm);
+    if (rec != NULL) {
+        *rec = st_nccl_recs[--st_nccl_nrecs];
+    }
+    pthread_mutex_unlock(&st_nccl_recs_lock);
+}
+
+/* Records msg as the failure of comm, unless one is recorded already (the first failure is the
+ * cause; what follows is its consequence). Any thread's ncclGetLastError(comm) says it from then
+ * on, unless that thread saw a failure of its own since (NCCL's last error is one per process:
+ * torch's watchdog reads it on its own thread after ncclCommGetAsyncError). seq: the failure's
+ * stamp, 0 for a new one. */
+static void st_nccl_comm_fail(strataComm_t comm, const char *msg, unsigned long seq)
+{
+    st_nccl_rec_t *rec;
+
+    pthread_mutex_lock(&st_nccl_recs_lock);
+    rec = st_nccl_rec_find(comm);
+    if (rec != NULL && rec->seq == 0) {
+        snprintf(rec->msg, sizeof(rec->msg), "%s", msg);
+        rec->seq = seq != 0 ? seq : st_nccl_seq_next();
+    }
+    pthread_mutex_unlock(&st_nccl_recs_lock);
+}
+
+/* st_nccl_res for a call on comm: a failure of the communicator's work (not of the call's
+ * arguments or usage: strataInvalidArgument, strataInvalidUsage) is recorded as comm's failure. */
+static ncclResult_t st_nccl_res_on(const void *comm, strataResult_t res)
+{
+    ncclResult_t nres = st_nccl_res(res);
+
+    if (res != strataSuccess && res != strataInProgress && res != strataInvalidArgument &&
+        res != strataInvalidUsage && comm != NULL) {
+        st_nccl_comm_fail((strataComm_t)comm, strataGetLastError(NULL), st_nccl_msg_seq);
+    }
+    return nres;
 }
 
 /* ---- configuration ---- */
@@ -279,9 +355,28 @@ ST_NCCL_API const char *pncclGetErrorString(ncclResult_t result)
 ST_NCCL_ALIAS(ncclGetErrorString);
 
 /* The shim's own message when it is the thread's newest (an unsupported function, fp8, a bad
- * config), else strata's. */
+ * config), else strata's; with a communicator, its failure instead when that came later than
+ * the thread's own (recorded by st_nccl_comm_fail in any thread: strata's last error is the
+ * calling thread's, NCCL's one per process). */
 ST_NCCL_API const char *pncclGetLastError(ncclComm_t comm)
 {
+    static __thread char of_comm[256];
+    int                  use = 0;
+
+    if (comm != NULL) {
+        st_nccl_rec_t *rec;
+
+        pthread_mutex_lock(&st_nccl_recs_lock);
+        rec = st_nccl_rec_find((strataComm_t)comm);
+        if (rec != NULL && rec->seq > st_nccl_msg_seq) {
+            snprintf(of_comm, sizeof(of_comm), "%s", rec->msg);
+            use = 1;
+        }
+        pthread_mutex_unlock(&st_nccl_recs_lock);
+    }
+    if (use) {
+        return of_comm;
+    }
     if (st_nccl_msg_newer) {
         return st_nccl_msg;
     }
@@ -303,6 +398,57 @@ ST_NCCL_API ncclResult_t pncclGetUniqueId(ncclUniqueId *uniqueId)
 }
 ST_NCCL_ALIAS(ncclGetUniqueId);
 
+/* ---- inits and splits inside a group ---- */
+
+/* NCCL runs the inits and splits called between ncclGroupStart and ncclGroupEnd at the outermost
+ * ncclGroupEnd, together: one thread may make several ranks of one communicator (nccl-tests -g 2
+ * across processes, torch up to 2.1: ncclGroupStart; for each GPU: cudaSetDevice,
+ * ncclCommInitRank; ncclGroupEnd). strata's init and split wait for every rank, so inside a
+ * group the shim starts each init nonblocking (strataConfig_t.blocking = 0: strata's init thread,
+ * on the device current at the call) and keeps each split for ncclGroupEnd, which runs the
+ * splits on threads of their own and waits for all, inits included (strata's init deadline,
+ * STRATA_BOOTSTRAP_TIMEOUT, bounds the wait). An init whose config says blocking = 0 is not
+ * waited for: ncclGroupEnd says ncclInProgress and the caller polls ncclCommGetAsyncError, as
+ * with NCCL. strata's split has no nonblocking form: ncclGroupEnd returns once a split is done,
+ * whatever its config. A collective in the same group on a communicator made there is refused
+ * (strata: the communicator is still initializing); call it after ncclGroupEnd. */
+typedef struct {
+    int            split;     /* 0: an init (comm), 1: a split (the fields below) */
+    strataComm_t   comm;      /* init: the communicator being made */
+    int            wait;      /* init: blocking for the caller, so ncclGroupEnd waits */
+    strataComm_t   parent;    /* split: its arguments */
+    int            color, key;
+    ncclComm_t    *newcomm;
+    strataConfig_t cfg;
+    int            has_cfg;
+    char          *name;      /* the config's commName, copied */
+    strataComm_t   child;     /* split: its result */
+    strataResult_t res;
+    char           msg[256];
+    pthread_t      thread;
+} st_nccl_deferred_t;
+
+static __thread int                 st_nccl_group_depth;
+static __thread st_nccl_deferred_t *st_nccl_deferred;
+static __thread int                 st_nccl_ndeferred, st_nccl_deferred_cap;
+
+/* A new entry of the group's list, zeroed, or NULL (out of memory). */
+static st_nccl_deferred_t *st_nccl_defer(void)
+{
+    if (st_nccl_ndeferred == st_nccl_deferred_cap) {
+        int                 cap = st_nccl_deferred_cap ? 2 * st_nccl_deferred_cap : 8;
+        st_nccl_deferred_t *grown = realloc(st_nccl_deferred, (size_t)cap * sizeof(*grown));
+
+        if (grown == NULL) {
+            return NULL;
+        }
+        st_nccl_deferred     = grown;
+        st_nccl_deferred_cap = cap;
+    }
+    memset(&st_nccl_deferred[st_nccl_ndeferred], 0, sizeof(*st_nccl_deferred));
+    return &st_nccl_deferred[st_nccl_ndeferred++];
+}
+
 /* ---- communicators ---- */
 
 ST_NCCL_API ncclResult_t pncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId,
@@ -318,6 +464,24 @@ ST_NCCL_API ncclResult_t pncclCommInitRankConfig(ncclComm_t *comm, int nranks, n
         return nres;
     }
     memcpy(&id, &commId, sizeof(id));
+    if (st_nccl_group_depth > 0) { /* started here, waited for by ncclGroupEnd */
+        st_nccl_deferred_t *d = st_nccl_defer();
+        int                 wait = (cfg.blocking != 0);
+
+        if (d == NULL) {
+            return st_nccl_fail(ncclSystemError, "ncclCommInitRankConfig: out of memory");
+        }
+        cfg.blocking = 0;
+        res          = strataCommInitRankConfig((strataComm_t *)comm, nranks, id, rank, &cfg);
+        if (res != strataSuccess && res != strataInProgress) {
+            st_nccl_ndeferred--;
+            return st_nccl_res(res);
+        }
+        d->comm = (strataComm_t)*comm;
+        d->wait = wait;
+        st_nccl_dev_set(d->comm, st_nccl_current_device());
+        return wait || res == strataSuccess ? ncclSuccess : ncclInProgress;
+    }
     res = strataCommInitRankConfig((strataComm_t *)comm, nranks, id, rank, &cfg);
     if ((res == strataSuccess || res == strataInProgress) && comm != NULL) {
         st_nccl_dev_set((strataComm_t)*comm, st_nccl_current_device());
@@ -378,13 +542,37 @@ ST_NCCL_API ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncc
     if (nres != ncclSuccess) {
         return nres;
     }
+    if (st_nccl_group_depth > 0) { /* run by ncclGroupEnd */
+        st_nccl_deferred_t *d;
+
+        if (newcomm == NULL) {
+            return st_nccl_fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
+        }
+        d = st_nccl_defer();
+        if (d == NULL || (cfg.name != NULL && (d->name = strdup(cfg.name)) == NULL)) {
+            if (d != NULL) {
+                st_nccl_ndeferred--;
+            }
+            return st_nccl_fail(ncclSystemError, "ncclCommSplit: out of memory");
+        }
+        d->split    = 1;
+        d->parent   = (strataComm_t)comm;
+        d->color    = color;
+        d->key      = key;
+        d->newcomm  = newcomm;
+        d->cfg      = cfg;
+        d->cfg.name = d->name;
+        d->has_cfg  = (config != NULL);
+        *newcomm    = NULL;
+        return ncclSuccess;
+    }
     /* NULL config: the parent's settings (strata's rule, as NCCL's) */
     res = strataCommSplit((strataComm_t)comm, color, key, (strataComm_t *)newcomm,
                           config != NULL ? &cfg : NULL);
     if ((res == strataSuccess || res == strataInProgress) && newcomm != NULL) {
-        st_nccl_dev_set((strataComm_t)*newcomm, st_nccl_dev_get((strataComm_t)comm, 0));
+        st_nccl_dev_set((strataComm_t)*newcomm, st_nccl_dev_get((strataComm_t)comm));
     }
-    return st_nccl_res(res);
+    return st_nccl_res_on(comm, res);
 }
 ST_NCCL_ALIAS(ncclCommSplit);
 
@@ -420,19 +608,17 @@ ST_NCCL_ALIAS(ncclCommRevoke);
 
 ST_NCCL_API ncclResult_t pncclCommFinalize(ncclComm_t comm)
 {
-    return st_nccl_res(strataCommFinalize((strataComm_t)comm));
+    return st_nccl_res_on(comm, strataCommFinalize((strataComm_t)comm));
 }
 ST_NCCL_ALIAS(ncclCommFinalize);
 
-/* The noted device is forgotten once strata has freed the communicator (on failure strata leaves
- * it allocated, see strata.h). */
+/* The shim's record of the communicator goes whatever strata answers (a destroy that failed
+ * leaves comm for ncclCommAbort, which needs no record). */
 ST_NCCL_API ncclResult_t pncclCommDestroy(ncclComm_t comm)
 {
     strataResult_t res = strataCommDestroy((strataComm_t)comm);
 
-    if (res == strataSuccess) {
-        st_nccl_dev_get((strataComm_t)comm, 1);
-    }
+    st_nccl_comm_drop((strataComm_t)comm);
     return st_nccl_res(res);
 }
 ST_NCCL_ALIAS(ncclCommDestroy);
@@ -441,22 +627,39 @@ ST_NCCL_API ncclResult_t pncclCommAbort(ncclComm_t comm)
 {
     strataResult_t res = strataCommAbort((strataComm_t)comm);
 
-    if (comm != NULL) {
-        st_nccl_dev_get((strataComm_t)comm, 1);
-    }
+    st_nccl_comm_drop((strataComm_t)comm);
     return st_nccl_res(res);
 }
 ST_NCCL_ALIAS(ncclCommAbort);
 
-/* The asynchronous error is translated as results are (strataTimeout: ncclRemoteError). */
+/* The asynchronous error is translated as results are (strataTimeout: ncclRemoteError). An
+ * error is recorded as the communicator's failure (ncclGetLastError(comm), from any thread):
+ * strata's words for it where strata gave this thread some (a call on device buffers that failed
+ * in the device queue, an init that failed on its thread), else its result's name. */
 ST_NCCL_API ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 {
+    char           before[256];
     strataResult_t async = strataSuccess;
-    strataResult_t res   = strataCommGetAsyncError((strataComm_t)comm,
-                                                   asyncError != NULL ? &async : NULL);
+    strataResult_t res;
 
+    snprintf(before, sizeof(before), "%s", strataGetLastError(NULL));
+    res = strataCommGetAsyncError((strataComm_t)comm, asyncError != NULL ? &async : NULL);
     if (res == strataSuccess) {
         *asyncError = async == strataTimeout ? ncclRemoteError : (ncclResult_t)async;
+        if (async != strataSuccess && async != strataInProgress) {
+            const char *now = strataGetLastError(NULL);
+
+            if (strcmp(now, before) != 0) { /* strata's words: the thread's newest too */
+                st_nccl_msg_newer = 0;
+                st_nccl_comm_fail((strataComm_t)comm, now, 0);
+            } else {
+                char generic[128];
+
+                snprintf(generic, sizeof(generic), "the communicator failed: %s",
+                         strataGetErrorString(async));
+                st_nccl_comm_fail((strataComm_t)comm, generic, 0);
+            }
+        }
     }
     return st_nccl_res(res);
 }
@@ -486,7 +689,7 @@ ST_NCCL_API ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int *device)
         return st_nccl_fail(ncclInvalidArgument, "ncclCommCuDevice: comm %p, device %p",
                             (void *)comm, (void *)device);
     }
-    dev = st_nccl_dev_get((strataComm_t)comm, 0);
+    dev = st_nccl_dev_get((strataComm_t)comm);
     if (dev < 0) {
         return st_nccl_fail(ncclInvalidUsage,
                             "ncclCommCuDevice: the communicator was made where no CUDA device "
@@ -625,8 +828,9 @@ ST_NCCL_API ncclResult_t pncclAllReduce(const void *sendbuff, void *recvbuff, si
                                        cudaStream_t stream)
 {
     ST_NCCL_TYPE(datatype, "ncclAllReduce");
-    return st_nccl_res(strataAllReduce(sendbuff, recvbuff, count, (strataDataType_t)datatype,
-                                       (strataRedOp_t)op, (strataComm_t)comm, stream));
+    return st_nccl_res_on(comm,
+                          strataAllReduce(sendbuff, recvbuff, count, (strataDataType_t)datatype,
+                                          (strataRedOp_t)op, (strataComm_t)comm, stream));
 }
 ST_NCCL_ALIAS(ncclAllReduce);
 
@@ -635,8 +839,9 @@ ST_NCCL_API ncclResult_t pncclBroadcast(const void *sendbuff, void *recvbuff, si
                                        cudaStream_t stream)
 {
     ST_NCCL_TYPE(datatype, "ncclBroadcast");
-    return st_nccl_res(strataBroadcast(sendbuff, recvbuff, count, (strataDataType_t)datatype,
-                                       root, (strataComm_t)comm, stream));
+    return st_nccl_res_on(comm,
+                          strataBroadcast(sendbuff, recvbuff, count, (strataDataType_t)datatype,
+                                          root, (strataComm_t)comm, stream));
 }
 ST_NCCL_ALIAS(ncclBroadcast);
 
@@ -645,8 +850,8 @@ ST_NCCL_API ncclResult_t pncclBcast(void *buff, size_t count, ncclDataType_t dat
                                    ncclComm_t comm, cudaStream_t stream)
 {
     ST_NCCL_TYPE(datatype, "ncclBcast");
-    return st_nccl_res(strataBroadcast(buff, buff, count, (strataDataType_t)datatype, root,
-                                       (strataComm_t)comm, stream));
+    return st_nccl_res_on(comm, strataBroadcast(buff, buff, count, (strataDataType_t)datatype, root,
+                                                (strataComm_t)comm, stream));
 }
 ST_NCCL_ALIAS(ncclBcast);
 
@@ -655,8 +860,8 @@ ST_NCCL_API ncclResult_t pncclReduce(const void *sendbuff, void *recvbuff, size_
                                     ncclComm_t comm, cudaStream_t stream)
 {
     ST_NCCL_TYPE(datatype, "ncclReduce");
-    return st_nccl_res(strataReduce(sendbuff, recvbuff, count, (strataDataType_t)datatype,
-                                    (strataRedOp_t)op, root, (strataComm_t)comm, stream));
+    return st_nccl_res_on(comm, strataReduce(sendbuff, recvbuff, count, (strataDataType_t)datatype,
+                                             (strataRedOp_t)op, root, (strataComm_t)comm, stream));
 }
 ST_NCCL_ALIAS(ncclReduce);
 
@@ -665,8 +870,9 @@ ST_NCCL_API ncclResult_t pncclAllGather(const void *sendbuff, void *recvbuff, si
                                        cudaStream_t stream)
 {
     ST_NCCL_TYPE(datatype, "ncclAllGather");
-    return st_nccl_res(strataAllGather(sendbuff, recvbuff, sendcount, (strataDataType_t)datatype,
-                                       (strataComm_t)comm, stream));
+    return st_nccl_res_on(comm,
+                          strataAllGather(sendbuff, recvbuff, sendcount, (strataDataType_t)datatype,
+                                          (strataComm_t)comm, stream));
 }
 ST_NCCL_ALIAS(ncclAllGather);
 
@@ -675,9 +881,9 @@ ST_NCCL_API ncclResult_t pncclReduceScatter(const void *sendbuff, void *recvbuff
                                            ncclComm_t comm, cudaStream_t stream)
 {
     ST_NCCL_TYPE(datatype, "ncclReduceScatter");
-    return st_nccl_res(strataReduceScatter(sendbuff, recvbuff, recvcount,
-                                           (strataDataType_t)datatype, (strataRedOp_t)op,
-                                           (strataComm_t)comm, stream));
+    return st_nccl_res_on(comm, strataReduceScatter(sendbuff, recvbuff, recvcount,
+                                                    (strataDataType_t)datatype, (strataRedOp_t)op,
+                                                    (strataComm_t)comm, stream));
 }
 ST_NCCL_ALIAS(ncclReduceScatter);
 
@@ -686,8 +892,9 @@ ST_NCCL_API ncclResult_t pncclAlltoAll(const void *sendbuff, void *recvbuff, siz
                                       cudaStream_t stream)
 {
     ST_NCCL_TYPE(datatype, "ncclAlltoAll");
-    return st_nccl_res(strataAlltoAll(sendbuff, recvbuff, count, (strataDataType_t)datatype,
-                                      (strataComm_t)comm, stream));
+    return st_nccl_res_on(comm,
+                          strataAlltoAll(sendbuff, recvbuff, count, (strataDataType_t)datatype,
+                                         (strataComm_t)comm, stream));
 }
 ST_NCCL_ALIAS(ncclAlltoAll);
 
@@ -696,8 +903,8 @@ ST_NCCL_API ncclResult_t pncclGather(const void *sendbuff, void *recvbuff, size_
                                     cudaStream_t stream)
 {
     ST_NCCL_TYPE(datatype, "ncclGather");
-    return st_nccl_res(strataGather(sendbuff, recvbuff, count, (strataDataType_t)datatype, root,
-                                    (strataComm_t)comm, stream));
+    return st_nccl_res_on(comm, strataGather(sendbuff, recvbuff, count, (strataDataType_t)datatype,
+                                             root, (strataComm_t)comm, stream));
 }
 ST_NCCL_ALIAS(ncclGather);
 
@@ -706,8 +913,8 @@ ST_NCCL_API ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size
                                      cudaStream_t stream)
 {
     ST_NCCL_TYPE(datatype, "ncclScatter");
-    return st_nccl_res(strataScatter(sendbuff, recvbuff, count, (strataDataType_t)datatype, root,
-                                     (strataComm_t)comm, stream));
+    return st_nccl_res_on(comm, strataScatter(sendbuff, recvbuff, count, (strataDataType_t)datatype,
+                                              root, (strataComm_t)comm, stream));
 }
 ST_NCCL_ALIAS(ncclScatter);
 
@@ -717,8 +924,8 @@ ST_NCCL_API ncclResult_t pncclSend(const void *sendbuff, size_t count, ncclDataT
                                   int peer, ncclComm_t comm, cudaStream_t stream)
 {
     ST_NCCL_TYPE(datatype, "ncclSend");
-    return st_nccl_res(strataSend(sendbuff, count, (strataDataType_t)datatype, peer,
-                                  (strataComm_t)comm, stream));
+    return st_nccl_res_on(comm, strataSend(sendbuff, count, (strataDataType_t)datatype, peer,
+                                           (strataComm_t)comm, stream));
 }
 ST_NCCL_ALIAS(ncclSend);
 
@@ -726,20 +933,136 @@ ST_NCCL_API ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t 
                                   ncclComm_t comm, cudaStream_t stream)
 {
     ST_NCCL_TYPE(datatype, "ncclRecv");
-    return st_nccl_res(strataRecv(recvbuff, count, (strataDataType_t)datatype, peer,
-                                  (strataComm_t)comm, stream));
+    return st_nccl_res_on(comm, strataRecv(recvbuff, count, (strataDataType_t)datatype, peer,
+                                           (strataComm_t)comm, stream));
 }
 ST_NCCL_ALIAS(ncclRecv);
 
 ST_NCCL_API ncclResult_t pncclGroupStart(void)
 {
-    return st_nccl_res(strataGroupStart());
+    strataResult_t res = strataGroupStart();
+
+    if (res == strataSuccess) {
+        st_nccl_group_depth++;
+    }
+    return st_nccl_res(res);
 }
 ST_NCCL_ALIAS(ncclGroupStart);
 
+static void *st_nccl_split_thread(void *arg)
+{
+    st_nccl_deferred_t *d = arg;
+
+    d->res = strataCommSplit(d->parent, d->color, d->key, &d->child,
+                             d->has_cfg ? &d->cfg : NULL);
+    if (d->res != strataSuccess) {
+        snprintf(d->msg, sizeof(d->msg), "%s", strataGetLastError(NULL));
+    }
+    return NULL;
+}
+
+/* Notes a failure of the group: the first one is ncclGroupEnd's result and message. */
+static void st_nccl_group_fail(strataResult_t res, const char *msg, strataResult_t *first,
+                               char *first_msg, size_t len)
+{
+    if (*first == strataSuccess) {
+        *first = res;
+        snprintf(first_msg, len, "%s", msg);
+    }
+}
+
+/* The deferred inits and splits (see "inits and splits inside a group"), after strata's group
+ * launched its calls: those are on communicators that existed before the group, and a split
+ * exchanges over its parent, after them in the parent's order. Returns the first failure, else
+ * strataInProgress while a nonblocking init is still running, else strataSuccess. */
+static strataResult_t st_nccl_group_run(char *first_msg, size_t len)
+{
+    strataResult_t first = strataSuccess;
+    int            splits = 0, pending = 0;
+
+    for (int i = 0; i < st_nccl_ndeferred; i++) {
+        splits += st_nccl_deferred[i].split;
+    }
+    for (int i = 0; i < st_nccl_ndeferred; i++) {
+        st_nccl_deferred_t *d = &st_nccl_deferred[i];
+        strataResult_t      async = strataInProgress, res;
+
+        if (d->split) {
+            continue;
+        }
+        /* a split may name a communicator made in this group: every init ends first then */
+        while ((res = strataCommGetAsyncError(d->comm, &async)) == strataSuccess &&
+               async == strataInProgress && (d->wait || splits > 0)) {
+            struct timespec ms = {0, 1000000};
+
+            nanosleep(&ms, NULL);
+        }
+        if (res != strataSuccess) {
+            st_nccl_group_fail(res, strataGetLastError(NULL), &first, first_msg, len);
+        } else if (async == strataInProgress) {
+            pending = 1;
+        } else if (async != strataSuccess) {
+            st_nccl_comm_fail(d->comm, strataGetLastError(NULL), 0);
+            st_nccl_group_fail(async, strataGetLastError(NULL), &first, first_msg, len);
+        }
+    }
+    for (int i = 0; i < st_nccl_ndeferred; i++) {
+        st_nccl_deferred_t *d = &st_nccl_deferred[i];
+
+        if (d->split && pthread_create(&d->thread, NULL, st_nccl_split_thread, d) != 0) {
+            d->res = strataSystemError;
+            snprintf(d->msg, sizeof(d->msg), "ncclGroupEnd: cannot start a thread for a split");
+            d->split = 2; /* not started */
+        }
+    }
+    for (int i = 0; i < st_nccl_ndeferred; i++) {
+        st_nccl_deferred_t *d = &st_nccl_deferred[i];
+
+        if (d->split == 1) {
+            pthread_join(d->thread, NULL);
+        }
+        if (d->split && d->res == strataSuccess) {
+            *d->newcomm = (ncclComm_t)d->child;
+            st_nccl_dev_set(d->child, st_nccl_dev_get(d->parent));
+        } else if (d->split) {
+            if (d->res != strataInvalidArgument && d->res != strataInvalidUsage) {
+                st_nccl_comm_fail(d->parent, d->msg, 0);
+            }
+            st_nccl_group_fail(d->res, d->msg, &first, first_msg, len);
+        }
+        free(d->name);
+    }
+    st_nccl_ndeferred = 0;
+    return first != strataSuccess ? first : pending ? strataInProgress : strataSuccess;
+}
+
+/* The outermost ncclGroupEnd: strata's group, then the deferred inits and splits. Its result is
+ * the first failure (the group's, then the inits' and splits' in call order), with its message
+ * for ncclGetLastError; ncclInProgress while an init the caller made nonblocking still runs. */
 ST_NCCL_API ncclResult_t pncclGroupEnd(void)
 {
-    return st_nccl_res(strataGroupEnd());
+    strataResult_t res, dres;
+    ncclResult_t   nres;
+    char           msg[256], dmsg[256];
+
+    if (st_nccl_group_depth == 0) {
+        return st_nccl_res(strataGroupEnd()); /* strata says why */
+    }
+    res = strataGroupEnd();
+    if (--st_nccl_group_depth > 0 || st_nccl_ndeferred == 0) {
+        return st_nccl_res(res);
+    }
+    snprintf(msg, sizeof(msg), "%s", res != strataSuccess ? strataGetLastError(NULL) : "");
+    dres = st_nccl_group_run(dmsg, sizeof(dmsg));
+    if (res == strataSuccess) {
+        res = dres;
+        memcpy(msg, dmsg, sizeof(msg));
+    }
+    nres = st_nccl_res(res);
+    if (res == strataSuccess || res == strataInProgress) {
+        return nres;
+    }
+    return st_nccl_fail(nres, "%s", msg);
 }
 ST_NCCL_ALIAS(ncclGroupEnd);
 

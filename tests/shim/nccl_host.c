@@ -5,8 +5,10 @@
  * shim on host buffers with stream NULL, which strata serves (NCCL itself would want device
  * buffers): every collective, several datatypes and ops in and out of place, send/recv in a
  * group, split, a nonblocking config init, the scalable init, PreMulSum, ncclMemAlloc's memory,
- * ncclCommInitAll driven from one thread, and the error paths (fp8 and unknown datatypes, the
- * functions strata cannot serve, a bad config), asserting every value.
+ * ncclCommInitAll driven from one thread, inits and splits of two ranks in a group of one thread,
+ * an asynchronous failure read by another thread (ncclGetLastError(comm)), and the error paths
+ * (fp8 and unknown datatypes, the functions strata cannot serve, a bad config), asserting every
+ * value.
  *
  *   nccl_host SHIMDIR [NRANKS]   run the checks with NRANKS (default 4) forked ranks, after
  *                                proving from /proc/self/maps that libnccl.so* is mapped from
@@ -17,6 +19,7 @@
 #include <nccl.h>
 
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -456,6 +459,122 @@ static void init_all(void)
     }
 }
 
+/* One thread makes both ranks of a communicator in a group (nccl-tests -g 2 across processes,
+ * torch up to 2.1): the inits run at the outermost ncclGroupEnd (the inner one of the nested
+ * pair runs nothing). Then an all-reduce on both in a group, and a split of both in one group. */
+static void group_init(void)
+{
+    ncclUniqueId id;
+    ncclComm_t   comms[2], subs[2];
+    int          a[2][16], v;
+
+    NCCLOK(ncclGetUniqueId(&id));
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclGroupStart());
+    for (int k = 0; k < 2; k++) {
+        NCCLOK(ncclCommInitRank(&comms[k], 2, id, k));
+    }
+    NCCLOK(ncclGroupEnd());
+    NCCLOK(ncclGroupEnd());
+    for (int k = 0; k < 2; k++) {
+        NCCLOK(ncclCommUserRank(comms[k], &v));
+        CHECK(v == k, "group init: comm %d has rank %d", k, v);
+        for (int i = 0; i < 16; i++) {
+            a[k][i] = 10 * k + i;
+        }
+    }
+    NCCLOK(ncclGroupStart());
+    for (int k = 0; k < 2; k++) {
+        NCCLOK(ncclAllReduce(a[k], a[k], 16, ncclInt32, ncclSum, comms[k], NULL));
+    }
+    NCCLOK(ncclGroupEnd());
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 16; i++) {
+            CHECK(a[k][i] == 10 + 2 * i, "group init allreduce [%d][%d] = %d", k, i, a[k][i]);
+        }
+    }
+    /* both in one color, ranks reversed by key */
+    NCCLOK(ncclGroupStart());
+    for (int k = 0; k < 2; k++) {
+        NCCLOK(ncclCommSplit(comms[k], 7, 1 - k, &subs[k], NULL));
+    }
+    NCCLOK(ncclGroupEnd());
+    for (int k = 0; k < 2; k++) {
+        CHECK(subs[k] != NULL, "group split: comm %d got no communicator", k);
+        NCCLOK(ncclCommUserRank(subs[k], &v));
+        CHECK(v == 1 - k, "group split: comm %d has rank %d", k, v);
+        NCCLOK(ncclCommCount(subs[k], &v));
+        CHECK(v == 2, "group split: comm %d has %d ranks", k, v);
+        a[k][0] = 1 - k;
+    }
+    NCCLOK(ncclGroupStart());
+    for (int k = 0; k < 2; k++) {
+        NCCLOK(ncclAllReduce(a[k], a[k] + 1, 1, ncclInt32, ncclMax, subs[k], NULL));
+    }
+    NCCLOK(ncclGroupEnd());
+    for (int k = 0; k < 2; k++) {
+        CHECK(a[k][1] == 1, "group split allreduce [%d] = %d", k, a[k][1]);
+        NCCLOK(ncclCommDestroy(subs[k]));
+        NCCLOK(ncclCommDestroy(comms[k]));
+    }
+}
+
+/* An asynchronous failure, read by another thread with the communicator (torch's watchdog:
+ * ncclCommGetAsyncError, then ncclGetLastError(comm) on its own thread): two nonblocking inits
+ * of rank 0 in one group, so that the root refuses the second to come ("joined twice"). */
+static ncclComm_t g_failed;
+static char       g_seen[256];
+
+static void *watchdog(void *arg)
+{
+    (void)arg;
+    snprintf(g_seen, sizeof(g_seen), "%s", ncclGetLastError(g_failed));
+    return NULL;
+}
+
+static void async_failure(void)
+{
+    ncclUniqueId id;
+    ncclComm_t   c[2];
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    ncclResult_t async[2] = {ncclInProgress, ncclInProgress}, res;
+    pthread_t    t;
+    int          bad = -1;
+
+    NCCLOK(ncclGetUniqueId(&id));
+    cfg.blocking = 0;
+    NCCLOK(ncclGroupStart());
+    for (int k = 0; k < 2; k++) {
+        res = ncclCommInitRankConfig(&c[k], 3, id, 0, &cfg);
+        CHECK(res == ncclInProgress, "nonblocking init in a group -> %d", (int)res);
+    }
+    res = ncclGroupEnd(); /* ncclInProgress, or the refusal if it came already */
+    CHECK(res != ncclSuccess, "ncclGroupEnd of two rank-0 inits -> ncclSuccess");
+    for (int polls = 0; bad < 0 && polls < 20000; polls++) {
+        for (int k = 0; k < 2 && bad < 0; k++) {
+            NCCLOK(ncclCommGetAsyncError(c[k], &async[k]));
+            if (async[k] != ncclInProgress) {
+                bad = k;
+            }
+        }
+        if (bad < 0) {
+            usleep(1000);
+        }
+    }
+    CHECK(bad >= 0, "neither rank-0 init ended");
+    CHECK(async[bad] != ncclSuccess, "the refused init succeeded");
+    CHECK(async[1 - bad] == ncclInProgress, "the other init ended: %d", (int)async[1 - bad]);
+    g_failed = c[bad];
+    CHECK(pthread_create(&t, NULL, watchdog, NULL) == 0, "pthread_create");
+    CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+    CHECK(strstr(g_seen, "joined twice") != NULL, "another thread's ncclGetLastError(comm): '%s'",
+          g_seen);
+    CHECK(strstr(ncclGetLastError(c[bad]), "joined twice") != NULL, "ncclGetLastError(comm): '%s'",
+          ncclGetLastError(c[bad]));
+    NCCLOK(ncclCommAbort(c[1 - bad])); /* ends its wait for ranks 1 and 2 at once */
+    NCCLOK(ncclCommAbort(c[bad]));
+}
+
 int main(int argc, char **argv)
 {
     char        maps[4096], want[PATH_MAX], *dir;
@@ -524,6 +643,28 @@ int main(int argc, char **argv)
     /* 3. ncclCommInitAll in this process */
     init_all();
     printf("nccl_host: ncclCommInitAll, 2 ranks driven from one thread: as expected\n");
+
+    /* 4. inits and splits in a group, one thread; an asynchronous failure (in a child: its
+     * communicator's root waits for ranks that never come) */
+    group_init();
+    printf("nccl_host: ncclCommInitRank x2 and ncclCommSplit x2 in a group, one thread: as "
+           "expected\n");
+    fflush(stdout);
+    pids[0] = fork();
+    CHECK(pids[0] >= 0, "fork");
+    if (pids[0] == 0) {
+        alarm(30);
+        async_failure();
+        _exit(0);
+    }
+    {
+        int st = 0;
+
+        CHECK(waitpid(pids[0], &st, 0) == pids[0] && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "the asynchronous failure's child ended with status 0x%x", st);
+    }
+    printf("nccl_host: an asynchronous init failure: ncclGetLastError(comm) names it on "
+           "another thread\n");
     printf("nccl_host: PASS\n");
     return 0;
 }
