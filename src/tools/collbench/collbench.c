@@ -731,6 +731,26 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
                 "asked for\n", opts->prog);
         return -1;
     }
+    {
+        /* The rank count where the command line gives it (-np, --layout's sum, --nranks): a
+         * skew above it is refused here, before any rank starts (the ranks check it again when
+         * an outside launcher gives the count: there rank 0 says why). */
+        int known = opts->np, k;
+
+        if (known == 0 && opts->nlayout > 0 && !opts->layout_rr) {
+            for (k = 0; k < opts->nlayout; k++) {
+                known += opts->layout[k];
+            }
+        }
+        if (known == 0 && opts->nranks > 0) {
+            known = opts->nranks;
+        }
+        if (known > 0 && opts->skew > known) {
+            fprintf(stderr, "%s: --skew %g is more than the %d ranks: rank 0 cannot receive more "
+                    "than everything (1 <= F <= nranks)\n", opts->prog, opts->skew, known);
+            return -1;
+        }
+    }
     if (opts->minbytes > opts->maxbytes) {
         fprintf(stderr, "%s: minbytes %zu is larger than maxbytes %zu\n", opts->prog,
                 opts->minbytes, opts->maxbytes);
