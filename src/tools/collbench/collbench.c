@@ -733,8 +733,8 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
     }
     {
         /* The rank count where the command line gives it (-np, --layout's sum, --nranks): a
-         * skew above it is refused here, before any rank starts (the ranks check it again when
-         * an outside launcher gives the count: there rank 0 says why). */
+         * root or skew beyond it is refused here, before any rank starts (the ranks check them
+         * again when an outside launcher gives the count: there rank 0 says why). */
         int known = opts->np, k;
 
         if (known == 0 && opts->nlayout > 0 && !opts->layout_rr) {
@@ -744,6 +744,11 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
         }
         if (known == 0 && opts->nranks > 0) {
             known = opts->nranks;
+        }
+        if (known > 0 && opts->root >= known) {
+            fprintf(stderr, "%s: root %d out of range for %d ranks\n", opts->prog, opts->root,
+                    known);
+            return -1;
         }
         if (known > 0 && opts->skew > known) {
             fprintf(stderr, "%s: --skew %g is more than the %d ranks: rank 0 cannot receive more "
