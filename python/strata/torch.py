@@ -794,28 +794,33 @@ _splits = []          # communicators split by new_group, waiting for their crea
 _splits_lock = threading.Lock()
 
 
-def _arrive(store, rank, size, timeout_s):
+def _arrive(store, rank, size, timeout_s, prefix):
     """Waits until every rank of the group has reached the backend's creation, within the torch
     timeout (strata's own join deadline is STRATA_BOOTSTRAP_TIMEOUT); raises naming the ranks
     that did not come."""
-    store.add("strata/arrived/%d" % rank, 1)
-    count = store.add("strata/arrived", 1)
+    store.add(prefix + "arrived/%d" % rank, 1)
+    count = store.add(prefix + "arrived", 1)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     pause = 0.001
     while count < size:
         if deadline is not None and time.monotonic() > deadline:
-            missing = [r for r in range(size) if store.add("strata/arrived/%d" % r, 0) == 0]
+            missing = [r for r in range(size) if store.add(prefix + "arrived/%d" % r, 0) == 0]
             raise StrataBackendError(Result.TIMEOUT, "init_process_group: rank(s) %s of %d did not "
                                      "join within the timeout (%g s)"
                                      % (", ".join(map(str, missing)), size, timeout_s))
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
-        count = store.add("strata/arrived", 0)
+        count = store.add(prefix + "arrived", 0)
 
 
 def _rendezvous(store, rank, size, timeout_s):
-    _arrive(store, rank, size, timeout_s)
-    key = "strata/unique_id"
+    # A store can outlive a group (file:// keeps its keys; init after destroy may meet the same
+    # store): each rank counts its own rendezvous in it, and every rank is at the same count, so
+    # the keys of round k are those of this group only.
+    k = store.add("strata/round/%d" % rank, 1)
+    prefix = "strata/%d/" % k
+    _arrive(store, rank, size, timeout_s, prefix)
+    key = prefix + "unique_id"
     if rank == 0:
         try:
             uid = UniqueId.new()

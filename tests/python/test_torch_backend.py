@@ -214,6 +214,16 @@ def worker(case, rank, n, store):
         copies = [torch.empty_like(flat) for _ in range(n)]
         dist.all_gather(copies, flat)
         assert all(torch.equal(copies[0], c) for c in copies), "replicas differ"
+    elif case == "reinit":
+        # destroy, then init again on the same file:// store (its keys stay): a fresh id per round
+        for rnd in range(2):
+            t = torch.full((1,), float(rank))
+            dist.all_reduce(t)
+            assert t.item() == tri - n, t
+            dist.destroy_process_group()
+            dist.init_process_group("strata", init_method="file://" + store, rank=rank,
+                                    world_size=n, timeout=timeout)
+        dist.barrier()
     elif case == "refused":
         try:
             dist.recv(torch.zeros(1))
@@ -221,6 +231,15 @@ def worker(case, rank, n, store):
             assert "any source" in str(exc), exc
         else:
             raise AssertionError("recv without src did not raise")
+        try:
+            dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND)
+        except RuntimeError as exc:
+            assert "bitwise op BAND" in str(exc) and "InvalidArgument" in str(exc), exc
+        else:
+            raise AssertionError("BAND on float did not raise")
+        t = torch.ones(1)
+        dist.all_reduce(t)  # the group still works after refused calls
+        assert t.item() == n, t
         dist.barrier()
     elif case in ("dies", "late"):
         if rank == n - 1:
@@ -267,7 +286,7 @@ def main():
         worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
         return 0
     failed = 0
-    for case, sizes in (("colls", (2, 4)), ("refused", (2,)), ("powersgd", (2,)),
+    for case, sizes in (("colls", (2, 4)), ("refused", (2,)), ("powersgd", (2,)), ("reinit", (2,)),
                         ("dies", (2, 3)), ("late", (2,)), ("absent", (2,))):
         for n in sizes:
             t0 = time.monotonic()
