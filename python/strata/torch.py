@@ -444,6 +444,20 @@ class ProcessGroupStrata(dist.ProcessGroup):
         out = torch.empty((self.size(),) + tuple(wire.shape), dtype=wire.dtype)
         return out, (lambda s: [self._comm.all_gather(wire, out, stream=s)])
 
+    def _per_rank(self, tensors, like, what, which):
+        """Checks a list of one tensor per rank (which: "output" or "input"), each of like's
+        numel and dtype."""
+        if len(tensors) != self.size():
+            raise StrataBackendError(Result.INVALID_ARGUMENT, "%s: %d %s tensors for %d ranks"
+                                     % (what, len(tensors), which, self.size()))
+        other = "input" if which == "output" else "output"
+        for i, x in enumerate(tensors):
+            _check_tensor(x, "%s %s" % (what, which))
+            if x.numel() != like.numel() or x.dtype != like.dtype:
+                raise StrataBackendError(Result.INVALID_ARGUMENT, "%s: %s %d has %d %s elements, "
+                                         "the %s %d %s" % (what, which, i, x.numel(), x.dtype,
+                                                           other, like.numel(), like.dtype))
+
     def _rows(self, out, dtype):
         rows = out if out.dtype == dtype else out.view(dtype)
         return [rows[r] for r in range(self.size())]
@@ -517,15 +531,7 @@ class ProcessGroupStrata(dist.ProcessGroup):
             output_tensors, input_tensors = [output_tensors], [input_tensors]
         t = _one(input_tensors, "allgather")
         outs = _one(output_tensors, "allgather")
-        if len(outs) != self.size():
-            raise StrataBackendError(Result.INVALID_ARGUMENT, "allgather: %d output tensors for "
-                                     "%d ranks" % (len(outs), self.size()))
-        for o in outs:
-            _check_tensor(o, "allgather output")
-            if o.numel() != t.numel() or o.dtype != t.dtype:
-                raise StrataBackendError(Result.INVALID_ARGUMENT, "allgather: an output tensor "
-                                         "of %d %s elements for an input of %d %s"
-                                         % (o.numel(), o.dtype, t.numel(), t.dtype))
+        self._per_rank(outs, t, "allgather", "output")
         st = _Stage(t, "allgather input")
         out, launch = self._gathered(st.flat)
 
@@ -568,15 +574,8 @@ class ProcessGroupStrata(dist.ProcessGroup):
         t = _one(input_tensors, "gather")
         is_root = self.rank() == root
         outs = _one(output_tensors, "gather") if is_root else []
-        if is_root and len(outs) != self.size():
-            raise StrataBackendError(Result.INVALID_ARGUMENT, "gather: %d output tensors on the "
-                                     "root for %d ranks" % (len(outs), self.size()))
-        for o in outs:
-            _check_tensor(o, "gather output")
-            if o.numel() != t.numel() or o.dtype != t.dtype:
-                raise StrataBackendError(Result.INVALID_ARGUMENT, "gather: an output tensor of %d "
-                                         "%s elements for an input of %d %s" % (
-                                             o.numel(), o.dtype, t.numel(), t.dtype))
+        if is_root:
+            self._per_rank(outs, t, "gather", "output")
         st = _Stage(t, "gather input")
         wire = st.wire
         out = torch.empty((self.size(),) + tuple(wire.shape), dtype=wire.dtype) if is_root \
@@ -601,15 +600,7 @@ class ProcessGroupStrata(dist.ProcessGroup):
         send = None
         if is_root:
             ins = _one(input_tensors, "scatter")
-            if len(ins) != self.size():
-                raise StrataBackendError(Result.INVALID_ARGUMENT, "scatter: %d input tensors on "
-                                         "the root for %d ranks" % (len(ins), self.size()))
-            for x in ins:
-                _check_tensor(x, "scatter input")
-                if x.numel() != t.numel() or x.dtype != t.dtype:
-                    raise StrataBackendError(Result.INVALID_ARGUMENT, "scatter: an input tensor of "
-                                             "%d %s elements for an output of %d %s" % (
-                                                 x.numel(), x.dtype, t.numel(), t.dtype))
+            self._per_rank(ins, t, "scatter", "input")
             send = torch.stack([x.reshape(-1) for x in ins]).reshape(-1)
             send = send if _native(send.dtype) else send.view(torch.uint8)
         return self._run("scatter", [t],
@@ -621,16 +612,8 @@ class ProcessGroupStrata(dist.ProcessGroup):
             output_tensors, input_tensors = [output_tensors], [input_tensors]
         t = _one(output_tensors, "reduce_scatter")
         ins = _one(input_tensors, "reduce_scatter")
-        if len(ins) != self.size():
-            raise StrataBackendError(Result.INVALID_ARGUMENT, "reduce_scatter: %d input tensors "
-                                     "for %d ranks" % (len(ins), self.size()))
         _check_tensor(t, "reduce_scatter output")
-        for i, x in enumerate(ins):
-            _check_tensor(x, "reduce_scatter input")
-            if x.numel() != t.numel() or x.dtype != t.dtype:
-                raise StrataBackendError(Result.INVALID_ARGUMENT, "reduce_scatter: input %d has %d "
-                                         "%s elements, the output %d %s" % (
-                                             i, x.numel(), x.dtype, t.numel(), t.dtype))
+        self._per_rank(ins, t, "reduce_scatter", "input")
         flat = torch.stack([x.reshape(-1) for x in ins]).reshape(-1)
         return self._reduce_scatter_flat("reduce_scatter", t, flat, opts)
 

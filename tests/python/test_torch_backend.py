@@ -215,14 +215,15 @@ def worker(case, rank, n, store):
         dist.all_gather(copies, flat)
         assert all(torch.equal(copies[0], c) for c in copies), "replicas differ"
     elif case == "reinit":
-        # destroy, then init again on the same file:// store (its keys stay): a fresh id per round
+        # destroy, then init again (a new file each time: torch's FileStore removes its file
+        # when the last user closes it, so reusing one path races; torch's docs say so)
         for rnd in range(2):
             t = torch.full((1,), float(rank))
             dist.all_reduce(t)
             assert t.item() == tri - n, t
             dist.destroy_process_group()
-            dist.init_process_group("strata", init_method="file://" + store, rank=rank,
-                                    world_size=n, timeout=timeout)
+            dist.init_process_group("strata", init_method="file://%s.%d" % (store, rnd),
+                                    rank=rank, world_size=n, timeout=timeout)
         dist.barrier()
     elif case == "refused":
         try:
