@@ -33,8 +33,6 @@ library from STRATA_LIBRARY or the build tree (see strata._lib).
 
 import argparse
 import contextlib
-import faulthandler
-import json
 import socket
 import statistics
 import time
@@ -43,10 +41,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data.distributed import DistributedSampler
 
-from digits_common import (BACKENDS, MLP, deterministic, evaluate, gather, group_backends,
-                           import_strata, init_process_group, leave, load_data, param_digest, run)
+from digits_common import (BACKENDS, MLP, evaluate, final_state, finish, gather, identical_line,
+                           import_strata, run, start, train_epochs)
 
 COMMS = ("ddp", "gloo", "strata", "strata-fp16", "strata-bf16")
 
@@ -101,13 +98,7 @@ def measure_overlap(model, batches, rounds, steps):
 
 def main(argv=None):
     args = parse_args(argv)
-    deterministic(args.seed, args.threads)
-    backend = init_process_group(args.backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
-
-    xtr, ytr, xte, yte = load_data(args.seed)
-    sampler = DistributedSampler(range(len(xtr)), num_replicas=world, rank=rank, shuffle=True,
-                                 seed=args.seed)
+    backend, rank, world, (xtr, ytr, xte, yte), sampler = start(args)
     module = MLP(args.hidden)
     # DDP puts the first gradients ready (the last layer's) in a bucket of up to 1 MB, which
     # would hold this whole model: cap it like the others (torch's documented knob) so the
@@ -134,35 +125,22 @@ def main(argv=None):
                   nparams * 4 / 1e6, args.bucket_mb, args.batch_size, steps_per_epoch,
                   len(xtr), len(xte)), flush=True)
 
-    epoch_loss, epoch_acc, step_times = [], [], []
-    t_train = time.perf_counter()
-    for epoch in range(args.epochs):
-        sampler.set_epoch(epoch)
-        idx = torch.tensor(list(iter(sampler)))
-        loss_sum = torch.zeros(2, dtype=torch.float64)
-        t_epoch = time.perf_counter()
-        for b in range(0, len(idx), args.batch_size):
-            sel = idx[b:b + args.batch_size]
-            x, y = xtr[sel], ytr[sel]
-            t0 = time.perf_counter()
-            opt.zero_grad()
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            step_times.append(time.perf_counter() - t0)
-            loss_sum += torch.tensor([loss.item() * len(sel), len(sel)], dtype=torch.float64)
-        dist.all_reduce(loss_sum)
-        epoch_loss.append((loss_sum[0] / loss_sum[1]).item())
-        epoch_acc.append(evaluate(module, xte, yte)[1])
-        if rank == 0:
-            print("epoch %d  loss %.6f  test accuracy %.2f %%  (%.2f s)" % (
-                epoch + 1, epoch_loss[-1], epoch_acc[-1], time.perf_counter() - t_epoch),
-                flush=True)
-    train_s = time.perf_counter() - t_train
+    step_times = []
+
+    def step(sel):
+        x, y = xtr[sel], ytr[sel]
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        step_times.append(time.perf_counter() - t0)
+        return loss.item() * len(sel), len(sel)
+
+    epoch_loss, epoch_acc, train_s, idx = train_epochs(
+        sampler, args.epochs, args.batch_size, step, lambda: evaluate(module, xte, yte)[1])
     test_loss, test_acc = evaluate(module, xte, yte)
-    digests = gather(param_digest(module))
-    groups = group_backends()
-    identical = len(set(digests)) == 1
+    digests, identical, groups = final_state(module)
     # The first step builds DDP's buckets anew (and, for strata, connects): left out of the mean.
     step_ms = statistics.mean(step_times[1:] if len(step_times) > 1 else step_times) * 1e3
     step_ms = statistics.mean(gather(step_ms))
@@ -181,40 +159,28 @@ def main(argv=None):
         nosync_ms = statistics.mean(v[1] for v in per_rank) * 1e3
         exposed_ms = sync_ms - nosync_ms
 
-    if rank == 0:
-        print("final  test loss %.6f  test accuracy %.2f %%  training %.2f s" % (
-            test_loss, test_acc, train_s))
-        print("step time (training: forward, backward, all-reduce, optimizer; mean over steps "
-              "and ranks): %.3f ms" % step_ms)
-        if buckets_per_step is not None:
-            print("buckets per step through strata: %.1f" % buckets_per_step)
-        if exposed_ms is not None:
-            print("overlap (forward + backward, median of %d rounds of %d steps, mean over "
-                  "ranks): with communication %.3f ms, without (no_sync) %.3f ms, exposed "
-                  "communication %.3f ms per step" % (args.timing_rounds, args.timing_steps,
-                                                      sync_ms, nosync_ms, exposed_ms))
-        print("parameters bitwise identical on all %d ranks: %s" % (
-            world, "yes" if identical else "NO (%d different)" % len(set(digests))))
-        print("process groups: %s" % " ".join(groups), flush=True)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"backend": backend, "groups": groups, "comm": args.comm,
-                           "world": world, "nodes": nodes, "seed": args.seed,
-                           "epochs": args.epochs, "epoch_loss": epoch_loss,
-                           "epoch_accuracy": epoch_acc, "test_loss": test_loss,
-                           "test_accuracy": test_acc, "step_ms": step_ms,
-                           "sync_ms": sync_ms, "nosync_ms": nosync_ms,
-                           "exposed_ms": exposed_ms, "buckets_per_step": buckets_per_step,
-                           "params_identical": identical, "digests": digests,
-                           "parameters": nparams, "train_seconds": train_s}, f, indent=1)
-
-    # Shutdown is bounded: a rank stuck here prints every thread's stack and exits non-zero.
-    faulthandler.dump_traceback_later(120, exit=True)
-    if state is not None:
-        state.close()
-    dist.barrier()
-    dist.destroy_process_group()
-    leave(0)
+    lines = ["final  test loss %.6f  test accuracy %.2f %%  training %.2f s"
+             % (test_loss, test_acc, train_s),
+             "step time (training: forward, backward, all-reduce, optimizer; mean over steps "
+             "and ranks): %.3f ms" % step_ms]
+    if buckets_per_step is not None:
+        lines.append("buckets per step through strata: %.1f" % buckets_per_step)
+    if exposed_ms is not None:
+        lines.append("overlap (forward + backward, median of %d rounds of %d steps, mean over "
+                     "ranks): with communication %.3f ms, without (no_sync) %.3f ms, exposed "
+                     "communication %.3f ms per step" % (args.timing_rounds, args.timing_steps,
+                                                         sync_ms, nosync_ms, exposed_ms))
+    lines.append(identical_line(digests, identical))
+    finish(lines, {"backend": backend, "groups": groups, "comm": args.comm,
+                   "world": world, "nodes": nodes, "seed": args.seed,
+                   "epochs": args.epochs, "epoch_loss": epoch_loss,
+                   "epoch_accuracy": epoch_acc, "test_loss": test_loss,
+                   "test_accuracy": test_acc, "step_ms": step_ms,
+                   "sync_ms": sync_ms, "nosync_ms": nosync_ms,
+                   "exposed_ms": exposed_ms, "buckets_per_step": buckets_per_step,
+                   "params_identical": identical, "digests": digests,
+                   "parameters": nparams, "train_seconds": train_s},
+           args.json, 0, close=state.close if state is not None else None)
 
 
 if __name__ == "__main__":

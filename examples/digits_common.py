@@ -1,7 +1,7 @@
 """digits_common.py: what the digits examples share (ddp_digits.py, zero_digits.py,
 pipeline_digits.py): the process group (--backend gloo | strata), the data (scikit-learn's digits,
 8x8 images, 10 classes, 1797 samples, a fixed 80/20 split), the 64-H-H-10 MLP, determinism,
-digests of parameters, and a bounded exit.
+digests of parameters, the epoch loop and its report, the final report and a bounded exit.
 
 --backend strata imports strata.torch, which registers the "strata" backend with
 torch.distributed, and the process group is strata's own: every collective of torch.distributed,
@@ -10,9 +10,12 @@ lists the backend of every process group that exists, so an example can show (an
 assert) that none is gloo.
 """
 
+import faulthandler
 import hashlib
+import json
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -52,6 +55,21 @@ def init_process_group(backend):
         raise ValueError("unknown backend %r (%s)" % (backend, ", ".join(BACKENDS)))
     dist.init_process_group(backend)
     return dist.get_backend()
+
+
+def start(args):
+    """The start of a data-parallel example: deterministic(args.seed, args.threads), the process
+    group (args.backend), the data (args.seed's split) and a DistributedSampler of the training
+    samples over all ranks (shuffled, args.seed). Returns (the group's backend, rank, world size,
+    (x_train, y_train, x_test, y_test), the sampler)."""
+    from torch.utils.data.distributed import DistributedSampler
+    deterministic(args.seed, args.threads)
+    backend = init_process_group(args.backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    data = load_data(args.seed)
+    sampler = DistributedSampler(range(len(data[0])), num_replicas=world, rank=rank, shuffle=True,
+                                 seed=args.seed)
+    return backend, rank, world, data, sampler
 
 
 def group_backends():
@@ -107,6 +125,69 @@ def evaluate(module, x, y):
         acc = (logits.argmax(1) == y).float().mean().item() * 100.0
     module.train(was_training)
     return loss, acc
+
+
+def train_epochs(sampler, epochs, batch_size, step, accuracy):
+    """The training loop. Per epoch: the sampler's order (set_epoch), in batches of up to
+    batch_size sample indices; step(sel) trains on one and returns (the sum of its samples' losses,
+    its samples) to count in the epoch's loss, or None to count nothing. At the end of an epoch the
+    counts are summed over all ranks (all_reduce), accuracy() gives the test accuracy (after that
+    all_reduce: it may communicate too), and rank 0 prints the epoch's line. Returns (the epochs'
+    losses, their test accuracies, seconds of training, the last epoch's sample indices)."""
+    epoch_loss, epoch_acc = [], []
+    t_train = time.perf_counter()
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        idx = torch.tensor(list(iter(sampler)))
+        loss_sum = torch.zeros(2, dtype=torch.float64)
+        t_epoch = time.perf_counter()
+        for b in range(0, len(idx), batch_size):
+            counted = step(idx[b:b + batch_size])
+            if counted is not None:
+                loss_sum += torch.tensor(list(counted), dtype=torch.float64)
+        dist.all_reduce(loss_sum)
+        epoch_loss.append((loss_sum[0] / loss_sum[1]).item())
+        epoch_acc.append(accuracy())
+        if dist.get_rank() == 0:
+            print("epoch %d  loss %.6f  test accuracy %.2f %%  (%.2f s)" % (
+                epoch + 1, epoch_loss[-1], epoch_acc[-1], time.perf_counter() - t_epoch),
+                flush=True)
+    return epoch_loss, epoch_acc, time.perf_counter() - t_train, idx
+
+
+def final_state(module, stride=1):
+    """(digests, identical, groups) after training: every rank's param_digest(module) in rank
+    order (gathered); whether ranks r, r + stride, r + 2 stride, ... hold bitwise identical
+    parameters, for every r < stride (stride 1: all ranks); the backends of every process group."""
+    digests = gather(param_digest(module))
+    identical = all(len(set(digests[s::stride])) == 1 for s in range(stride))
+    return digests, identical, group_backends()
+
+
+def identical_line(digests, identical):
+    """Rank 0's line on whether all ranks' parameters (digests from final_state) are identical."""
+    return "parameters bitwise identical on all %d ranks: %s" % (
+        len(digests), "yes" if identical else "NO (%d different)" % len(set(digests)))
+
+
+def finish(lines, results, json_file, rc, close=None):
+    """The end of an example, on every rank. Rank 0 prints lines and the backends of every
+    process group (results["groups"]), and writes results to json_file (if one is given). Then
+    the shutdown, bounded: a rank stuck in it prints every thread's stack and exits non-zero;
+    close() (if given), a barrier, destroy_process_group and leave(rc)."""
+    if dist.get_rank() == 0:
+        for line in lines:
+            print(line)
+        print("process groups: %s" % " ".join(results["groups"]), flush=True)
+        if json_file:
+            with open(json_file, "w") as f:
+                json.dump(results, f, indent=1)
+    faulthandler.dump_traceback_later(120, exit=True)
+    if close is not None:
+        close()
+    dist.barrier()
+    dist.destroy_process_group()
+    leave(rc)
 
 
 def leave(rc):

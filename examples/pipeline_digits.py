@@ -35,9 +35,6 @@ library from STRATA_LIBRARY or the build tree.
 """
 
 import argparse
-import faulthandler
-import json
-import time
 
 import torch
 import torch.distributed as dist
@@ -45,8 +42,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data.distributed import DistributedSampler
 
-from digits_common import (BACKENDS, MLP, deterministic, gather, group_backends,
-                           init_process_group, leave, load_data, param_digest, run)
+from digits_common import (BACKENDS, MLP, deterministic, final_state, finish, gather,
+                           init_process_group, leave, load_data, run, train_epochs)
 
 STAGES = 2
 
@@ -206,61 +203,35 @@ def main(argv=None):
     if not check_ok:
         leave(1)
 
-    epoch_loss, epoch_acc = [], []
-    t_train = time.perf_counter()
-    for epoch in range(args.epochs):
-        sampler.set_epoch(epoch)
-        idx = torch.tensor(list(iter(sampler)))
-        loss_sum = torch.zeros(2, dtype=torch.float64)
-        t_epoch = time.perf_counter()
-        for b in range(0, len(idx), args.batch_size):
-            sel = idx[b:b + args.batch_size]
-            opt.zero_grad()
-            loss = pipe.step(xtr[sel], ytr[sel], min(m, len(sel)))
-            if dp_group is not None:
-                g = flat_grads(stage_module)
-                dist.all_reduce(g, group=dp_group)
-                g /= pipelines
-                off = 0
-                for p in stage_module.parameters():
-                    p.grad.copy_(g[off:off + p.numel()].view_as(p))
-                    off += p.numel()
-            opt.step()
-            if stage == STAGES - 1:
-                loss_sum += torch.tensor([loss, len(sel)], dtype=torch.float64)
-        dist.all_reduce(loss_sum)
-        epoch_loss.append((loss_sum[0] / loss_sum[1]).item())
-        acc = evaluate(pipe, xte, yte) if pipeline == 0 else None
-        acc = gather(acc)[STAGES - 1]
-        epoch_acc.append(acc)
-        if rank == 0:
-            print("epoch %d  loss %.6f  test accuracy %.2f %%  (%.2f s)" % (
-                epoch + 1, epoch_loss[-1], acc, time.perf_counter() - t_epoch), flush=True)
-    train_s = time.perf_counter() - t_train
-    digests = gather(param_digest(stage_module))
-    identical = all(len(set(digests[s::STAGES])) == 1 for s in range(STAGES))
-    groups = group_backends()
-    if rank == 0:
-        print("final  test accuracy %.2f %%  training %.2f s" % (epoch_acc[-1], train_s))
-        print("copies of each stage bitwise identical over the %d pipeline(s): %s" % (
-            pipelines, "yes" if identical else "NO"))
-        print("process groups: %s" % " ".join(groups), flush=True)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"example": "pipeline_digits", "backend": backend, "groups": groups,
-                           "world": world, "pipelines": pipelines, "micro_batches": m,
-                           "seed": args.seed, "self_check": [list(c) for c in checks],
-                           "epochs": args.epochs, "epoch_loss": epoch_loss,
-                           "epoch_accuracy": epoch_acc, "test_accuracy": epoch_acc[-1],
-                           "params_identical": identical, "digests": digests,
-                           "train_seconds": train_s}, f, indent=1)
+    def step(sel):
+        opt.zero_grad()
+        loss = pipe.step(xtr[sel], ytr[sel], min(m, len(sel)))
+        if dp_group is not None:
+            g = flat_grads(stage_module)
+            dist.all_reduce(g, group=dp_group)
+            g /= pipelines
+            off = 0
+            for p in stage_module.parameters():
+                p.grad.copy_(g[off:off + p.numel()].view_as(p))
+                off += p.numel()
+        opt.step()
+        return (loss, len(sel)) if stage == STAGES - 1 else None
 
-    # Shutdown is bounded: a rank stuck here prints every thread's stack and exits non-zero.
-    faulthandler.dump_traceback_later(120, exit=True)
-    dist.barrier()
-    dist.destroy_process_group()
-    leave(0 if identical else 1)
-
+    epoch_loss, epoch_acc, train_s, _ = train_epochs(
+        sampler, args.epochs, args.batch_size, step,
+        lambda: gather(evaluate(pipe, xte, yte) if pipeline == 0 else None)[STAGES - 1])
+    digests, identical, groups = final_state(stage_module, STAGES)
+    finish(["final  test accuracy %.2f %%  training %.2f s" % (epoch_acc[-1], train_s),
+            "copies of each stage bitwise identical over the %d pipeline(s): %s" % (
+                pipelines, "yes" if identical else "NO")],
+           {"example": "pipeline_digits", "backend": backend, "groups": groups,
+            "world": world, "pipelines": pipelines, "micro_batches": m,
+            "seed": args.seed, "self_check": [list(c) for c in checks],
+            "epochs": args.epochs, "epoch_loss": epoch_loss,
+            "epoch_accuracy": epoch_acc, "test_accuracy": epoch_acc[-1],
+            "params_identical": identical, "digests": digests,
+            "train_seconds": train_s},
+           args.json, 0 if identical else 1)
 
 if __name__ == "__main__":
     run(main)

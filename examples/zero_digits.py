@@ -24,19 +24,14 @@ tree.
 """
 
 import argparse
-import faulthandler
-import json
-import time
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data.distributed import DistributedSampler
 
-from digits_common import (BACKENDS, MLP, deterministic, evaluate, gather, group_backends,
-                           init_process_group, leave, load_data, param_digest, run)
+from digits_common import (BACKENDS, MLP, evaluate, final_state, finish, gather,
+                           identical_line, run, start, train_epochs)
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
@@ -64,13 +59,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    deterministic(args.seed, args.threads)
-    backend = init_process_group(args.backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
-
-    xtr, ytr, xte, yte = load_data(args.seed)
-    sampler = DistributedSampler(range(len(xtr)), num_replicas=world, rank=rank, shuffle=True,
-                                 seed=args.seed)
+    backend, rank, world, (xtr, ytr, xte, yte), sampler = start(args)
     module = MLP(args.hidden)
     model = DDP(module)
     kwargs = {"lr": args.lr}
@@ -92,53 +81,28 @@ def main(argv=None):
                   ", bucket view" if args.bucket_view else "", shards, args.batch_size,
                   steps_per_epoch), flush=True)
 
-    epoch_loss, epoch_acc = [], []
-    t_train = time.perf_counter()
-    for epoch in range(args.epochs):
-        sampler.set_epoch(epoch)
-        idx = torch.tensor(list(iter(sampler)))
-        loss_sum = torch.zeros(2, dtype=torch.float64)
-        t_epoch = time.perf_counter()
-        for b in range(0, len(idx), args.batch_size):
-            sel = idx[b:b + args.batch_size]
-            opt.zero_grad()
-            loss = F.cross_entropy(model(xtr[sel]), ytr[sel])
-            loss.backward()
-            opt.step()
-            loss_sum += torch.tensor([loss.item() * len(sel), len(sel)], dtype=torch.float64)
-        dist.all_reduce(loss_sum)
-        epoch_loss.append((loss_sum[0] / loss_sum[1]).item())
-        epoch_acc.append(evaluate(module, xte, yte)[1])
-        if rank == 0:
-            print("epoch %d  loss %.6f  test accuracy %.2f %%  (%.2f s)" % (
-                epoch + 1, epoch_loss[-1], epoch_acc[-1], time.perf_counter() - t_epoch),
-                flush=True)
-    train_s = time.perf_counter() - t_train
-    test_loss, test_acc = evaluate(module, xte, yte)
-    digests = gather(param_digest(module))
-    identical = len(set(digests)) == 1
-    groups = group_backends()
-    if rank == 0:
-        print("final  test loss %.6f  test accuracy %.2f %%  training %.2f s" % (
-            test_loss, test_acc, train_s))
-        print("parameters bitwise identical on all %d ranks: %s" % (
-            world, "yes" if identical else "NO (%d different)" % len(set(digests))))
-        print("process groups: %s" % " ".join(groups), flush=True)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"example": "zero_digits", "backend": backend, "groups": groups,
-                           "world": world, "seed": args.seed, "optimizer": args.optimizer,
-                           "bucket_view": args.bucket_view, "owned": shards,
-                           "epochs": args.epochs, "epoch_loss": epoch_loss,
-                           "epoch_accuracy": epoch_acc, "test_loss": test_loss,
-                           "test_accuracy": test_acc, "params_identical": identical,
-                           "digests": digests, "train_seconds": train_s}, f, indent=1)
+    def step(sel):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(xtr[sel]), ytr[sel])
+        loss.backward()
+        opt.step()
+        return loss.item() * len(sel), len(sel)
 
-    # Shutdown is bounded: a rank stuck here prints every thread's stack and exits non-zero.
-    faulthandler.dump_traceback_later(120, exit=True)
-    dist.barrier()
-    dist.destroy_process_group()
-    leave(0 if identical else 1)
+    epoch_loss, epoch_acc, train_s, _ = train_epochs(
+        sampler, args.epochs, args.batch_size, step, lambda: evaluate(module, xte, yte)[1])
+    test_loss, test_acc = evaluate(module, xte, yte)
+    digests, identical, groups = final_state(module)
+    finish(["final  test loss %.6f  test accuracy %.2f %%  training %.2f s" % (
+                test_loss, test_acc, train_s),
+            identical_line(digests, identical)],
+           {"example": "zero_digits", "backend": backend, "groups": groups,
+            "world": world, "seed": args.seed, "optimizer": args.optimizer,
+            "bucket_view": args.bucket_view, "owned": shards,
+            "epochs": args.epochs, "epoch_loss": epoch_loss,
+            "epoch_accuracy": epoch_acc, "test_loss": test_loss,
+            "test_accuracy": test_acc, "params_identical": identical,
+            "digests": digests, "train_seconds": train_s},
+           args.json, 0 if identical else 1)
 
 
 if __name__ == "__main__":

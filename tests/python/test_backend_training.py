@@ -22,16 +22,14 @@ killed afterwards, /dev/shm segments of a failed run removed. Exit 0 pass, 1 fai
 """
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import test_ddp_client as launch  # noqa: E402  (free_port, kill_group, shm_*, the workaround)
+import test_ddp_client as launch  # noqa: E402  (launcher, launch_run, launch_result, Checks)
 
 TOP = os.environ.get("STRATA_TOP_SRCDIR", os.path.join(HERE, "..", ".."))
 EPOCHS = 2
@@ -53,46 +51,14 @@ def run(name, backend, tmp, timeout):
     tag = "%s-%s" % (name, backend)
     out = os.path.join(tmp, tag + ".json")
     log = os.path.join(tmp, tag + ".log")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--node_rank", "0",
-           "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1",
-           "--master_port", str(launch.free_port()), "--log_dir", os.path.join(tmp, "logs-" + tag)]
-    cmd += launch.launcher_workaround()
+    cmd = launch.launcher(nproc, os.path.join(tmp, "logs-" + tag))
     cmd += [os.path.join(TOP, "examples", script), "--backend", backend,
             "--epochs", str(EPOCHS), "--json", out] + extra
-    shm_before = launch.shm_entries()
-    t0 = time.monotonic()
-    with open(log, "w") as logf:
-        p = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True)
-        try:
-            rc = p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            rc = None
-        stragglers = launch.kill_group(p.pid)
-        p.wait()
-    with open(log) as f:
-        text = f.read()
+    r = launch.launch_run(cmd, log, timeout)
     print("---- %s: %s --backend %s, %d ranks: exit %s after %.1f s" % (
-        name, " ".join([script] + extra), backend, nproc, rc, time.monotonic() - t0))
-    print("\n".join(line for line in text.splitlines() if "default0]" in line)[-3000:])
-    ok = rc == 0 and os.path.exists(out)
-    if rc is None:
-        print("FAIL: %s did not finish within %d s; killed" % (tag, timeout))
-    elif rc != 0:
-        print("FAIL: %s exited with %s; its log:\n%s" % (tag, rc, text[-8000:]))
-    if stragglers and rc == 0:
-        print("FAIL: processes of the %s run were still alive after it exited" % tag)
-        ok = False
-    if not ok:
-        for shm in sorted((launch.shm_entries() - shm_before) - launch.shm_in_use()):
-            print("removing /dev/shm/%s left by the failed run" % shm)
-            try:
-                os.unlink(os.path.join("/dev/shm", shm))
-            except OSError:
-                pass
-        return None
-    with open(out) as f:
-        return json.load(f)
+        name, " ".join([script] + extra), backend, nproc, r.rc, r.seconds))
+    print("\n".join(line for line in r.text.splitlines() if "default0]" in line)[-3000:])
+    return launch.launch_result(r, tag, out, timeout)
 
 
 def main():
@@ -105,12 +71,7 @@ def main():
                     help="the two backends compared (default gloo,strata)")
     args = ap.parse_args()
     ref_backend, test_backend = args.backends.split(",")
-    fails = []
-
-    def check(cond, what):
-        print("%s: %s" % ("ok" if cond else "FAIL", what))
-        if not cond:
-            fails.append(what)
+    check = launch.Checks()
 
     results = {}
     t0 = time.monotonic()
@@ -162,11 +123,7 @@ def main():
                                                                              test_backend))
     for row in table:
         print("| %s | %d | %.7f | %.7f | %.2e |" % row)
-    if fails:
-        print("%d check(s) failed" % len(fails))
-        return 1
-    print("all checks passed")
-    return 0
+    return check.summary()
 
 
 if __name__ == "__main__":

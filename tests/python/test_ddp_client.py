@@ -18,6 +18,7 @@ live process) are removed. Exit 0 pass, 1 fail.
 """
 
 import argparse
+import collections
 import json
 import os
 import signal
@@ -94,16 +95,23 @@ def kill_group(pgid):
     return left
 
 
-def run(comm, tmp, timeout):
-    """Runs the example with --comm comm; returns its JSON results (None on failure)."""
-    out = os.path.join(tmp, "%s.json" % comm)
-    log = os.path.join(tmp, "%s.log" % comm)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--node_rank", "0",
-           "--nproc_per_node", str(NPROC), "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "--log_dir", os.path.join(tmp, "logs-" + comm)]
-    cmd += launcher_workaround()
-    cmd += [EXAMPLE, "--comm", comm, "--epochs", str(EPOCHS), "--json", out,
-            "--timing-rounds", "2", "--timing-steps", "3"]
+def launcher(nproc, log_dir):
+    """torch.distributed.run's command line for nproc ranks on this machine, on a free port, its
+    logs in log_dir; the script and its arguments go after it."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--node_rank", "0",
+            "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1",
+            "--master_port", str(free_port()), "--log_dir", log_dir] + launcher_workaround()
+
+
+# What launch_run returns: the exit status (None: timed out), whether anything of the run was
+# left to kill, the log's text, the seconds it took, and the /dev/shm entries before it.
+Launched = collections.namedtuple("Launched", "rc stragglers text seconds shm_before")
+
+
+def launch_run(cmd, log, timeout):
+    """Runs cmd (a torch.distributed.run launch) in its own session under a deadline of timeout
+    seconds, its output to the file log; then kills the whole process group, whatever happened.
+    Returns a Launched."""
     shm_before = shm_entries()
     t0 = time.monotonic()
     with open(log, "w") as logf:
@@ -119,19 +127,25 @@ def run(comm, tmp, timeout):
     dt = time.monotonic() - t0
     with open(log) as f:
         text = f.read()
-    print("---- --comm %s: exit %s after %.1f s" % (comm, rc, dt))
-    print("\n".join(line for line in text.splitlines() if "default0]" in line or
-                    "Error" in line or "error" in line)[-6000:])
+    return Launched(rc, stragglers, text, dt, shm_before)
+
+
+def launch_result(run, what, out, timeout):
+    """After launch_run (run, a Launched) of the run called what, with timeout: says why it failed
+    (a timeout, an exit status other than 0 with the log's tail, processes left after a clean
+    exit), and removes the /dev/shm segments a failed run left (new since it started, unused by
+    any live process). Returns the JSON results the run wrote to out, or None on failure."""
+    rc, stragglers, text = run.rc, run.stragglers, run.text
     ok = rc == 0 and os.path.exists(out)
     if rc is None:
-        print("FAIL: --comm %s did not finish within %d s; killed" % (comm, timeout))
+        print("FAIL: %s did not finish within %d s; killed" % (what, timeout))
     elif rc != 0:
-        print("FAIL: --comm %s exited with %s; its log:\n%s" % (comm, rc, text[-8000:]))
+        print("FAIL: %s exited with %s; its log:\n%s" % (what, rc, text[-8000:]))
     if stragglers and rc == 0:
-        print("FAIL: processes of the --comm %s run were still alive after it exited" % comm)
+        print("FAIL: processes of the %s run were still alive after it exited" % what)
         ok = False
     if not ok:
-        leftover = (shm_entries() - shm_before) - shm_in_use()
+        leftover = (shm_entries() - run.shm_before) - shm_in_use()
         for name in sorted(leftover):
             print("removing /dev/shm/%s left by the failed run" % name)
             try:
@@ -143,17 +157,46 @@ def run(comm, tmp, timeout):
         return json.load(f)
 
 
+class Checks:
+    """checks(cond, what) prints "ok: what" or "FAIL: what"; checks.summary() prints how many
+    failed (or that all passed) and returns the exit status, 1 or 0."""
+
+    def __init__(self):
+        self.fails = []
+
+    def __call__(self, cond, what):
+        print("%s: %s" % ("ok" if cond else "FAIL", what))
+        if not cond:
+            self.fails.append(what)
+
+    def summary(self):
+        if self.fails:
+            print("%d check(s) failed" % len(self.fails))
+            return 1
+        print("all checks passed")
+        return 0
+
+
+def run(comm, tmp, timeout):
+    """Runs the example with --comm comm; returns its JSON results (None on failure)."""
+    out = os.path.join(tmp, "%s.json" % comm)
+    log = os.path.join(tmp, "%s.log" % comm)
+    cmd = launcher(NPROC, os.path.join(tmp, "logs-" + comm))
+    cmd += [EXAMPLE, "--comm", comm, "--epochs", str(EPOCHS), "--json", out,
+            "--timing-rounds", "2", "--timing-steps", "3"]
+    r = launch_run(cmd, log, timeout)
+    print("---- --comm %s: exit %s after %.1f s" % (comm, r.rc, r.seconds))
+    print("\n".join(line for line in r.text.splitlines() if "default0]" in line or
+                    "Error" in line or "error" in line)[-6000:])
+    return launch_result(r, "--comm " + comm, out, timeout)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--timeout", type=int, default=240, help="seconds per run (240)")
     ap.add_argument("--keep", metavar="DIR", help="keep logs and results in DIR")
     args = ap.parse_args()
-    fails = []
-
-    def check(cond, what):
-        print("%s: %s" % ("ok" if cond else "FAIL", what))
-        if not cond:
-            fails.append(what)
+    check = Checks()
 
     with tempfile.TemporaryDirectory(prefix="strata-ddp.") as tmp:
         tmp = args.keep or tmp
@@ -193,11 +236,7 @@ def main():
           % (len(s["digests"]), s["digests"][0][:16]))
     check(s["buckets_per_step"] is not None and s["buckets_per_step"] >= 1.0,
           "strata: the hook all-reduced %.1f bucket(s) per step" % (s["buckets_per_step"] or 0))
-    if fails:
-        print("%d check(s) failed" % len(fails))
-        return 1
-    print("all checks passed")
-    return 0
+    return check.summary()
 
 
 if __name__ == "__main__":

@@ -15,14 +15,7 @@
 # Exit 0 pass, 1 fail, 77 skip (no nccl.h, so no shim).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-build=${STRATA_BUILDDIR:-$(cd "$here/../.." && pwd)}
-cc=${CC:-cc}
-cppflags=${NCCL_SHIM_CPPFLAGS-"-I/usr/local/cuda/include"}
-[ -n "$cppflags" ] || { echo "SKIP: configure found no nccl.h, so the NCCL shim is not built"; exit 77; }
-hdr=$(echo "#include <nccl.h>" | $cc $cppflags -E -H -x c - 2>&1 >/dev/null | grep -m1 'nccl\.h$' | sed 's/^\.* //')
-[ -n "$hdr" ] || { echo "SKIP: no nccl.h under $cppflags"; exit 77; }
-shimdir=$build/src/shim/.libs
-[ -f "$shimdir/libnccl.so.2" ] || { echo "FAIL: $shimdir/libnccl.so.2 is not built"; exit 1; }
+. "$here/shim_env.sh"   # build, cc, cppflags, hdr, shimdir, shim; or skip
 strata_libs=$build/.libs
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ncclhost.XXXXXX") || exit 99

@@ -12,14 +12,7 @@
 # Exit 0 pass, 1 fail, 77 skip (no nccl.h, so no shim).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-build=${STRATA_BUILDDIR:-$(cd "$here/../.." && pwd)}
-cc=${CC:-cc}
-cppflags=${NCCL_SHIM_CPPFLAGS-"-I/usr/local/cuda/include"}
-[ -n "$cppflags" ] || { echo "SKIP: configure found no nccl.h, so the NCCL shim is not built"; exit 77; }
-hdr=$(echo "#include <nccl.h>" | $cc $cppflags -E -H -x c - 2>&1 >/dev/null | grep -m1 'nccl\.h$' | sed 's/^\.* //')
-[ -n "$hdr" ] || { echo "SKIP: no nccl.h under $cppflags"; exit 77; }
-shim=$build/src/shim/.libs/libnccl.so.2
-[ -f "$shim" ] || { echo "FAIL: $shim is not built (make builds it where nccl.h is)"; exit 1; }
+. "$here/shim_env.sh"   # build, cc, cppflags, hdr, shimdir, shim; or skip
 for t in nm readelf; do
     command -v $t >/dev/null || { echo "SKIP: no $t (binutils)"; exit 77; }
 done
