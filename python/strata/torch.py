@@ -299,7 +299,10 @@ class _StrataWork(dist.Work):
             self._left -= 1
             last = self._left == 0
         if last:
-            _completion_pool().submit(self._complete)
+            try:
+                _completion_pool().submit(self._complete)
+            except RuntimeError:  # the interpreter is shutting down: no new threads
+                self._complete()
 
     def _complete(self):
         if self._error is None and self._post is not None:
