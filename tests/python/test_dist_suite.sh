@@ -4,7 +4,7 @@
 # strata.torch`), world sizes 2 and 4, through dist_suite.py: every test the suite runs for a CPU
 # plugin backend, less those dist_suite.exclude lists (reported as skipped, with their reason).
 # Arguments go to dist_suite.py (e.g. -k allreduce, --list, -w 4, --start-method spawn).
-# Exit 0 pass, 1 fail, 77 skip (no torch/numpy, no torch.distributed, or no strata.torch yet),
+# Exit 0 pass, 1 fail, 77 skip (no torch/numpy, no torch.distributed, or no backend module),
 # 99 no library.
 set -u
 # shellcheck source=pyenv.sh
