@@ -461,6 +461,19 @@ class ProcessGroupStrata(dist.ProcessGroup):
                                          "the %s %d %s" % (what, which, i, x.numel(), x.dtype,
                                                            other, like.numel(), like.dtype))
 
+    @staticmethod
+    def _rooted(opts, outputs, inputs):
+        """(root, outputs, inputs) of gather/scatter, called with GatherOptions/ScatterOptions
+        or in their (outputs, input(s), root) form."""
+        if isinstance(opts, int):
+            return opts, [outputs], [inputs]
+        return getattr(opts, "rootRank", 0), outputs, inputs
+
+    def _copy_rows(self, outs, out, dtype):
+        """Copies row r of out (all-gathered or gathered, seen as dtype) into outs[r]."""
+        for o, row in zip(outs, self._rows(out, dtype)):
+            o.copy_(row.view(o.shape))
+
     def _rows(self, out, dtype):
         rows = out if out.dtype == dtype else out.view(dtype)
         return [rows[r] for r in range(self.size())]
@@ -539,8 +552,7 @@ class ProcessGroupStrata(dist.ProcessGroup):
         out, launch = self._gathered(st.flat)
 
         def post():
-            for o, row in zip(outs, self._rows(out, t.dtype)):
-                o.copy_(row.view(o.shape))
+            self._copy_rows(outs, out, t.dtype)
         return self._run("allgather", [list(outs)], launch, post)
 
     def _allgather_base(self, output, input, opts=None):  # noqa: A002 - torch's names
@@ -569,11 +581,7 @@ class ProcessGroupStrata(dist.ProcessGroup):
         return self._join("allgather_coalesced", list(output_lists), works)
 
     def gather(self, output_tensors, input_tensors, opts=None):
-        if isinstance(opts, int):  # gather(outputs, input, root)
-            root = opts
-            output_tensors, input_tensors = [output_tensors], [input_tensors]
-        else:
-            root = getattr(opts, "rootRank", 0)
+        root, output_tensors, input_tensors = self._rooted(opts, output_tensors, input_tensors)
         t = _one(input_tensors, "gather")
         is_root = self.rank() == root
         outs = _one(output_tensors, "gather") if is_root else []
@@ -586,17 +594,12 @@ class ProcessGroupStrata(dist.ProcessGroup):
 
         def post():
             if is_root:
-                for o, row in zip(outs, self._rows(out, t.dtype)):
-                    o.copy_(row.view(o.shape))
+                self._copy_rows(outs, out, t.dtype)
         return self._run("gather", [list(outs)],
                          lambda s: [self._comm.gather(wire, out, root=root, stream=s)], post)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
-        if isinstance(opts, int):  # scatter(output, inputs, root)
-            root = opts
-            output_tensors, input_tensors = [output_tensors], [input_tensors]
-        else:
-            root = getattr(opts, "rootRank", 0)
+        root, output_tensors, input_tensors = self._rooted(opts, output_tensors, input_tensors)
         t = _one(output_tensors, "scatter")
         is_root = self.rank() == root
         so = _Stage(t, "scatter output", read=False)
