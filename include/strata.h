@@ -497,6 +497,117 @@ STRATA_API strataResult_t strataGroupStart(void);
 STRATA_API strataResult_t strataGroupEnd(void);
 
 /* ---------------------------------------------------------------------------------------- */
+/* Compression of the inter-node phase                                                       */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Codecs. A compressed all-reduce (strataAllReduceCompressed) reduces inside each node in full
+ * precision (the hierarchical algorithm's reduce-scatter) and compresses only what crosses the
+ * network: each rail's inter-node step. Wire bytes per element are for an encoded range of n
+ * elements of a datatype of es bytes (strataCompressWireBytes gives the exact number):
+ *   none  the datatype's own bytes, es: exact (the compressed scheme without loss; for tests)
+ *   fp16  IEEE binary16, round to nearest even, 2 B (finite values beyond 65504 saturate)
+ *   bf16  bfloat16, round to nearest even, 2 B
+ *   int8  per block of `block` elements a float32 scale s = max|x| / 127 and one signed byte
+ *         q = round-to-nearest-even(x / s) per element: 1 + 4/block B
+ *   topk  the k = ceil(density x n) elements of largest magnitude (ties: the lower index) as a
+ *         32-bit index and a value of the datatype: k (4 + es) / n B
+ *   sign  per block a float32 scale s = mean |x| and one bit per element (x < 0): s x sign,
+ *         1/8 + 4/block B
+ * A block holding a NaN or an infinity decodes (int8, sign) to NaN, so overflow still reaches a
+ * gradient scaler; the error feedback drops non-finite residuals. docs/compression.md gives the
+ * scheme, the error bounds and the sources. */
+typedef enum {
+    strataCodecNone = 0,
+    strataCodecFp16 = 1,
+    strataCodecBf16 = 2,
+    strataCodecInt8 = 3,
+    strataCodecTopk = 4,
+    strataCodecSign = 5,
+    strataNumCodecs = 6
+} strataCodec_t;
+
+/* A codec and its parameters. */
+typedef struct strataCompressParams {
+    strataCodec_t codec;
+    double        density;       /* topk: fraction of elements kept, in (0, 1]; ignored by the
+                                  * others */
+    size_t        block;         /* int8, sign: elements per scale, >= 1 (256 is the default of
+                                  * strataCompressParse); ignored by the others */
+    int           errorFeedback; /* 1: keep each rank's residual between calls and add it to
+                                  * the next (Seide et al. 2014; Stich et al. 2018; Karimireddy
+                                  * et al. 2019); 0: none */
+} strataCompressParams_t;
+
+/* The compression state of one gradient bucket: its codec, and with error feedback the residual
+ * of this rank (count float32 values, 4 x count bytes, zero at creation): what the codec dropped
+ * from the elements this rank encoded is added to them at its next call. */
+typedef struct strataCompressor *strataCompressor_t;
+
+/* Parses a codec as collbench's --compress and the Python binding spell it: "none", "fp16",
+ * "bf16", "int8", "int8:<block>", "topk:<density>", "sign", "sign:<block>", optionally followed by
+ * ",noef" (no error feedback). Fills *params (error feedback on, block 256 unless given).
+ * Returns strataInvalidArgument for a NULL argument or a spec it cannot read (logged: the spec
+ * and what is wrong, e.g. a density outside (0, 1]). */
+STRATA_API strataResult_t strataCompressParse(const char *spec, strataCompressParams_t *params);
+
+/* Writes the spec strataCompressParse reads back to *params into buf (size bytes, NUL-ended;
+ * e.g. "topk:0.01" or "int8:256,noef"). strataInvalidArgument for a NULL argument, bad params
+ * or a buf too small (32 bytes always suffice). */
+STRATA_API strataResult_t strataCompressFormat(const strataCompressParams_t *params, char *buf,
+                                              size_t size);
+
+/* *bytes = the bytes on the wire for one encoded range of count elements of datatype under
+ * params (the formulas above; 0 for count 0). Returns strataInvalidArgument for a NULL argument,
+ * bad params (as strataCompressorCreate) or a datatype other than strataFloat32, strataFloat16
+ * and strataBfloat16. */
+STRATA_API strataResult_t strataCompressWireBytes(const strataCompressParams_t *params,
+                                                  size_t count, strataDataType_t datatype,
+                                                  size_t *bytes);
+
+/* Makes the compression state of a bucket of count elements (>= 1) of datatype (strataFloat32,
+ * strataFloat16 or strataBfloat16), one per bucket and rank. It is bound to the first
+ * communicator it is used with. Returns strataInvalidArgument, logged with the reason, for a
+ * NULL argument, count 0, another datatype, a codec out of range, a topk density outside (0, 1]
+ * (or NaN), an int8 or sign block of 0 or above 2^24, errorFeedback not 0 or 1;
+ * strataSystemError when the residual cannot be allocated. */
+STRATA_API strataResult_t strataCompressorCreate(strataCompressor_t *compressor,
+                                                 const strataCompressParams_t *params,
+                                                 size_t count, strataDataType_t datatype);
+
+/* Sets the residual to zero (a new training run over the same buckets). strataInvalidArgument
+ * for NULL. Not while a call using it is in flight. */
+STRATA_API strataResult_t strataCompressorReset(strataCompressor_t compressor);
+
+/* Copies the codec parameters of compressor into *params. strataInvalidArgument for NULL. */
+STRATA_API strataResult_t strataCompressorGetParams(strataCompressor_t compressor,
+                                                    strataCompressParams_t *params);
+
+/* Frees the state. NULL is a no-op. No call using it may be in flight. */
+STRATA_API strataResult_t strataCompressorDestroy(strataCompressor_t compressor);
+
+/* strataAllReduce (sum or avg of floating data on host buffers) with the inter-node phase
+ * compressed by compressor's codec. Inside each node the ranks reduce in full precision; across
+ * nodes each rail's owner of a block of the node's shard encodes its node's partial sum (plus its
+ * residual) once and sends it straight to that block's owner on every other node, who decodes
+ * the contributions, sums them in the ring's order, encodes the sum once (plus its own residual)
+ * and sends it to the others: 2(N-1)/N of the encoded shard per node, the ring's bytes, and two
+ * encodings per element whatever the node count (docs/compression.md). Every rank, the encoder
+ * included, decodes the same bytes, so results are bitwise identical on all ranks and from run to
+ * run. On one node nothing is compressed: the result is strataAllReduce's. With codec none, or
+ * topk at density 1, the result equals strataAllReduce's bit for bit.
+ * count and datatype must be the compressor's; the compressor may be passed to one call at a
+ * time (calls on one communicator in issue order are fine: the engine runs them in order).
+ * Returns, besides strataAllReduce's errors: strataInvalidArgument (logged) for a NULL
+ * compressor, a count or datatype other than the compressor's, an op other than strataSum and
+ * strataAvg, a compressor bound to another communicator; strataInvalidUsage for device buffers
+ * (compression runs on host buffers for now). */
+STRATA_API strataResult_t strataAllReduceCompressed(const void *sendbuff, void *recvbuff,
+                                                    size_t count, strataDataType_t datatype,
+                                                    strataRedOp_t op,
+                                                    strataCompressor_t compressor,
+                                                    strataComm_t comm, strataStream_t stream);
+
+/* ---------------------------------------------------------------------------------------- */
 /* Host streams (strata's stand-in for cudaStream_t on host memory)                          */
 /* ---------------------------------------------------------------------------------------- */
 

@@ -84,6 +84,7 @@
 #include "coll/coll.h"
 #include "coll/intra.h"
 #include "coll/rail.h"
+#include "codec/codec.h"
 #include "device/dev.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
@@ -97,7 +98,7 @@ typedef enum { ST_HIER_LINEAR = 0, ST_HIER_BYNODE } st_hier_layout_t;
  * 2(N-1): reduce-scatter [0, N-1), all-gather [N-1, 2(N-1))), or a chain over the nodes
  * (broadcast, reduce: step 0 receives, step 1 sends), or all-to-all's exchange (one step: a
  * message to and from the shard's owner on every other node, all in flight). */
-typedef enum { ST_HIER_RING = 0, ST_HIER_CHAIN, ST_HIER_EXCHANGE } st_hier_inter_t;
+typedef enum { ST_HIER_RING = 0, ST_HIER_CHAIN, ST_HIER_EXCHANGE, ST_HIER_CODED } st_hier_inter_t;
 
 /* One owned shard's inter-node ring for one chunk. */
 typedef struct st_hier_ring {
@@ -108,8 +109,18 @@ typedef struct st_hier_ring {
     st_rail_xfer_t *net;     /* the step's transfers: [ST_RAIL_RECV], [ST_RAIL_SEND]; the
                               * exchange's: receive and send with each other node, [2 (N-1)] */
     char        *tmp;        /* staging for a received block before it is reduced; all-to-all:
-                              * the messages to the other nodes, gathered */
+                              * the messages to the other nodes, gathered; compressed: the
+                              * areas of st_hier_coded_t */
 } st_hier_ring_t;
+
+/* The compressed inter-node step's areas in a ring's staging (st_hier_coded_areas). */
+typedef struct st_hier_coded {
+    char  *out;     /* [N-1] encodings of the blocks of the other nodes, wire_max each */
+    char  *in;      /* [N-1] encodings received, wire_max each */
+    char  *sum;     /* the encoding of this node's block, summed */
+    char  *dec;     /* [N-1] decoded contributions to this node's block, block_max elements */
+    float *scratch; /* the encoder's */
+} st_hier_coded_t;
 
 typedef struct st_hier_slot {
     int             active;  /* inter-node rings in flight */
@@ -163,6 +174,10 @@ typedef struct st_hier {
     st_intra_zc_t    zc;
     double           t_start, t_inter_since, t_busy[3];
     const st_dev_ops_t *dev; /* device buffers: the device layer; NULL for host buffers */
+    /* compressed all-reduce (args.compress): the state, the largest block of a shard and its
+     * encoding's bytes */
+    st_compressor_t *cz;
+    size_t           block_max, wire_max;
 } st_hier_t;
 
 /* Splits len elements into parts even pieces on multiples of unit; piece i's offset and length
@@ -650,6 +665,132 @@ static void st_hier_exchange_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_
     }
 }
 
+/* ---- the compressed inter-node step ------------------------------------------------------ */
+
+/* Where ring r's areas lie in its staging (sizes from st_hier_create). */
+static st_hier_coded_t st_hier_coded_areas(const st_hier_t *h, const st_hier_ring_t *r)
+{
+    st_hier_coded_t c;
+    size_t          others = (size_t)h->nnodes - 1;
+    size_t          w = ST_DIV_ROUND_UP(h->wire_max, 64) * 64;
+    size_t          d = ST_DIV_ROUND_UP(h->block_max * h->es, 64) * 64;
+
+    c.out     = r->tmp;
+    c.in      = c.out + others * w;
+    c.sum     = c.in + others * w;
+    c.dec     = c.sum + w;
+    c.scratch = (float *)(void *)(c.dec + others * d);
+    return c;
+}
+
+/* Staging bytes of one ring of the compressed step. */
+static size_t st_hier_coded_bytes(const st_hier_t *h)
+{
+    size_t others = (size_t)h->nnodes - 1;
+    size_t w = ST_DIV_ROUND_UP(h->wire_max, 64) * 64;
+    size_t d = ST_DIV_ROUND_UP(h->block_max * h->es, 64) * 64;
+
+    return (2 * others + 1) * w + others * d +
+           st_codec_scratch(&h->cz->params, h->block_max) * sizeof(float);
+}
+
+/* The other nodes' slots: node d's index among the N-1 others. */
+static inline int st_hier_other(const st_hier_t *h, int d)
+{
+    return d < h->node ? d : d - 1;
+}
+
+/* The compressed all-reduce of shard r->j of chunk k (docs/compression.md). Step 0, a direct
+ * reduce-scatter: the block of every other node d is encoded (with this rank's residual) and sent
+ * to d's owner of the shard, and this node's block is received from each, decoded by the rail.
+ * Step 1, the all-gather: this node's block summed (st_hier_coded_sum) is encoded once and sent
+ * to every other node, whose blocks arrive encoded and are decoded into the res slot. Sub-tags:
+ * (chunk, shard, step, sending node). */
+static st_status_t st_hier_coded_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_t *r)
+{
+    char                         *res = st_hier_ring_res(h, s->k);
+    st_hier_coded_t               c = st_hier_coded_areas(h, r);
+    const strataCompressParams_t *p = &h->cz->params;
+    size_t                        mine_off, mine = st_hier_block(h, s->k, r, h->node, &mine_off);
+    size_t                        w = ST_DIV_ROUND_UP(h->wire_max, 64) * 64;
+    size_t                        dsz = ST_DIV_ROUND_UP(h->block_max * h->es, 64) * 64;
+    size_t                        gbase = s->k * h->chunk; /* elements before the chunk */
+    size_t                        sum_bytes = st_codec_wire_bytes(p, h->args.dtype, mine);
+    uint64_t base = ((uint64_t)(s->k * (size_t)h->nshards + (size_t)r->j) * 2 + (uint64_t)r->step) *
+                    (uint64_t)h->nnodes;
+
+    for (int d = 0; d < h->nnodes; d++) {
+        int            peer = st_hier_owner(h, d, r->j), o = st_hier_other(h, d);
+        size_t         off, cnt = st_hier_block(h, s->k, r, d, &off);
+        st_rail_xfer_t *rx = &r->net[2 * o], *sx = &r->net[2 * o + 1];
+        uint64_t       rtag = st_tag_coll(h->args.seq, (base + (uint64_t)d) & ST_TAG_SUB_MASK);
+        uint64_t       stag = st_tag_coll(h->args.seq, (base + (uint64_t)h->node) &
+                                                           ST_TAG_SUB_MASK);
+
+        if (d == h->node) {
+            continue;
+        }
+        if (r->step == 0) {
+            if (mine > 0) {
+                ST_CHECK(st_rail_recv_coded(h->comm, rx, peer, p, h->args.dtype,
+                                            c.dec + (size_t)o * dsz, mine, c.in + (size_t)o * w,
+                                            rtag));
+            }
+            if (cnt > 0) {
+                ST_CHECK(st_rail_send_coded(h->comm, sx, peer, p, h->args.dtype,
+                                            res + off * h->es, cnt,
+                                            h->cz->residual != NULL ? h->cz->residual + gbase + off
+                                                                    : NULL,
+                                            c.out + (size_t)o * w, c.scratch, stag));
+                h->inter_bytes += st_codec_wire_bytes(p, h->args.dtype, cnt);
+            }
+        } else {
+            if (cnt > 0) {
+                ST_CHECK(st_rail_recv_coded(h->comm, rx, peer, p, h->args.dtype,
+                                            res + off * h->es, cnt, c.in + (size_t)o * w, rtag));
+            }
+            if (mine > 0) {
+                ST_CHECK(st_rail_send(h->comm, sx, peer, c.sum, sum_bytes, stag));
+                h->inter_bytes += sum_bytes;
+            }
+        }
+    }
+    return ST_OK;
+}
+
+/* After step 0: this node's block of the shard summed in the ring's order (the contribution of
+ * node+1 first, then each next node's added to it, this node's own last, with the ring's
+ * reduction code), so that an exact codec gives the uncompressed ring's bits; then encoded once
+ * (with this rank's residual) and decoded back into the res slot, so that this rank holds what
+ * every other node will decode. */
+static void st_hier_coded_sum(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_t *r)
+{
+    char            *res = st_hier_ring_res(h, s->k);
+    st_hier_coded_t  c = st_hier_coded_areas(h, r);
+    size_t           off, cnt = st_hier_block(h, s->k, r, h->node, &off);
+    size_t           dsz = ST_DIV_ROUND_UP(h->block_max * h->es, 64) * 64;
+    const char      *acc;
+
+    if (cnt == 0) {
+        return;
+    }
+    acc = c.dec + (size_t)st_hier_other(h, st_hier_mod(h->node + 1, h->nnodes)) * dsz;
+    for (int i = 2; i < h->nnodes; i++) {
+        char *mine = c.dec + (size_t)st_hier_other(h, st_hier_mod(h->node + i, h->nnodes)) * dsz;
+
+        st_reduce_combine(&h->args.redop, mine, mine, acc, cnt);
+        acc = mine;
+    }
+    st_reduce_combine(&h->args.redop, res + off * h->es, res + off * h->es, acc, cnt);
+    if (st_redop_has_post(&h->args.redop)) {
+        st_reduce_post(&h->args.redop, res + off * h->es, cnt);
+    }
+    st_codec_encode(&h->cz->params, h->args.dtype, res + off * h->es, cnt,
+                    h->cz->residual != NULL ? h->cz->residual + s->k * h->chunk + off : NULL,
+                    c.sum, c.scratch);
+    st_codec_decode(&h->cz->params, h->args.dtype, c.sum, cnt, res + off * h->es);
+}
+
 static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_t *r)
 {
     char        *res = st_hier_ring_res(h, s->k);
@@ -661,11 +802,15 @@ static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ri
             s->left--;
             return ST_OK;
         }
-        if (h->inter == ST_HIER_EXCHANGE) {
+        if (h->inter == ST_HIER_EXCHANGE || h->inter == ST_HIER_CODED) {
             st_status_t status = ST_OK;
             int         any = 0;
 
-            st_hier_exchange_post(h, s, r, &status);
+            if (h->inter == ST_HIER_CODED) {
+                status = st_hier_coded_post(h, s, r);
+            } else {
+                st_hier_exchange_post(h, s, r, &status);
+            }
             ST_CHECK(status);
             for (int x = 0; x < h->nnet; x++) {
                 any |= r->net[x].posted;
@@ -702,12 +847,16 @@ static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ri
 
 static const char *const st_hier_inter_what[] = {"all-reduce", "reduce-scatter", "all-gather",
                                                  "broadcast chain", "reduce chain",
-                                                 "all-to-all exchange"};
+                                                 "all-to-all exchange",
+                                                 "compressed all-reduce"};
 
 static const char *st_hier_inter_name(const st_hier_t *h)
 {
     if (h->inter == ST_HIER_EXCHANGE) {
         return st_hier_inter_what[5];
+    }
+    if (h->inter == ST_HIER_CODED) {
+        return st_hier_inter_what[6];
     }
     if (h->inter == ST_HIER_CHAIN) {
         return st_hier_inter_what[h->args.type == ST_COLL_BROADCAST ? 3 : 4];
@@ -734,7 +883,10 @@ static st_status_t st_hier_ring_progress(st_hier_t *h, st_hier_slot_t *s, st_hie
                                 "%d/%d", st_hier_inter_name(h), r->j, r->step - h->step0 + 1,
                                 h->step_end - h->step0);
         }
-        if (h->inter == ST_HIER_EXCHANGE) {
+        if (h->inter == ST_HIER_EXCHANGE || h->inter == ST_HIER_CODED) {
+            if (h->inter == ST_HIER_CODED && r->step == 0) {
+                st_hier_coded_sum(h, s, r);
+            }
             r->step++;
             h->op.progressed = 1;
             ST_CHECK(st_hier_ring_post(h, s, r));
@@ -1289,7 +1441,13 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
     case ST_COLL_REDUCE:
         h->deliver   = comm->rank == args->root;
         break;
-    default: /* all-reduce */
+    default: /* all-reduce; compressed: two steps of messages to every other node */
+        if (args->compress != NULL && h->nnodes > 1) {
+            h->cz        = args->compress;
+            h->inter     = ST_HIER_CODED;
+            h->step_end  = 2;
+            h->tag_steps = 2 * h->nnodes;
+        }
         break;
     }
     h->unit  = ST_MAX(64 / h->es, 1);
@@ -1340,7 +1498,8 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
             h->owned[h->nowned++] = j;
         }
     }
-    h->nnet = h->inter == ST_HIER_EXCHANGE ? 2 * (h->nnodes - 1) : 2;
+    h->nnet = (h->inter == ST_HIER_EXCHANGE || h->inter == ST_HIER_CODED) ? 2 * (h->nnodes - 1)
+                                                                           : 2;
     if (h->args.type == ST_COLL_ALLTOALL) {
         /* the pieces shrink until every owner's res slot holds what it receives (the same on
          * every rank: st_hier_a2a_need looks at every node) */
@@ -1374,6 +1533,12 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
             shard_max += h->unit;
         }
         size_t tmp_bytes = ST_DIV_ROUND_UP(shard_max * h->es, 64) * 64;
+
+        if (h->inter == ST_HIER_CODED) { /* a block: a shard's N-th, + 1 unit (st_hier_split) */
+            h->block_max = ST_DIV_ROUND_UP(shard_max, (size_t)h->nnodes) + 2 * h->unit;
+            h->wire_max  = st_codec_wire_bytes(&h->cz->params, args->dtype, h->block_max);
+            tmp_bytes = ST_DIV_ROUND_UP(st_hier_coded_bytes(h), 64) * 64;
+        }
         size_t nrings = (size_t)h->nowned * (size_t)h->depth;
 
         h->ring_mem = calloc(nrings, sizeof(*h->ring_mem));

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "codec/codec.h"
 #include "engine/op.h"
 
 /* Posts x: a send of buf when is_send, else a receive into it. */
@@ -23,6 +24,8 @@ static st_status_t st_rail_post(st_comm_t *comm, st_rail_xfer_t *x, int peer, vo
     x->len     = len;
     x->tag     = tag;
     x->is_send = is_send;
+    x->codec   = NULL;
+    x->buf     = buf;
     status = is_send ? comm->net->isend(ep, buf, len, tag, NULL, &x->req)
                      : comm->net->irecv(ep, buf, len, tag, NULL, &x->req);
     x->posted = (status == ST_OK);
@@ -39,6 +42,29 @@ st_status_t st_rail_recv(st_comm_t *comm, st_rail_xfer_t *x, int peer, void *buf
                          uint64_t tag)
 {
     return st_rail_post(comm, x, peer, buf, len, tag, 0);
+}
+
+st_status_t st_rail_send_coded(st_comm_t *comm, st_rail_xfer_t *x, int peer,
+                               const strataCompressParams_t *codec, strataDataType_t dt,
+                               const void *src, size_t n, float *residual, void *wire,
+                               float *scratch, uint64_t tag)
+{
+    st_codec_encode(codec, dt, src, n, residual, wire, scratch);
+    return st_rail_post(comm, x, peer, wire, st_codec_wire_bytes(codec, dt, n), tag, 1);
+}
+
+st_status_t st_rail_recv_coded(st_comm_t *comm, st_rail_xfer_t *x, int peer,
+                               const strataCompressParams_t *codec, strataDataType_t dt,
+                               void *dst, size_t n, void *wire, uint64_t tag)
+{
+    st_status_t status = st_rail_post(comm, x, peer, wire, st_codec_wire_bytes(codec, dt, n), tag,
+                                      0);
+
+    x->codec = codec;
+    x->dtype = dt;
+    x->dst   = dst;
+    x->n     = n;
+    return status;
 }
 
 st_status_t st_rail_test(st_rail_xfer_t *x)
@@ -59,6 +85,9 @@ st_status_t st_rail_test(st_rail_xfer_t *x)
     }
     if (x->req.status == ST_ERR_CANCELED) {
         return ST_ERR_REMOTE; /* cancelled because the communicator is failing: a peer's doing */
+    }
+    if (x->req.status == ST_OK && x->codec != NULL) {
+        st_codec_decode(x->codec, x->dtype, x->buf, x->n, x->dst);
     }
     return x->req.status;
 }

@@ -29,6 +29,11 @@ typedef struct st_rail_xfer {
     uint64_t     tag;
     int          is_send;
     int          posted;  /* from a post until st_rail_test says it is over */
+    /* a coded receive (st_rail_recv_coded): decoded from buf into dst when it lands; else NULL */
+    const strataCompressParams_t *codec;
+    strataDataType_t dtype;
+    void        *buf, *dst;
+    size_t       n;       /* elements decoded */
 } st_rail_xfer_t;
 
 /* Where a step that receives and sends keeps each (st_rail_xfer_t [2]): the receive first, so
@@ -43,11 +48,25 @@ st_status_t st_rail_send(st_comm_t *comm, st_rail_xfer_t *x, int peer, const voi
 /* Posts a receive of exactly len bytes (0 allowed) into buf from rank peer with tag. */
 st_status_t st_rail_recv(st_comm_t *comm, st_rail_xfer_t *x, int peer, void *buf, size_t len,
                          uint64_t tag);
+/* The compressed inter-node step (codec/codec.h, docs/compression.md): encodes n elements of dt
+ * at src (plus residual[0..n), then left holding what the codec dropped, when residual != NULL)
+ * into wire (st_codec_wire_bytes bytes; scratch: st_codec_scratch floats) and posts its send;
+ * wire stays untouched until the transfer is over. */
+st_status_t st_rail_send_coded(st_comm_t *comm, st_rail_xfer_t *x, int peer,
+                               const strataCompressParams_t *codec, strataDataType_t dt,
+                               const void *src, size_t n, float *residual, void *wire,
+                               float *scratch, uint64_t tag);
+/* Posts a receive of the encoding of n elements of dt into wire; st_rail_test decodes it into
+ * dst when it has landed whole. */
+st_status_t st_rail_recv_coded(st_comm_t *comm, st_rail_xfer_t *x, int peer,
+                               const strataCompressParams_t *codec, strataDataType_t dt,
+                               void *dst, size_t n, void *wire, uint64_t tag);
 /* ST_INPROGRESS while x is in flight; ST_OK when it completed as posted, or was never posted;
  * else why it failed, not logged (st_rail_fail says it): ST_ERR_USAGE when a receive got another
  * size than expected (longer: truncated), ST_ERR_REMOTE when the peer failed or the transfer was
  * cancelled (the communicator is failing), the transport's status otherwise. x is over (not
- * posted) once this returned anything but ST_INPROGRESS. */
+ * posted) once this returned anything but ST_INPROGRESS. A coded receive (st_rail_recv_coded) that
+ * completed is decoded into its dst before ST_OK is returned. */
 st_status_t st_rail_test(st_rail_xfer_t *x);
 /* Logs x's failure `status` (from st_rail_test) once, naming op's collective, sequence number,
  * communicator and rank, where (printf format: the phase and step) and the peer, and returns

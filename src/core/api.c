@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "base/socket.h"
+#include "codec/codec.h"
 #include "core/bootstrap.h"
 #include "core/enqueue.h"
 #include "device/dev.h"
@@ -1015,6 +1016,67 @@ STRATA_API strataResult_t strataAllReduce(const void *sendbuff, void *recvbuff, 
     }
     if (count > 0 && recvbuff == NULL) {
         return st_group_note(st_api_null_buffer(&args, "strataAllReduce", "recvbuff"));
+    }
+    return st_group_note(st_api_launch(&args, stream));
+}
+
+STRATA_API strataResult_t strataAllReduceCompressed(const void *sendbuff, void *recvbuff,
+                                                    size_t count, strataDataType_t datatype,
+                                                    strataRedOp_t op,
+                                                    strataCompressor_t compressor,
+                                                    strataComm_t comm, strataStream_t stream)
+{
+    static const char fn[] = "strataAllReduceCompressed";
+
+    ST_API_ARGS(ST_COLL_ALLREDUCE, comm, sendbuff, recvbuff, count, datatype);
+    result = st_api_coll_check(&args, fn, op, stream);
+    if (result != strataSuccess) {
+        return st_group_note(result);
+    }
+    if (compressor == NULL) {
+        st_error(ST_SUB_COLL, "%s (rank %d): compressor is NULL (strataCompressorCreate makes one)",
+                 fn, comm->rank);
+        return st_group_note(strataInvalidArgument);
+    }
+    if (compressor->count != count || compressor->dtype != datatype) {
+        st_error(ST_SUB_COLL, "%s (rank %d): the compressor was made for count %zu of %s, the call "
+                 "is count %zu of %s (one compressor per bucket)", fn, comm->rank,
+                 compressor->count, st_dtype_name(compressor->dtype), count,
+                 st_dtype_name(datatype));
+        return st_group_note(strataInvalidArgument);
+    }
+    if (op != strataSum && op != strataAvg) {
+        st_error(ST_SUB_COLL, "%s (rank %d): op %d: a compressed all-reduce sums (strataSum) or "
+                 "averages (strataAvg)", fn, comm->rank, (int)op);
+        return st_group_note(strataInvalidArgument);
+    }
+    if (args.mem == ST_MEM_CUDA) {
+        st_error(ST_SUB_COLL, "%s (rank %d): device buffers: compression runs on host buffers "
+                 "for now", fn, comm->rank);
+        return st_group_note(strataInvalidUsage);
+    }
+    if (__atomic_load_n(&compressor->comm, __ATOMIC_ACQUIRE) != comm) {
+        void *none = NULL;
+
+        if (!__atomic_compare_exchange_n(&compressor->comm, &none, (void *)comm, 0,
+                                         __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+            none != comm) {
+            st_error(ST_SUB_COLL, "%s (rank %d): the compressor was first used on another "
+                     "communicator than %s; its residual is this rank's share there (one "
+                     "compressor per bucket and communicator)", fn, comm->rank, comm->name);
+            return st_group_note(strataInvalidArgument);
+        }
+    }
+    if (count > 0 && sendbuff == NULL) {
+        return st_group_note(st_api_null_buffer(&args, fn, "sendbuff"));
+    }
+    if (count > 0 && recvbuff == NULL) {
+        return st_group_note(st_api_null_buffer(&args, fn, "recvbuff"));
+    }
+    /* only the inter-node step is compressed: on one node the call is strataAllReduce */
+    if (comm->nnodes > 1) {
+        args.compress = compressor;
+        args.algo     = ST_ALGO_HIER;
     }
     return st_group_note(st_api_launch(&args, stream));
 }

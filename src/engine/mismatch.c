@@ -18,6 +18,7 @@
 #include "base/log.h"
 #include "base/param.h"
 #include "base/socket.h"
+#include "codec/codec.h"
 
 #define ST_CHECK_MAX_ROUNDS 32
 #define ST_CHECK_SUB_NOTICE 0xff
@@ -42,7 +43,8 @@ typedef struct st_check_fp {
     int32_t  name;  /* st_check_op_names index for messages (not part of the comparison) */
     int32_t  mem;   /* 1: run on the device windows (hier on device buffers): such a call and a
                      * host one would read different windows */
-    int32_t  pad;
+    int32_t  codec; /* compressed all-reduce: the codec + 1 and a hash of its parameters in the
+                     * bits above 4 (st_check_codec); 0 uncompressed */
 } st_check_fp_t;
 
 typedef struct st_check_msg {
@@ -108,6 +110,24 @@ static int st_check_op_code(const st_coll_args_t *args, int *name_p)
     return (int)r->kind;
 }
 
+/* The fingerprint of a compressed call's codec (0: none): what must agree for the wire to agree
+ * (the codec, a topk density, a block), not the error feedback, which is each rank's own. */
+static int32_t st_check_codec(const st_compressor_t *cz)
+{
+    uint64_t h = 1469598103934665603ull, d;
+
+    if (cz == NULL) {
+        return 0;
+    }
+    memcpy(&d, &cz->params.density, sizeof(d));
+    d = cz->params.codec == strataCodecTopk ? d : 0;
+    h = (h ^ d) * 1099511628211ull;
+    h = (h ^ (uint64_t)(cz->params.codec == strataCodecInt8 || cz->params.codec == strataCodecSign
+                            ? cz->params.block : 0)) * 1099511628211ull;
+    return (int32_t)(((uint32_t)(cz->params.codec + 1) & 0xf) | ((uint32_t)(h >> 36) << 4 &
+                                                                  0x7ffffff0u));
+}
+
 /* Compares the calls, not who made them. */
 static int st_check_fp_cmp(const st_check_fp_t *a, const st_check_fp_t *b)
 {
@@ -122,6 +142,7 @@ static int st_check_fp_cmp(const st_check_fp_t *a, const st_check_fp_t *b)
     ST_CHECK_CMP_FIELD(op)
     ST_CHECK_CMP_FIELD(root)
     ST_CHECK_CMP_FIELD(mem)
+    ST_CHECK_CMP_FIELD(codec)
 #undef ST_CHECK_CMP_FIELD
     return 0;
 }
@@ -154,7 +175,11 @@ static void st_check_describe(const st_check_fp_t *fp, char *buf, size_t len)
         n += snprintf(buf + n, len - (size_t)n, " root %d", fp->root);
     }
     if (fp->mem && n > 0 && (size_t)n < len) {
-        snprintf(buf + n, len - (size_t)n, " on device buffers");
+        n += snprintf(buf + n, len - (size_t)n, " on device buffers");
+    }
+    if (fp->codec != 0 && n > 0 && (size_t)n < len) {
+        snprintf(buf + n, len - (size_t)n, " compressed %s",
+                 st_codec_name((strataCodec_t)((fp->codec & 0xf) - 1)));
     }
 }
 
@@ -511,6 +536,7 @@ st_status_t st_check_attach(const st_coll_args_t *args, st_op_t **op_p)
     check->cur.min.name  = name;
     check->cur.min.root  = st_coll_info(args->type)->rooted ? args->root : -1;
     check->cur.min.mem   = (args->mem == ST_MEM_CUDA);
+    check->cur.min.codec = st_check_codec(args->compress);
     check->cur.min.rank  = comm->rank;
     check->cur.max       = check->cur.min;
     (*op_p)->check       = check;

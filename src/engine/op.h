@@ -85,6 +85,9 @@ typedef struct st_coll_args {
      * queue) takes its own copy with st_coll_args_keep and frees it with st_coll_args_drop.
      * count is the elements this rank sends in all (sum of scounts), for its size only. */
     const size_t    *scounts, *sdispls, *rcounts, *rdispls;
+    /* strataAllReduceCompressed: the bucket's compression state (codec/codec.h), borrowed from
+     * the caller for the call's life; NULL otherwise. hier compresses its inter-node step. */
+    struct strataCompressor *compress;
     size_t          *v_owned;    /* the copy st_coll_args_keep made (4 x nranks), or NULL */
 } st_coll_args_t;
 

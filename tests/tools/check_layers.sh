@@ -9,7 +9,8 @@
 #   6 src/engine           the communicator at run time, ops, progress engine, mismatch check
 #   5 src/tune             cost model, tuning files, policy
 #   4 src/topo transports  side by side (neither includes the other)
-#   3 src/device           the device operations table (cuda, the simulated device)
+#   3 src/device src/codec side by side: the device operations table (cuda, the simulated
+#                          device); the codecs of the compressed inter-node step
 #   2 src/reduce           reduction kernels (host, GPU) and their shared element code
 #   1 src/base             status, log, param, socket: nothing of strata
 #   0 include              the public header
@@ -37,6 +38,7 @@ floor_of()
         src/topo/*) echo 4 ;;
         transports/*) echo 4 ;;
         src/device/*) echo 3 ;;
+        src/codec/*) echo 3 ;;
         src/reduce/*) echo 2 ;;
         src/base/*) echo 1 ;;
         include/*) echo 0 ;;
@@ -95,8 +97,9 @@ for f in $files; do
             bad=$((bad + 1))
             continue
         fi
-        if { [ "$ff" -eq 4 ] && [ "$tf" -eq 4 ]; } || { [ "$ff" -eq 9 ] && [ "$tf" -eq 9 ]; }; then
-            # the folders of floors 4 and 9 are side by side: neither includes the other
+        if { [ "$ff" -eq 3 ] && [ "$tf" -eq 3 ]; } || { [ "$ff" -eq 4 ] && [ "$tf" -eq 4 ]; } ||
+           { [ "$ff" -eq 9 ] && [ "$tf" -eq 9 ]; }; then
+            # the folders of floors 3, 4 and 9 are side by side: neither includes the other
             me=${f%%/*}; [ "$me" = src ] && me=$(cut -d/ -f2 <<< "$f")
             other=${t%%/*}; [ "$other" = src ] && other=$(cut -d/ -f2 <<< "$t")
             if [ "$other" != "$me" ]; then

@@ -1,0 +1,135 @@
+/*
+ * codec.h - the codecs of the compressed all-reduce's inter-node step (include/strata.h,
+ * strataCodec_t; docs/compression.md): pure arithmetic on one encoded range of n elements, with
+ * the optional error-feedback residual, and the compression state a call carries.
+ *
+ * Every codec works in float32 on v[i] = x[i] + residual[i] (x of the call's datatype: fp32,
+ * fp16 or bf16), writes exactly st_codec_wire_bytes() bytes, and decodes into the datatype; the
+ * residual becomes v[i] - decode(i) as the receiver sees it (the decoded value rounded to the
+ * datatype), so what one call drops the next adds back. Encoding and decoding are deterministic
+ * functions of their inputs (round to nearest even, fixed summation order, ties broken by index),
+ * which is what keeps every rank's result bitwise identical.
+ *
+ * One file per codec: cast.c (none, fp16, bf16), int8.c, topk.c, sign.c; codec.c checks
+ * parameters, parses and formats specs and dispatches.
+ */
+#ifndef ST_CODEC_CODEC_H
+#define ST_CODEC_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <strata.h>
+
+#include "reduce/half.h"
+
+/* Defaults of strataCompressParse. */
+#define ST_CODEC_BLOCK_DEFAULT 256
+#define ST_CODEC_BLOCK_MAX     (1u << 24)
+
+/* One codec: its wire size, the float scratch its encoder needs, and the two directions. */
+typedef struct st_codec_ops {
+    const char *name;
+    size_t (*wire_bytes)(const strataCompressParams_t *p, size_t es, size_t n);
+    /* floats of scratch for encoding n elements, beyond the n that hold v */
+    size_t (*scratch)(const strataCompressParams_t *p, size_t n);
+    /* v: n floats (x + residual, computed by st_codec_encode); res: NULL or n floats receiving
+     * v - the decoded value; work: scratch() floats */
+    void (*encode)(const strataCompressParams_t *p, strataDataType_t dt, const float *v, size_t n,
+                   void *wire, float *res, float *work);
+    void (*decode)(const strataCompressParams_t *p, strataDataType_t dt, const void *wire,
+                   size_t n, void *dst);
+} st_codec_ops_t;
+
+extern const st_codec_ops_t st_codec_none_ops, st_codec_fp16_ops, st_codec_bf16_ops,
+    st_codec_int8_ops, st_codec_topk_ops, st_codec_sign_ops;
+
+/* The compression state of a bucket (strataCompressor_t). */
+struct strataCompressor {
+    strataCompressParams_t params;
+    size_t                 count;
+    strataDataType_t       dtype;
+    float                 *residual; /* [count], or NULL without error feedback */
+    void                  *comm;     /* the communicator it is bound to (first use), or NULL */
+};
+typedef struct strataCompressor st_compressor_t;
+
+/* NULL when params are valid (strataCompressorCreate's rules); else why not, for a log line. */
+const char *st_codec_check(const strataCompressParams_t *p);
+/* 1 for the datatypes a codec takes (fp32, fp16, bf16). */
+int st_codec_dtype_ok(strataDataType_t dt);
+const st_codec_ops_t *st_codec_ops(strataCodec_t codec);
+const char *st_codec_name(strataCodec_t codec);
+/* Bytes on the wire for n elements of dt (valid params and dtype). */
+size_t st_codec_wire_bytes(const strataCompressParams_t *p, strataDataType_t dt, size_t n);
+/* Floats of scratch st_codec_encode needs for n elements. */
+size_t st_codec_scratch(const strataCompressParams_t *p, size_t n);
+/* Encodes n elements of dt at src (plus residual[0..n) when residual != NULL, which then
+ * becomes what was dropped) into wire (st_codec_wire_bytes bytes). scratch: st_codec_scratch
+ * floats. src and wire must not overlap; src may be the decode destination of a later call. */
+void st_codec_encode(const strataCompressParams_t *p, strataDataType_t dt, const void *src,
+                     size_t n, float *residual, void *wire, float *scratch);
+/* Decodes n elements of dt from wire into dst. */
+void st_codec_decode(const strataCompressParams_t *p, strataDataType_t dt, const void *wire,
+                     size_t n, void *dst);
+/* The per-element error bound of one encoding, relative to the largest magnitude M of what was
+ * encoded (the values plus residual): |decode - v| <= eps x M, plus, for fp16, 2^-25 absolute
+ * (its subnormals); docs/compression.md. topk: 1 (a dropped element); sign: 1. */
+double st_codec_eps(const strataCompressParams_t *p, strataDataType_t dt);
+/* Parses or formats a spec (strataCompressParse, strataCompressFormat): NULL, or why not. */
+const char *st_codec_parse(const char *spec, strataCompressParams_t *p);
+int st_codec_format(const strataCompressParams_t *p, char *buf, size_t size);
+
+/* Element access in float32. */
+static inline float st_codec_load(strataDataType_t dt, const void *src, size_t i)
+{
+    if (dt == strataFloat16) {
+        return st_half_to_float(((const uint16_t *)src)[i]);
+    }
+    if (dt == strataBfloat16) {
+        return st_bf16_to_float(((const uint16_t *)src)[i]);
+    }
+    return ((const float *)src)[i];
+}
+
+/* Stores f rounded to dt (nearest even) and returns the value stored, in float32. */
+static inline float st_codec_store(strataDataType_t dt, void *dst, size_t i, float f)
+{
+    if (dt == strataFloat16) {
+        uint16_t h = st_float_to_half(f);
+
+        ((uint16_t *)dst)[i] = h;
+        return st_half_to_float(h);
+    }
+    if (dt == strataBfloat16) {
+        uint16_t b = st_float_to_bf16(f);
+
+        ((uint16_t *)dst)[i] = b;
+        return st_bf16_to_float(b);
+    }
+    ((float *)dst)[i] = f;
+    return f;
+}
+
+/* f rounded to dt, in float32 (what st_codec_store would store). */
+static inline float st_codec_round(strataDataType_t dt, float f)
+{
+    if (dt == strataFloat16) {
+        return st_half_to_float(st_float_to_half(f));
+    }
+    if (dt == strataBfloat16) {
+        return st_bf16_to_float(st_float_to_bf16(f));
+    }
+    return f;
+}
+
+/* The residual after an element encoded as v decodes to d: what was dropped, or 0 when either is
+ * not finite (an overflow is not carried into the next step). */
+static inline float st_codec_residual(float v, float d)
+{
+    float r = v - d;
+
+    return (r - r == 0.0f) ? r : 0.0f;
+}
+
+#endif
