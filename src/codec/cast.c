@@ -1,6 +1,7 @@
 /*
  * cast.c - the casting codecs: none (the datatype's own bytes), fp16 and bf16 (round to nearest
  * even; fp16 saturates finite values beyond its largest, 65504, instead of making them infinite).
+ * Each loop is specialised per datatype (ST_CODEC_DTYPE_SWITCH) and branch-free, so it vectorises.
  */
 #include "config.h"
 #include "codec/codec.h"
@@ -27,18 +28,26 @@ static size_t st_cast_scratch(const strataCompressParams_t *p, size_t n)
     return 0;
 }
 
+/* none: v rounded to the datatype (v = x exactly when there is no residual) */
+ST_CODEC_INLINE void st_cast_none_loop(const float *v, size_t n, void *wire, float *res,
+                                       strataDataType_t dt)
+{
+    for (size_t i = 0; i < n; i++) {
+        st_codec_store(dt, wire, i, v[i]);
+    }
+    if (res != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            res[i] = st_codec_residual(v[i], st_codec_load(dt, wire, i));
+        }
+    }
+}
+
 static void st_cast_encode_none(const strataCompressParams_t *p, strataDataType_t dt,
                                 const float *v, size_t n, void *wire, float *res, float *work)
 {
     (void)p;
     (void)work;
-    for (size_t i = 0; i < n; i++) {
-        float d = st_codec_store(dt, wire, i, v[i]);
-
-        if (res != NULL) {
-            res[i] = st_codec_residual(v[i], d);
-        }
-    }
+    ST_CODEC_DTYPE_SWITCH(dt, st_cast_none_loop, v, n, wire, res);
 }
 
 static void st_cast_decode_none(const strataCompressParams_t *p, strataDataType_t dt,
@@ -49,66 +58,91 @@ static void st_cast_decode_none(const strataCompressParams_t *p, strataDataType_
 }
 
 /* fp16 of f, finite values beyond 65504 saturated (an infinity or NaN stays one) */
-static uint16_t st_cast_to_half(float f)
+ST_CODEC_INLINE uint16_t st_cast_to_half(float f)
 {
-    if (f > 65504.0f && f - f == 0.0f) {
-        f = 65504.0f;
-    } else if (f < -65504.0f && f - f == 0.0f) {
-        f = -65504.0f;
+    uint32_t x = st_f32_bits(f), ax = x & 0x7fffffffu;
+    uint32_t big = 0u - (uint32_t)(ax > 0x477fe000u && ax < 0x7f800000u); /* 65504 < |f| < Inf */
+
+    x ^= big & (x ^ ((x & 0x80000000u) | 0x477fe000u));
+    return st_float_to_half(st_f32_from_bits(x));
+}
+
+ST_CODEC_INLINE void st_cast_fp16_loop(const float *v, size_t n, uint16_t *w, float *res,
+                                       strataDataType_t dt)
+{
+    for (size_t i = 0; i < n; i++) {
+        w[i] = st_cast_to_half(v[i]);
     }
-    return st_float_to_half(f);
+    if (res != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            res[i] = st_codec_residual(v[i], st_codec_round(dt, st_half_to_float(w[i])));
+        }
+    }
 }
 
 static void st_cast_encode_fp16(const strataCompressParams_t *p, strataDataType_t dt,
                                 const float *v, size_t n, void *wire, float *res, float *work)
 {
-    uint16_t *w = wire;
-
     (void)p;
     (void)work;
+    ST_CODEC_DTYPE_SWITCH(dt, st_cast_fp16_loop, v, n, wire, res);
+}
+
+ST_CODEC_INLINE void st_cast_fp16_dec(const uint16_t *w, size_t n, void *dst, strataDataType_t dt)
+{
     for (size_t i = 0; i < n; i++) {
-        w[i] = st_cast_to_half(v[i]);
-        if (res != NULL) {
-            res[i] = st_codec_residual(v[i], st_codec_round(dt, st_half_to_float(w[i])));
-        }
+        st_codec_store(dt, dst, i, st_half_to_float(w[i]));
     }
 }
 
 static void st_cast_decode_fp16(const strataCompressParams_t *p, strataDataType_t dt,
                                 const void *wire, size_t n, void *dst)
 {
-    const uint16_t *w = wire;
-
     (void)p;
+    if (dt == strataFloat16) {
+        memcpy(dst, wire, 2 * n);
+        return;
+    }
+    ST_CODEC_DTYPE_SWITCH(dt, st_cast_fp16_dec, wire, n, dst);
+}
+
+ST_CODEC_INLINE void st_cast_bf16_loop(const float *v, size_t n, uint16_t *w, float *res,
+                                       strataDataType_t dt)
+{
     for (size_t i = 0; i < n; i++) {
-        st_codec_store(dt, dst, i, st_half_to_float(w[i]));
+        w[i] = st_float_to_bf16(v[i]);
+    }
+    if (res != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            res[i] = st_codec_residual(v[i], st_codec_round(dt, st_bf16_to_float(w[i])));
+        }
     }
 }
 
 static void st_cast_encode_bf16(const strataCompressParams_t *p, strataDataType_t dt,
                                 const float *v, size_t n, void *wire, float *res, float *work)
 {
-    uint16_t *w = wire;
-
     (void)p;
     (void)work;
+    ST_CODEC_DTYPE_SWITCH(dt, st_cast_bf16_loop, v, n, wire, res);
+}
+
+ST_CODEC_INLINE void st_cast_bf16_dec(const uint16_t *w, size_t n, void *dst, strataDataType_t dt)
+{
     for (size_t i = 0; i < n; i++) {
-        w[i] = st_float_to_bf16(v[i]);
-        if (res != NULL) {
-            res[i] = st_codec_residual(v[i], st_codec_round(dt, st_bf16_to_float(w[i])));
-        }
+        st_codec_store(dt, dst, i, st_bf16_to_float(w[i]));
     }
 }
 
 static void st_cast_decode_bf16(const strataCompressParams_t *p, strataDataType_t dt,
                                 const void *wire, size_t n, void *dst)
 {
-    const uint16_t *w = wire;
-
     (void)p;
-    for (size_t i = 0; i < n; i++) {
-        st_codec_store(dt, dst, i, st_bf16_to_float(w[i]));
+    if (dt == strataBfloat16) {
+        memcpy(dst, wire, 2 * n);
+        return;
     }
+    ST_CODEC_DTYPE_SWITCH(dt, st_cast_bf16_dec, wire, n, dst);
 }
 
 const st_codec_ops_t st_codec_none_ops = {"none", st_cast_wire_none, st_cast_scratch,

@@ -63,6 +63,21 @@ size_t st_codec_scratch(const strataCompressParams_t *p, size_t n)
     return n + st_codec_ops(p->codec)->scratch(p, n);
 }
 
+/* v = src (+ residual), one loop per datatype */
+ST_CODEC_INLINE void st_codec_v(const void *src, const float *residual, size_t n, float *v,
+                                strataDataType_t dt)
+{
+    if (residual != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            v[i] = st_codec_load(dt, src, i) + residual[i];
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            v[i] = st_codec_load(dt, src, i);
+        }
+    }
+}
+
 void st_codec_encode(const strataCompressParams_t *p, strataDataType_t dt, const void *src,
                      size_t n, float *residual, void *wire, float *scratch)
 {
@@ -71,9 +86,7 @@ void st_codec_encode(const strataCompressParams_t *p, strataDataType_t dt, const
     if (n == 0) {
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        v[i] = st_codec_load(dt, src, i) + (residual != NULL ? residual[i] : 0.0f);
-    }
+    ST_CODEC_DTYPE_SWITCH(dt, st_codec_v, src, residual, n, v);
     st_codec_ops(p->codec)->encode(p, dt, v, n, wire, residual, scratch + n);
 }
 
@@ -93,7 +106,7 @@ double st_codec_eps(const strataCompressParams_t *p, strataDataType_t dt)
     case strataCodecNone: return 0.0;
     case strataCodecFp16: return ST_MAX(0x1p-11, u) + u;
     case strataCodecBf16: return 0x1p-8 + u;
-    case strataCodecInt8: return 1.0 / 254.0 + u;
+    case strataCodecInt8: return 1.0 / 254.0 * (1.0 + 0x1p-10) + u; /* q = rint(v x 127/M) */
     default: return 1.0; /* topk: an element dropped; sign: |v - s sgn v| <= max(|v|, s) */
     }
 }

@@ -80,8 +80,11 @@ double st_codec_eps(const strataCompressParams_t *p, strataDataType_t dt);
 const char *st_codec_parse(const char *spec, strataCompressParams_t *p);
 int st_codec_format(const strataCompressParams_t *p, char *buf, size_t size);
 
-/* Element access in float32. */
-static inline float st_codec_load(strataDataType_t dt, const void *src, size_t i)
+/* Element access in float32. dt is a constant where these are inlined into a loop specialised
+ * for one datatype (ST_CODEC_DTYPE_SWITCH), so the switch folds away and the loops vectorise. */
+#define ST_CODEC_INLINE static inline __attribute__((always_inline))
+
+ST_CODEC_INLINE float st_codec_load(strataDataType_t dt, const void *src, size_t i)
 {
     if (dt == strataFloat16) {
         return st_half_to_float(((const uint16_t *)src)[i]);
@@ -92,27 +95,8 @@ static inline float st_codec_load(strataDataType_t dt, const void *src, size_t i
     return ((const float *)src)[i];
 }
 
-/* Stores f rounded to dt (nearest even) and returns the value stored, in float32. */
-static inline float st_codec_store(strataDataType_t dt, void *dst, size_t i, float f)
-{
-    if (dt == strataFloat16) {
-        uint16_t h = st_float_to_half(f);
-
-        ((uint16_t *)dst)[i] = h;
-        return st_half_to_float(h);
-    }
-    if (dt == strataBfloat16) {
-        uint16_t b = st_float_to_bf16(f);
-
-        ((uint16_t *)dst)[i] = b;
-        return st_bf16_to_float(b);
-    }
-    ((float *)dst)[i] = f;
-    return f;
-}
-
 /* f rounded to dt, in float32 (what st_codec_store would store). */
-static inline float st_codec_round(strataDataType_t dt, float f)
+ST_CODEC_INLINE float st_codec_round(strataDataType_t dt, float f)
 {
     if (dt == strataFloat16) {
         return st_half_to_float(st_float_to_half(f));
@@ -123,13 +107,38 @@ static inline float st_codec_round(strataDataType_t dt, float f)
     return f;
 }
 
-/* The residual after an element encoded as v decodes to d: what was dropped, or 0 when either is
- * not finite (an overflow is not carried into the next step). */
-static inline float st_codec_residual(float v, float d)
+/* Stores f rounded to dt (nearest even). */
+ST_CODEC_INLINE void st_codec_store(strataDataType_t dt, void *dst, size_t i, float f)
 {
-    float r = v - d;
-
-    return (r - r == 0.0f) ? r : 0.0f;
+    if (dt == strataFloat16) {
+        ((uint16_t *)dst)[i] = st_float_to_half(f);
+    } else if (dt == strataBfloat16) {
+        ((uint16_t *)dst)[i] = st_float_to_bf16(f);
+    } else {
+        ((float *)dst)[i] = f;
+    }
 }
+
+/* The residual after an element encoded as v decodes to d: what was dropped, or 0 when it is not
+ * finite (an overflow is not carried into the next step). Branch-free (a mask). */
+ST_CODEC_INLINE float st_codec_residual(float v, float d)
+{
+    uint32_t r = st_f32_bits(v - d);
+    uint32_t finite = 0u - (uint32_t)((r & 0x7f800000u) != 0x7f800000u);
+
+    return st_f32_from_bits(r & finite);
+}
+
+/* Calls fn(args..., dt) with dt a constant: the loops of each codec, once per datatype. */
+#define ST_CODEC_DTYPE_SWITCH(_dt, _fn, ...)                                                     \
+    do {                                                                                         \
+        if ((_dt) == strataFloat16) {                                                            \
+            _fn(__VA_ARGS__, strataFloat16);                                                     \
+        } else if ((_dt) == strataBfloat16) {                                                    \
+            _fn(__VA_ARGS__, strataBfloat16);                                                    \
+        } else {                                                                                 \
+            _fn(__VA_ARGS__, strataFloat32);                                                     \
+        }                                                                                        \
+    } while (0)
 
 #endif

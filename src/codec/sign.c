@@ -1,9 +1,11 @@
 /*
  * sign.c - scaled sign (1-bit) compression: per block of p->block elements a float32 scale
- * s = mean |v| (summed in index order) and one bit per element, set when v < 0; decodes to
- * -s or +s. Wire: the ceil(n / block) scales, then ceil(n / 8) bytes of bits (bit i % 8 of byte
- * i / 8). Biased on its own (Karimireddy et al. 2019, "Error Feedback Fixes SignSGD"): use it
- * with error feedback. A block holding a NaN or an infinity decodes to NaN.
+ * s = mean |v| and one bit per element, its sign bit (so -0 decodes to -s); decodes to -s or +s.
+ * Wire: the ceil(n / block) scales, then ceil(n / 8) bytes of bits (bit i % 8 of byte i / 8).
+ * Biased on its own (Karimireddy et al. 2019, "Error Feedback Fixes SignSGD"): use it with error
+ * feedback. A block holding a NaN or an infinity decodes to NaN.
+ * The mean is summed in a fixed order (eight running sums, element i into sum i % 8 of its block,
+ * then added pairwise), the same on every rank and vectorisable; the rest is bit manipulation.
  */
 #include "config.h"
 #include "codec/codec.h"
@@ -29,39 +31,61 @@ static size_t st_sign_scratch(const strataCompressParams_t *p, size_t n)
     return 0;
 }
 
-static void st_sign_encode(const strataCompressParams_t *p, strataDataType_t dt, const float *v,
-                           size_t n, void *wire, float *res, float *work)
+/* mean |v[lo..hi)|, in the fixed order of the header */
+static float st_sign_mean(const float *v, size_t lo, size_t hi)
+{
+    float  acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t i = lo;
+
+    for (; i + 8 <= hi; i += 8) {
+        for (int j = 0; j < 8; j++) {
+            acc[j] += fabsf(v[i + j]);
+        }
+    }
+    for (int j = 0; i < hi; i++, j++) {
+        acc[j] += fabsf(v[i]);
+    }
+    return (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) /
+           (float)(hi - lo);
+}
+
+ST_CODEC_INLINE void st_sign_loop(const strataCompressParams_t *p, const float *v, size_t n,
+                                  void *wire, float *res, strataDataType_t dt)
 {
     size_t         nb = st_sign_blocks(p, n);
     unsigned char *bits = (unsigned char *)wire + 4 * nb;
 
-    (void)work;
     memset(bits, 0, (n + 7) / 8);
     for (size_t b = 0; b < nb; b++) {
-        size_t lo = b * p->block, hi = lo + p->block < n ? lo + p->block : n;
-        float  sum = 0.0f, s, pos, neg;
+        size_t   lo = b * p->block, hi = lo + p->block < n ? lo + p->block : n;
+        float    s = st_sign_mean(v, lo, hi);
+        uint32_t pos;
 
-        for (size_t i = lo; i < hi; i++) {
-            sum += fabsf(v[i]);
-        }
-        s = sum / (float)(hi - lo);
         s = (s - s == 0.0f) ? s : NAN;
         memcpy((char *)wire + 4 * b, &s, 4);
-        pos = st_codec_round(dt, s);
-        neg = st_codec_round(dt, -s);
+        pos = st_f32_bits(st_codec_round(dt, s)); /* what +s decodes to; -s: its sign flipped */
         for (size_t i = lo; i < hi; i++) {
-            int negative = v[i] < 0.0f;
+            bits[i / 8] |= (unsigned char)((st_f32_bits(v[i]) >> 31) << (i % 8));
+        }
+        if (res != NULL) {
+            for (size_t i = lo; i < hi; i++) {
+                float d = st_f32_from_bits(pos | (st_f32_bits(v[i]) & 0x80000000u));
 
-            bits[i / 8] |= (unsigned char)(negative << (i % 8));
-            if (res != NULL) {
-                res[i] = st_codec_residual(v[i], negative ? neg : pos);
+                res[i] = st_codec_residual(v[i], d);
             }
         }
     }
 }
 
-static void st_sign_decode(const strataCompressParams_t *p, strataDataType_t dt,
-                           const void *wire, size_t n, void *dst)
+static void st_sign_encode(const strataCompressParams_t *p, strataDataType_t dt, const float *v,
+                           size_t n, void *wire, float *res, float *work)
+{
+    (void)work;
+    ST_CODEC_DTYPE_SWITCH(dt, st_sign_loop, p, v, n, wire, res);
+}
+
+ST_CODEC_INLINE void st_sign_dec(const strataCompressParams_t *p, const void *wire, size_t n,
+                                 void *dst, strataDataType_t dt)
 {
     size_t               nb = st_sign_blocks(p, n);
     const unsigned char *bits = (const unsigned char *)wire + 4 * nb;
@@ -71,10 +95,27 @@ static void st_sign_decode(const strataCompressParams_t *p, strataDataType_t dt,
         float  s;
 
         memcpy(&s, (const char *)wire + 4 * b, 4);
-        for (size_t i = lo; i < hi; i++) {
-            st_codec_store(dt, dst, i, ((bits[i / 8] >> (i % 8)) & 1) ? -s : s);
+        if (dt == strataFloat32) {
+            uint32_t pos = st_f32_bits(s), *out = dst;
+
+            for (size_t i = lo; i < hi; i++) {
+                out[i] = pos | ((uint32_t)((bits[i / 8] >> (i % 8)) & 1u) << 31);
+            }
+        } else {
+            uint16_t pos = dt == strataFloat16 ? st_float_to_half(s) : st_float_to_bf16(s);
+            uint16_t *out = dst;
+
+            for (size_t i = lo; i < hi; i++) {
+                out[i] = (uint16_t)(pos | (((bits[i / 8] >> (i % 8)) & 1u) << 15));
+            }
         }
     }
+}
+
+static void st_sign_decode(const strataCompressParams_t *p, strataDataType_t dt,
+                           const void *wire, size_t n, void *dst)
+{
+    ST_CODEC_DTYPE_SWITCH(dt, st_sign_dec, p, wire, n, dst);
 }
 
 const st_codec_ops_t st_codec_sign_ops = {"sign", st_sign_wire, st_sign_scratch, st_sign_encode,

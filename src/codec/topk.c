@@ -99,7 +99,8 @@ static void st_topk_encode(const strataCompressParams_t *p, strataDataType_t dt,
             float    d;
 
             memcpy((char *)wire + 4 * taken, &idx, 4);
-            d = st_codec_store(dt, vals, taken, v[i]);
+            st_codec_store(dt, vals, taken, v[i]);
+            d = st_codec_load(dt, vals, taken);
             if (res != NULL) {
                 res[i] = st_codec_residual(v[i], d);
             }
