@@ -23,6 +23,19 @@
  * the communicator's async error, read after each synchronize.
  * Before anything else the ranks check that they share one STRATA_ALGO (cb_check_algo).
  *
+ * --compress SPEC (all-reduce only; collbench.c refuses the rest): every row's size gets a fresh
+ * compressor per rank (strataCompressorCreate, destroyed after the row; the warmups get their own),
+ * and each half times the plain strataAllReduce loop and then the strataAllReduceCompressed loop,
+ * the same iterations on the same inputs (data.c's coded draws); the row's time, algbw and busbw
+ * are the compressed loop's, and three columns follow the in-place half: wire, the bytes the
+ * busiest rank sent over the network in the last compressed call's inter-node phase
+ * (strataCommGetPhaseTimes bytes[1], read as --phases reads it; 0 on one node, where nothing is
+ * compressed), and the speedup of each half, plain time / compressed time. The checked call comes
+ * right after strataCompressorReset, so error feedback from the timed calls does not reach it:
+ * with codec none or topk:1 it must be exact, with the others within data.c's bound
+ * (cb_data_check_bound); and every rank compares a hash of its result with rank 0's: a rank whose
+ * result is not bitwise rank 0's adds 1 to #wrong (cb_check_coded).
+ *
  * The all-to-alls, gather and scatter follow nccl-tests' alltoall_perf, gather_perf and
  * scatter_perf: size is the bytes of one rank's larger buffer (nranks x count elements: count is
  * per rank pair, or per rank), busbw = algbw x (n-1)/n, -r picks gather's and scatter's root, and
@@ -90,6 +103,11 @@ typedef struct cb_bench {
     char             ran[2][CB_ALGO_LEN]; /* rank 0: what the row's halves ran (forced -A) */
     size_t          *a2av;        /* alltoallv's arguments, 4 x nranks: send counts, send
                                    * displacements, receive counts, receive displacements */
+    /* --compress */
+    int              node_max;    /* ranks of comm's largest node */
+    double           wire;        /* the row's wire column (max over ranks and halves) */
+    double           speedup[2];  /* the row's plain / compressed time, out of place, in place */
+    int              differ[2];   /* ranks whose checked result is not bitwise rank 0's */
 } cb_bench_t;
 
 /* One test (collective x datatype x op x root) at one size. */
@@ -111,6 +129,9 @@ typedef struct cb_test {
                                    * d * stride + i */
     double           moved;       /* alltoallv: the most bytes any rank sends to or receives
                                    * from the other ranks (its busbw's numerator) */
+    int              coded;       /* --compress and count > 0: the row runs compressed */
+    strataCompressor_t cz;        /* what all-reduce calls take: NULL for strataAllReduce, the
+                                   * row's compressor for strataAllReduceCompressed */
 } cb_test_t;
 
 const st_coll_type_t cb_colls[CB_NUM_COLLS] = {
@@ -263,6 +284,10 @@ static strataResult_t cb_issue(const cb_bench_t *b, const cb_test_t *t, int in_p
     }
     switch (t->coll) {
     case ST_COLL_ALLREDUCE:
+        if (t->cz != NULL) {
+            return strataAllReduceCompressed(send, recv, t->count, t->dtype, t->redop, t->cz,
+                                             b->comm, b->stream);
+        }
         return strataAllReduce(send, recv, t->count, t->dtype, t->redop, b->comm, b->stream);
     case ST_COLL_REDUCESCATTER:
         return strataReduceScatter(send, recv, t->count, t->dtype, t->redop, b->comm, b->stream);
@@ -508,7 +533,8 @@ static void cb_call(const cb_bench_t *b, const cb_test_t *t, int in_place)
             snprintf(call, sizeof(call), "strata%s/strata%s group", st_coll_name(ST_COLL_SEND),
                      st_coll_name(ST_COLL_RECV));
         } else {
-            snprintf(call, sizeof(call), "strata%s", st_coll_name(t->coll));
+            snprintf(call, sizeof(call), "strata%s%s", st_coll_name(t->coll),
+                     t->cz != NULL ? "Compressed" : "");
         }
         cb_fatal(b, t, call, res);
     }
@@ -632,24 +658,85 @@ static void cb_phases_print(st_coll_type_t coll, const cb_phases_t *ph, int in_p
     printf(" total %s us\n", timestr);
 }
 
-/* One half of a row: out of place or in place. With --phases, ph receives where its time went. */
+/* The inputs of a test: data.c's draws, the coded ones for a compressed row. */
+static void cb_data_for(const cb_bench_t *b, const cb_test_t *t, uint64_t seed, cb_data_t *data)
+{
+    if (t->coded) {
+        cb_data_init_coded(data, t->dtype, t->op, b->nranks, seed);
+    } else {
+        cb_data_init(data, t->dtype, t->op, b->nranks, seed);
+    }
+}
+
+/* iters timed calls from a barrier on: this rank's seconds per call. */
+static double cb_time_iters(const cb_bench_t *b, const cb_test_t *t, int in_place)
+{
+    double t0;
+
+    cb_barrier(b);
+    t0 = cb_now();
+    cb_run_iters(b, t, in_place, b->opts->iters);
+    return (cb_now() - t0) / b->opts->iters;
+}
+
+/* --compress: the checked call's wrong elements (none and topk:1 must be exact, the other codecs
+ * within cb_data_check_bound's bound), plus 1 on a rank whose result is not bitwise rank 0's: a
+ * 64-bit FNV-1a hash of the result, rank 0's reaching every rank through a sum all-reduce (the
+ * others add 0), which every -A algorithm runs, unlike a broadcast; a second one counts the ranks
+ * that differ, for rank 0's line under the row. */
+static uint64_t cb_check_coded(cb_bench_t *b, const cb_test_t *t, const cb_data_t *data,
+                               int in_place)
+{
+    const strataCompressParams_t *p   = &b->opts->codec;
+    const unsigned char          *res = (const unsigned char *)b->recvbuf;
+    uint64_t                      wrong, h = 1469598103934665603ULL, h0;
+    int32_t                       differ;
+    size_t                        i;
+
+    if (p->codec == strataCodecNone || (p->codec == strataCodecTopk && p->density >= 1.0)) {
+        wrong = cb_data_check_reduce(data, b->recvbuf, 0, t->count);
+    } else {
+        wrong = cb_data_check_bound(data, b->recvbuf, 0, t->count,
+                                    cb_data_codec_eps(p, t->dtype), b->nnodes, b->node_max, NULL);
+    }
+    for (i = 0; i < t->count * t->tsize; i++) {
+        h = (h ^ res[i]) * 1099511628211ULL;
+    }
+    h0 = (b->rank == 0) ? h : 0;
+    cb_allreduce_scalar(b, &h0, strataUint64, strataSum);
+    differ = h != h0;
+    wrong += (uint64_t)differ;
+    cb_allreduce_scalar(b, &differ, strataInt32, strataSum);
+    b->differ[in_place] = differ;
+    return wrong;
+}
+
+/* One half of a row: out of place or in place. With --phases, ph receives where its time went.
+ * A compressed row times the plain loop first, then the compressed one on the same inputs (in
+ * place, the plain loop overwrote them: they are written again, outside the timing). */
 static void cb_bench_one(cb_bench_t *b, cb_test_t *t, int in_place, cb_phases_t *ph)
 {
-    cb_data_t data;
-    double    t0, sec, algbw, busbw;
-    uint64_t  wrong = 0;
-    char      timestr[32];
+    cb_data_t          data;
+    cb_phases_t        own, *rd = b->opts->phases ? ph : &own;
+    strataCompressor_t cz     = t->cz;
+    double             sec[2] = {0, 0}, algbw, busbw; /* the row's calls; the plain ones */
+    uint64_t           wrong  = 0;
+    strataResult_t     res;
+    char               timestr[32];
 
     /* defined inputs for the timed calls too, so no NaN or subnormal skews them */
-    cb_data_init(&data, t->dtype, t->op, b->nranks, b->rep);
+    cb_data_for(b, t, b->rep, &data);
     cb_prepare(b, t, &data, in_place);
     if (b->device != NULL) {
         cb_copy_in(b, t);
     }
-    cb_barrier(b);
-    t0 = cb_now();
-    cb_run_iters(b, t, in_place, b->opts->iters);
-    sec = (cb_now() - t0) / b->opts->iters;
+    if (t->coded) {
+        t->cz  = NULL;
+        sec[1] = cb_time_iters(b, t, in_place);
+        t->cz  = cz;
+        cb_prepare(b, t, &data, in_place);
+    }
+    sec[0] = cb_time_iters(b, t, in_place);
     if (b->rank == 0 && cb_algo_forced() != NULL) {
         strataPhaseTimes_t times; /* local: what the last call ran on this rank */
 
@@ -659,16 +746,30 @@ static void cb_bench_one(cb_bench_t *b, cb_test_t *t, int in_place, cb_phases_t 
             snprintf(b->ran[in_place], sizeof(b->ran[in_place]), "%s", times.algorithm);
         }
     }
-    if (b->opts->phases) {
-        cb_phases_read(b, t, ph);
+    /* the wire column: 0 on one node, where nothing crosses a network (and with one rank no
+     * call records phase times) */
+    if (b->opts->phases || (t->coded && b->nnodes > 1)) {
+        cb_phases_read(b, t, rd);
     }
-    cb_allreduce_scalar(b, &sec, strataFloat64, strataMax);
+    if (t->coded && b->nnodes > 1 && rd->bytes[1] > b->wire) {
+        b->wire = rd->bytes[1];
+    }
+    cb_allreduce_values(b, sec, 2, strataFloat64, strataMax);
+    if (t->coded) {
+        b->speedup[in_place] = (sec[0] > 0) ? sec[1] / sec[0] : 0;
+    }
 
     if (b->opts->check) {
-        cb_data_init(&data, t->dtype, t->op, b->nranks, ++b->rep * 0x2545f4914f6cdd1dULL);
+        cb_data_for(b, t, ++b->rep * 0x2545f4914f6cdd1dULL, &data);
         cb_prepare(b, t, &data, in_place);
+        if (t->cz != NULL) { /* the first call of a fresh residual: what the bound is about */
+            res = strataCompressorReset(t->cz);
+            if (res != strataSuccess) {
+                cb_fatal(b, t, "strataCompressorReset", res);
+            }
+        }
         cb_checked_call(b, t, in_place);
-        wrong = cb_check(b, t, &data, in_place);
+        wrong = t->coded ? cb_check_coded(b, t, &data, in_place) : cb_check(b, t, &data, in_place);
         cb_allreduce_scalar(b, &wrong, strataUint64, strataSum);
         b->wrong_total += wrong;
         if (wrong != 0) {
@@ -676,16 +777,58 @@ static void cb_bench_one(cb_bench_t *b, cb_test_t *t, int in_place, cb_phases_t 
         }
     }
 
-    cb_test_bw(t, b->nranks, sec, &algbw, &busbw);
+    cb_test_bw(t, b->nranks, sec[0], &algbw, &busbw);
     b->bw_sum += busbw;
     b->bw_count++;
     if (b->rank == 0) {
-        cb_format_time(timestr, sizeof(timestr), sec * 1.0e6);
+        cb_format_time(timestr, sizeof(timestr), sec[0] * 1.0e6);
         if (b->opts->check) {
             printf("  %7s  %6.2f  %6.2f  %5g", timestr, algbw, busbw, (double)wrong);
         } else {
             printf("  %7s  %6.2f  %6.2f  %5s", timestr, algbw, busbw, "N/A");
         }
+    }
+}
+
+/* --compress: a row of all-reduce gets its compressor (t->cz, fresh, for its count and datatype)
+ * and its columns start over; count 0 runs uncompressed (a compressor holds 1 element or more).
+ * Returns t->coded. */
+static int cb_coded_begin(cb_bench_t *b, cb_test_t *t)
+{
+    strataResult_t res;
+
+    t->cz    = NULL;
+    t->coded = b->opts->compress != NULL && t->coll == ST_COLL_ALLREDUCE && t->count > 0;
+    b->wire  = 0;
+    b->speedup[0] = b->speedup[1] = 0;
+    b->differ[0]  = b->differ[1]  = 0;
+    if (t->coded) {
+        res = strataCompressorCreate(&t->cz, &b->opts->codec, t->count, t->dtype);
+        if (res != strataSuccess) {
+            cb_fatal(b, t, "strataCompressorCreate", res);
+        }
+    }
+    return t->coded;
+}
+
+static void cb_coded_end(cb_bench_t *b, cb_test_t *t)
+{
+    strataResult_t res = strataCompressorDestroy(t->cz);
+
+    if (res != strataSuccess) {
+        cb_fatal(b, t, "strataCompressorDestroy", res);
+    }
+    t->cz = NULL;
+}
+
+/* nccl-tests' warmup at one size; with --compress the compressed calls too, with a compressor of
+ * their own. */
+static void cb_warmup(cb_bench_t *b, cb_test_t *t)
+{
+    cb_run_iters(b, t, 0, b->opts->warmup);
+    if (cb_coded_begin(b, t)) {
+        cb_run_iters(b, t, 0, b->opts->warmup);
+        cb_coded_end(b, t);
     }
 }
 
@@ -739,13 +882,14 @@ static void cb_time_test(cb_bench_t *b, cb_test_t *t)
     }
 
     cb_test_shape(b, t, opts->maxbytes);
-    cb_run_iters(b, t, 0, opts->warmup);
+    cb_warmup(b, t);
     cb_test_shape(b, t, opts->minbytes);
-    cb_run_iters(b, t, 0, opts->warmup);
+    cb_warmup(b, t);
 
     for (size = opts->minbytes; size != 0 && size <= opts->maxbytes;
          size = cb_next_size(opts, size)) {
         cb_test_shape(b, t, size);
+        cb_coded_begin(b, t);
         if (b->rank == 0) {
             printf("%12zu  %12zu  %8s  %6s  %6i", t->bytes, t->count, cb_dtype_name(t->dtype),
                    cb_op_name(t->op), t->root);
@@ -757,8 +901,24 @@ static void cb_time_test(cb_bench_t *b, cb_test_t *t)
             printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
             snprintf(b->ran[1], sizeof(b->ran[1]), "%s", b->ran[0]);
         }
+        if (t->coded) {
+            cb_coded_end(b, t);
+        }
         if (b->rank == 0) {
-            printf("\n");
+            if (t->coded) {
+                printf("  %10.0f  %7.2f  %7.2f\n", b->wire, b->speedup[0], b->speedup[1]);
+            } else if (opts->compress != NULL) {
+                printf("  %10s  %7s  %7s\n", "N/A", "N/A", "N/A");
+            } else {
+                printf("\n");
+            }
+            for (int h = 0; h < 2; h++) {
+                if (b->differ[h] != 0) {
+                    printf("#  ^ %s: the result of %d rank%s is not bitwise rank 0's\n",
+                           h ? "in-place" : "out-of-place", b->differ[h],
+                           b->differ[h] == 1 ? "" : "s");
+                }
+            }
             cb_print_ran(b, t);
             if (opts->phases) {
                 cb_phases_print(t->coll, &ph[0], 0);
@@ -791,16 +951,61 @@ static void cb_print_phases_legend(const cb_bench_t *b)
            "so they may add up to more than total\n", b->nnodes);
 }
 
-static void cb_print_table_header(void)
+/* nccl-tests' column heads; --compress adds wire and the two speedups after them. */
+static void cb_print_table_header(const cb_bench_t *b)
 {
+    int coded = b->opts->compress != NULL;
+
     printf("#\n");
-    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place\n",
-           "", "", "", "", "");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count",
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place%s\n",
+           "", "", "", "", "", coded ? "                            compressed" : "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size", "count",
            "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
            "#wrong");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s\n", "(B)",
+    printf(coded ? "  %10s  %7s  %7s\n" : "\n", "wire", "speedup", "speedup");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s", "(B)",
            "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)");
+    printf(coded ? "  %5s  %10s  %7s  %7s\n" : "\n", "", "(B)", "(oop)", "(ip)");
+}
+
+/* --compress: what the rows measure and check (once per table, under the collective's header). */
+static void cb_print_compress_legend(const cb_bench_t *b)
+{
+    const strataCompressParams_t *p = &b->opts->codec;
+    char                          spec[64] = "?";
+    int                           exact;
+
+    exact = p->codec == strataCodecNone || (p->codec == strataCodecTopk && p->density >= 1.0);
+    if (strataCompressFormat(p, spec, sizeof(spec)) != strataSuccess) {
+        snprintf(spec, sizeof(spec), "%s", b->opts->compress);
+    }
+    printf("# Compression: %s (strataAllReduceCompressed, error feedback %s) over %d node%s of at "
+           "most %d rank%s%s\n", spec, p->errorFeedback ? "on" : "off", b->nnodes,
+           b->nnodes == 1 ? "" : "s", b->node_max, b->node_max == 1 ? "" : "s",
+           b->nnodes == 1 ? ": on one node nothing is compressed (strataAllReduce runs)" : "");
+    printf("#   time, algbw, busbw: the compressed calls, a fresh compressor per size; wire: bytes "
+           "the busiest rank sent over the network\n#   in the last call's inter-node phase "
+           "(strataCommGetPhaseTimes bytes[1]); speedup: plain strataAllReduce time (same "
+           "iterations, same inputs) / compressed time\n");
+    if (b->opts->check) {
+        if (exact) {
+            printf("#   #wrong: elements other than the exact result (%s is exact), + 1 per rank "
+                   "whose result is not bitwise rank 0's\n", spec);
+        } else {
+            printf("#   #wrong: elements with |got - exact| > eps x (N x A + S), N = %d nodes, "
+                   "A = %d x max |input|, S = max |exact|, eps %s; + 1 per rank whose result "
+                   "is not bitwise rank 0's\n", b->nnodes, b->node_max,
+                   p->codec == strataCodecFp16   ? "2^-11 + u"
+                   : p->codec == strataCodecBf16 ? "2^-8 + u"
+                   : p->codec == strataCodecInt8 ? "1/254 + u"
+                                                 : "1");
+            if (p->codec == strataCodecFp16 || p->codec == strataCodecBf16 ||
+                p->codec == strataCodecInt8) {
+                printf("#     (u, the datatype's unit roundoff: float 2^-24, half 2^-11, "
+                       "bfloat16 2^-8)\n");
+            }
+        }
+    }
 }
 
 /* Every selected datatype x op x root of one collective, between nccl-tests' header and footer. */
@@ -826,7 +1031,10 @@ static void cb_bench_coll(cb_bench_t *b, st_coll_type_t coll)
                    "per rank pair; busbw: the most bytes any rank sends to or receives from the "
                    "other ranks, over the time\n", opts->skew, opts->skew);
         }
-        cb_print_table_header();
+        if (opts->compress != NULL) {
+            cb_print_compress_legend(b);
+        }
+        cb_print_table_header(b);
         fflush(stdout);
     }
     b->wrong_total = 0;
@@ -1093,11 +1301,16 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
         cb_fatal(&b, NULL, "strataCommInitRank", res);
     }
     cb_check_algo(&b);
-    if (opts->phases) {
-        res = strataCommTopoRank(b.comm, NULL, &b.nnodes, NULL, NULL);
+    if (opts->phases || opts->compress != NULL) {
+        int32_t node_max; /* --compress's bound: the ranks of the largest node */
+
+        res = strataCommTopoRank(b.comm, NULL, &b.nnodes, NULL, &b.node_max);
         if (res != strataSuccess) {
             cb_fatal(&b, NULL, "strataCommTopoRank", res);
         }
+        node_max = b.node_max;
+        cb_allreduce_scalar(&b, &node_max, strataInt32, strataMax);
+        b.node_max = node_max;
     }
     if (b.device != NULL) {
         b.stream = cb_device_stream(b.device);

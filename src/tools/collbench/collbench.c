@@ -12,7 +12,10 @@
  * strata's own options: -A sets STRATA_ALGO in this process's environment before anything else
  * runs (strata reads its parameters at the first call of each process, and every launch mode
  * either forks the ranks from here or is the rank), --device sim|cuda sets STRATA_DEVICE the same
- * way, --phases and --mem-alloc are read by bench.c.
+ * way, --phases and --mem-alloc are read by bench.c. --compress SPEC is read here with the codecs'
+ * own parser (st_codec_parse, a pure function: no strata state in this process) and refused, one
+ * line and status 2, with anything strataAllReduceCompressed does not take (another collective,
+ * datatype or op, device buffers); bench.c runs it.
  */
 #include "config.h"
 
@@ -26,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "codec/codec.h"
 #include "collbench.h"
 #include "tune/tune.h"
 
@@ -46,7 +50,8 @@ enum {
     CB_OPT_PROFILE,
     CB_OPT_COMPARE,
     CB_OPT_DEVICE,
-    CB_OPT_SKEW
+    CB_OPT_SKEW,
+    CB_OPT_COMPRESS
 };
 
 static const char cb_short_opts[] = "t:g:b:e:i:f:n:w:c:d:o:r:z:T:R:A:h";
@@ -87,6 +92,7 @@ static const struct option cb_long_opts[] = {
     {"compare",        no_argument,       NULL, CB_OPT_COMPARE},
     {"device",         required_argument, NULL, CB_OPT_DEVICE},
     {"skew",           required_argument, NULL, CB_OPT_SKEW},
+    {"compress",       required_argument, NULL, CB_OPT_COMPRESS},
     {"help",           no_argument,       NULL, 'h'},
     {NULL,             0,                 NULL, 0}
 };
@@ -187,6 +193,25 @@ static void cb_usage(FILE *out, const char *prog)
 "                              by the stream alone (producer kernel, call, consumer kernel). sim\n"
 "                              is the simulated device on the CPU, a testing aid: its times are\n"
 "                              never GPU performance\n"
+"      --compress <spec>       all_reduce through strataAllReduceCompressed, the inter-node\n"
+"                              phase compressed: none fp16 bf16 int8[:block] topk:<density>\n"
+"                              sign[:block] (block default 256), ',noef' for no error feedback\n"
+"                              (float, half, bfloat16; sum, avg; host buffers). Each size gets a\n"
+"                              fresh compressor per rank (reset before the checked call); the\n"
+"                              plain strataAllReduce runs the same iterations on the same inputs\n"
+"                              (|partial sums| <= 32768, in fp16's range, for every type). Extra\n"
+"                              columns: wire (B), the bytes the busiest rank sent over the\n"
+"                              network in the last timed call's inter-node phase\n"
+"                              (strataCommGetPhaseTimes bytes[1], max over ranks; 0 on one\n"
+"                              node), and speedup, out of place and in place: plain time /\n"
+"                              compressed time. -c 1: none and topk:1 must be exact; the others\n"
+"                              count an element wrong when |got - exact| > eps x (N x A + S) + 0\n"
+"                              (collbench's tolerance), N nodes, A = ranks of the largest node x\n"
+"                              max |input| (avg: x 1/nranks; bounds a node's partial sum), S =\n"
+"                              max |exact result|; eps: fp16 2^-11 + u, bf16 2^-8 + u, int8\n"
+"                              1/254 + u (u: float 2^-24, half 2^-11, bfloat16 2^-8), topk and\n"
+"                              sign 1; and a rank whose result is not bitwise rank 0's adds 1 to\n"
+"                              #wrong\n"
 "\n"
 "Launch (one of):\n"
 "  -np,--np <N>                fork N ranks on this machine\n"
@@ -401,6 +426,47 @@ static int cb_fab_check_args(const cb_opts_t *opts)
                     opts->fab_out);
             return -1;
         }
+    }
+    return 0;
+}
+
+/* --compress: what strataAllReduceCompressed does not take, refused before any rank starts. */
+static int cb_compress_check_args(const cb_opts_t *opts)
+{
+    const unsigned dtypes = 1u << strataFloat32 | 1u << strataFloat16 | 1u << strataBfloat16;
+    const unsigned ops    = 1u << CB_OP_SUM | 1u << CB_OP_AVG;
+    int            i;
+
+    if (opts->topo || opts->fab_mode != CB_FAB_NONE) {
+        fprintf(stderr, "%s: --compress applies to the benchmark, not to topo, calibrate, tune or "
+                "model\n", opts->prog);
+        return -1;
+    }
+    for (i = 0; i < CB_NUM_COLLS; i++) {
+        if (cb_colls[i] != ST_COLL_ALLREDUCE && (opts->colls & (1u << cb_colls[i]))) {
+            fprintf(stderr, "%s: --compress applies to all_reduce only, not %s\n", opts->prog,
+                    st_coll_info(cb_colls[i])->short_name);
+            return -1;
+        }
+    }
+    for (i = 0; i < strataNumTypes; i++) {
+        if ((opts->dtypes & ~dtypes) & (1u << i)) {
+            fprintf(stderr, "%s: --compress takes float, half and bfloat16 data, not %s (-d)\n",
+                    opts->prog, cb_dtype_name((strataDataType_t)i));
+            return -1;
+        }
+    }
+    for (i = 0; i < CB_NUM_OPS; i++) {
+        if ((opts->ops & ~ops) & (1u << i)) {
+            fprintf(stderr, "%s: --compress reduces with sum or avg, not %s (-o)\n", opts->prog,
+                    cb_op_name(i));
+            return -1;
+        }
+    }
+    if (opts->device != CB_DEVICE_HOST) {
+        fprintf(stderr, "%s: --compress runs on host buffers (strataAllReduceCompressed), not "
+                "--device %s\n", opts->prog, cb_device_name(opts->device));
+        return -1;
     }
     return 0;
 }
@@ -670,6 +736,17 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
             skew_given = 1;
             break;
         }
+        case CB_OPT_COMPRESS: {
+            const char *why = st_codec_parse(optarg, &opts->codec);
+
+            if (why != NULL) {
+                fprintf(stderr, "%s: invalid --compress '%s': %s (see --help)\n", opts->prog,
+                        optarg, why);
+                return -1;
+            }
+            opts->compress = optarg;
+            break;
+        }
         case 'h':
             cb_usage(stdout, opts->prog);
             return 1;
@@ -724,6 +801,9 @@ static int cb_parse_args(int argc, char **argv, cb_opts_t *opts, int *print_conf
     if (opts->device != CB_DEVICE_HOST && (opts->topo || opts->fab_mode != CB_FAB_NONE)) {
         fprintf(stderr, "%s: --device applies to the benchmark, not to topo, calibrate, tune or "
                 "model\n", opts->prog);
+        return -1;
+    }
+    if (opts->compress != NULL && cb_compress_check_args(opts) != 0) {
         return -1;
     }
     if (skew_given && !(opts->colls & (1u << ST_COLL_ALLTOALLV))) {

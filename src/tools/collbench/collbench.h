@@ -12,8 +12,11 @@
  * nccl-tests, plus the header-only fp16/bf16 conversions of reduce/half.h; the exceptions are the
  * cost model (src/tune/model.c, pure functions, no state), the tuning files (src/tune/table.c),
  * the algorithms' names (src/tune/algo.c), the table of the collectives (src/engine/op.c: names,
- * properties, bus-bandwidth factors, in-place rules) and, for --device, the device table
- * (device/dev.h: memory, copies, streams, in the role that the CUDA runtime plays in nccl-tests).
+ * properties, bus-bandwidth factors, in-place rules), --compress's spec parser (src/codec/codec.c,
+ * st_codec_parse: a pure function, so that the parent can refuse a bad spec with its reason before
+ * any rank starts without initialising strata, as strataCompressParse would) and, for --device,
+ * the device table (device/dev.h: memory, copies, streams, in the role that the CUDA runtime plays
+ * in nccl-tests).
  * collbench links the library's convenience archive (libstrata_internal.la), not libstrata.so,
  * which hides those: with one copy of the library in the process, the device layer collbench
  * allocates from is the one the collectives see.
@@ -73,6 +76,8 @@ typedef struct cb_opts {
     int         phases;      /* --phases: print strataCommGetPhaseTimes under every row */
     int         mem_alloc;   /* --mem-alloc: buffers from strataMemAlloc (zero-copy path) */
     int         device;      /* --device: cb_device_kind_t, where the buffers live */
+    const char *compress;    /* --compress: the spec as given; NULL: plain all-reduce only */
+    strataCompressParams_t codec; /* --compress's codec (st_codec_parse), when compress != NULL */
     /* topo subcommand */
     int         topo;        /* 1: print the topology instead of benchmarking */
     const char *topo_file;   /* --topo-file: an hwloc XML, no ranks */
@@ -220,6 +225,9 @@ const char *cb_dtype_name(strataDataType_t dtype);
 const char *cb_op_name(int op);
 
 void cb_data_init(cb_data_t *data, strataDataType_t dtype, int op, int nranks, uint64_t seed);
+/* cb_data_init for --compress: |partial sums| <= 2^15 (inside fp16's range) for every dtype. */
+void cb_data_init_coded(cb_data_t *data, strataDataType_t dtype, int op, int nranks,
+                        uint64_t seed);
 /* The premul-sum scalar of `rank` (one element of dtype) into scalar (16 bytes suffice). */
 void cb_data_premul_scalar(strataDataType_t dtype, int rank, void *scalar);
 /* Writes rank's inputs for global elements first .. first + count - 1 into buf. */
@@ -233,5 +241,16 @@ size_t cb_data_check_copy(const cb_data_t *data, int src, const void *buf, size_
 size_t cb_data_check_reduce(const cb_data_t *data, const void *buf, size_t first, size_t count);
 /* Elements of buf (count elements) that are no longer the poison pattern. */
 size_t cb_data_check_poison(const cb_data_t *data, const void *buf, size_t count);
+/* --compress: eps of the check's bound for the codec on dtype: none 0; fp16 2^-11, bf16 2^-8,
+ * int8 1/254, each + the unit roundoff u of dtype (float 2^-24, half 2^-11, bfloat16 2^-8); topk
+ * and sign 1. */
+double cb_data_codec_eps(const strataCompressParams_t *params, strataDataType_t dtype);
+/* --compress, a sum or avg over nnodes nodes of at most node_max ranks each: elements of buf
+ * farther from the exact result than bound = eps x (N x A + S), N = nnodes, A = node_max x the
+ * largest |input| (avg: scaled) bounding any node's partial sum, S = max |exact result| over the
+ * count elements (plus collbench's tolerance of the exact check, 0); NaN is always wrong. The
+ * bound is stored in *bound_p (may be NULL). */
+size_t cb_data_check_bound(const cb_data_t *data, const void *buf, size_t first, size_t count,
+                           double eps, int nnodes, int node_max, double *bound_p);
 
 #endif

@@ -37,6 +37,13 @@
  *    exactly as strata's fp32 compute does).
  * Outputs that must not be written (non-root recvbuff of reduce) and blocks a collective must fill
  * are first set to a poison byte pattern that no checked value takes.
+ *
+ * --compress (strataAllReduceCompressed, sum and avg of the floating types) draws the same way with
+ * L at most CB_CODED_LIMIT (2^15): every partial sum stays below half of fp16's largest finite
+ * value, 65504, so the fp16 codec on float data rounds (to multiples of up to 16: something for the
+ * check to see) but never saturates, and no codec's error can carry a sum there. A lossy codec's
+ * result is not the exact sum: cb_data_check_bound counts the elements farther from it than
+ * eps x (N x A + S) (bench.c, the help text and README give the formula and each codec's eps).
  */
 #include <math.h>
 #include <string.h>
@@ -45,6 +52,8 @@
 #include "reduce/half.h"
 
 #define CB_POISON_BYTE 0xa5
+/* The largest L of --compress's inputs: partial sums stay well inside fp16's range. */
+#define CB_CODED_LIMIT 32768.0
 
 static const char *const cb_dtype_names[strataNumTypes] = {
     "int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16"
@@ -227,10 +236,10 @@ static void cb_data_spread(cb_data_t *data, double lim, double scale)
     }
 }
 
-void cb_data_init(cb_data_t *data, strataDataType_t dtype, int op, int nranks, uint64_t seed)
+/* cb_data_init with every partial sum within [-lim, lim] (lim at most the dtype's L). */
+static void cb_data_setup(cb_data_t *data, strataDataType_t dtype, int op, int nranks,
+                          uint64_t seed, double lim)
 {
-    double lim = cb_exact_limit(dtype);
-
     memset(data, 0, sizeof(*data));
     data->dtype     = dtype;
     data->op        = op;
@@ -274,6 +283,19 @@ void cb_data_init(cb_data_t *data, strataDataType_t dtype, int op, int nranks, u
     default:
         break;
     }
+}
+
+void cb_data_init(cb_data_t *data, strataDataType_t dtype, int op, int nranks, uint64_t seed)
+{
+    cb_data_setup(data, dtype, op, nranks, seed, cb_exact_limit(dtype));
+}
+
+void cb_data_init_coded(cb_data_t *data, strataDataType_t dtype, int op, int nranks,
+                        uint64_t seed)
+{
+    double lim = cb_exact_limit(dtype);
+
+    cb_data_setup(data, dtype, op, nranks, seed, lim < CB_CODED_LIMIT ? lim : CB_CODED_LIMIT);
 }
 
 void cb_data_premul_scalar(strataDataType_t dtype, int rank, void *scalar)
@@ -465,6 +487,50 @@ size_t cb_data_check_poison(const cb_data_t *data, const void *buf, size_t count
                 break;
             }
         }
+    }
+    return wrong;
+}
+
+double cb_data_codec_eps(const strataCompressParams_t *params, strataDataType_t dtype)
+{
+    double u = dtype == strataFloat16 ? 0x1p-11 : dtype == strataBfloat16 ? 0x1p-8 : 0x1p-24;
+
+    switch (params->codec) {
+    case strataCodecNone: return 0.0;
+    case strataCodecFp16: return 0x1p-11 + u;
+    case strataCodecBf16: return 0x1p-8 + u;
+    case strataCodecInt8: return 1.0 / 254.0 + u;
+    default:              return 1.0; /* topk: a dropped element; sign: |v - s sgn v| <= max */
+    }
+}
+
+/* The largest magnitude one rank contributes to a sum at an element: its input, times the avg
+ * scale for avg (strata scales each input before summing). */
+static double cb_data_max_term(const cb_data_t *data)
+{
+    double m = data->mult * data->amp;
+
+    return data->op == CB_OP_AVG ? m * data->avg_scale : m;
+}
+
+size_t cb_data_check_bound(const cb_data_t *data, const void *buf, size_t first, size_t count,
+                           double eps, int nnodes, int node_max, double *bound_p)
+{
+    double a = (double)node_max * cb_data_max_term(data), s = 0, e, bound;
+    size_t wrong = 0, j;
+
+    for (j = 0; j < count; j++) {
+        e = fabs(cb_fexpect(data, first + j));
+        s = (e > s) ? e : s;
+    }
+    /* + collbench's tolerance of the exact check, which is 0 */
+    bound = eps * ((double)nnodes * a + s);
+    for (j = 0; j < count; j++) {
+        /* !(<=): a NaN is always wrong */
+        wrong += !(fabs(cb_fload(data->dtype, buf, j) - cb_fexpect(data, first + j)) <= bound);
+    }
+    if (bound_p != NULL) {
+        *bound_p = bound;
     }
     return wrong;
 }
