@@ -391,7 +391,9 @@ bench_build_gloo()
 # end of the row: collbench leaves the redop column empty where no op applies (alltoall: 12 words).
 bench_rows()
 {
-    awk '!/^#/ && $1 ~ /^[0-9]+$/ && NF >= 12 { print $1, $(NF-7), $(NF-4), $(NF-3), $NF }' "$1"
+    # nccl-tests' 13 columns; collbench --compress adds wire and two speedups after them
+    awk '!/^#/ && $1 ~ /^[0-9]+$/ && NF >= 12 { n = (NF >= 16) ? 13 : NF
+         print $1, $(n-7), $(n-4), $(n-3), $n }' "$1"
 }
 bench_hdr_iters()
 {

@@ -42,12 +42,16 @@ ST_CODEC_INLINE void st_cast_none_loop(const float *v, size_t n, void *wire, flo
     }
 }
 
-static void st_cast_encode_none(const strataCompressParams_t *p, strataDataType_t dt,
-                                const float *v, size_t n, void *wire, float *res, float *work)
+ST_CODEC_TARGETS static void st_cast_encode_none(const strataCompressParams_t *p,
+                                                 strataDataType_t dt, const float *v, size_t n,
+                                                 void *wire, float *res, void *dec, float *work)
 {
     (void)p;
     (void)work;
     ST_CODEC_DTYPE_SWITCH(dt, st_cast_none_loop, v, n, wire, res);
+    if (dec != NULL) {
+        memmove(dec, wire, n * (dt == strataFloat32 ? 4 : 2));
+    }
 }
 
 static void st_cast_decode_none(const strataCompressParams_t *p, strataDataType_t dt,
@@ -68,7 +72,7 @@ ST_CODEC_INLINE uint16_t st_cast_to_half(float f)
 }
 
 ST_CODEC_INLINE void st_cast_fp16_loop(const float *v, size_t n, uint16_t *w, float *res,
-                                       strataDataType_t dt)
+                                       void *dec, strataDataType_t dt)
 {
     for (size_t i = 0; i < n; i++) {
         w[i] = st_cast_to_half(v[i]);
@@ -78,14 +82,20 @@ ST_CODEC_INLINE void st_cast_fp16_loop(const float *v, size_t n, uint16_t *w, fl
             res[i] = st_codec_residual(v[i], st_codec_round(dt, st_half_to_float(w[i])));
         }
     }
+    if (dec != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            st_codec_store(dt, dec, i, st_half_to_float(w[i]));
+        }
+    }
 }
 
-static void st_cast_encode_fp16(const strataCompressParams_t *p, strataDataType_t dt,
-                                const float *v, size_t n, void *wire, float *res, float *work)
+ST_CODEC_TARGETS static void st_cast_encode_fp16(const strataCompressParams_t *p,
+                                                 strataDataType_t dt, const float *v, size_t n,
+                                                 void *wire, float *res, void *dec, float *work)
 {
     (void)p;
     (void)work;
-    ST_CODEC_DTYPE_SWITCH(dt, st_cast_fp16_loop, v, n, wire, res);
+    ST_CODEC_DTYPE_SWITCH(dt, st_cast_fp16_loop, v, n, wire, res, dec);
 }
 
 ST_CODEC_INLINE void st_cast_fp16_dec(const uint16_t *w, size_t n, void *dst, strataDataType_t dt)
@@ -95,7 +105,7 @@ ST_CODEC_INLINE void st_cast_fp16_dec(const uint16_t *w, size_t n, void *dst, st
     }
 }
 
-static void st_cast_decode_fp16(const strataCompressParams_t *p, strataDataType_t dt,
+ST_CODEC_TARGETS static void st_cast_decode_fp16(const strataCompressParams_t *p, strataDataType_t dt,
                                 const void *wire, size_t n, void *dst)
 {
     (void)p;
@@ -107,7 +117,7 @@ static void st_cast_decode_fp16(const strataCompressParams_t *p, strataDataType_
 }
 
 ST_CODEC_INLINE void st_cast_bf16_loop(const float *v, size_t n, uint16_t *w, float *res,
-                                       strataDataType_t dt)
+                                       void *dec, strataDataType_t dt)
 {
     for (size_t i = 0; i < n; i++) {
         w[i] = st_float_to_bf16(v[i]);
@@ -117,14 +127,20 @@ ST_CODEC_INLINE void st_cast_bf16_loop(const float *v, size_t n, uint16_t *w, fl
             res[i] = st_codec_residual(v[i], st_codec_round(dt, st_bf16_to_float(w[i])));
         }
     }
+    if (dec != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            st_codec_store(dt, dec, i, st_bf16_to_float(w[i]));
+        }
+    }
 }
 
-static void st_cast_encode_bf16(const strataCompressParams_t *p, strataDataType_t dt,
-                                const float *v, size_t n, void *wire, float *res, float *work)
+ST_CODEC_TARGETS static void st_cast_encode_bf16(const strataCompressParams_t *p,
+                                                 strataDataType_t dt, const float *v, size_t n,
+                                                 void *wire, float *res, void *dec, float *work)
 {
     (void)p;
     (void)work;
-    ST_CODEC_DTYPE_SWITCH(dt, st_cast_bf16_loop, v, n, wire, res);
+    ST_CODEC_DTYPE_SWITCH(dt, st_cast_bf16_loop, v, n, wire, res, dec);
 }
 
 ST_CODEC_INLINE void st_cast_bf16_dec(const uint16_t *w, size_t n, void *dst, strataDataType_t dt)
@@ -134,7 +150,7 @@ ST_CODEC_INLINE void st_cast_bf16_dec(const uint16_t *w, size_t n, void *dst, st
     }
 }
 
-static void st_cast_decode_bf16(const strataCompressParams_t *p, strataDataType_t dt,
+ST_CODEC_TARGETS static void st_cast_decode_bf16(const strataCompressParams_t *p, strataDataType_t dt,
                                 const void *wire, size_t n, void *dst)
 {
     (void)p;

@@ -78,16 +78,28 @@ ST_CODEC_INLINE void st_codec_v(const void *src, const float *residual, size_t n
     }
 }
 
-void st_codec_encode(const strataCompressParams_t *p, strataDataType_t dt, const void *src,
-                     size_t n, float *residual, void *wire, float *scratch)
+ST_CODEC_TARGETS static void st_codec_v_any(strataDataType_t dt, const void *src,
+                                            const float *residual, size_t n, float *v)
+{
+    ST_CODEC_DTYPE_SWITCH(dt, st_codec_v, src, residual, n, v);
+}
+
+void st_codec_encode_dec(const strataCompressParams_t *p, strataDataType_t dt, const void *src,
+                         size_t n, float *residual, void *wire, float *scratch, void *decoded)
 {
     float *v = scratch;
 
     if (n == 0) {
         return;
     }
-    ST_CODEC_DTYPE_SWITCH(dt, st_codec_v, src, residual, n, v);
-    st_codec_ops(p->codec)->encode(p, dt, v, n, wire, residual, scratch + n);
+    st_codec_v_any(dt, src, residual, n, v);
+    st_codec_ops(p->codec)->encode(p, dt, v, n, wire, residual, decoded, scratch + n);
+}
+
+void st_codec_encode(const strataCompressParams_t *p, strataDataType_t dt, const void *src,
+                     size_t n, float *residual, void *wire, float *scratch)
+{
+    st_codec_encode_dec(p, dt, src, n, residual, wire, scratch, NULL);
 }
 
 void st_codec_decode(const strataCompressParams_t *p, strataDataType_t dt, const void *wire,

@@ -21,7 +21,25 @@
 
 #include <strata.h>
 
+/* fp-contract off, as for the reduction kernels (reduce/elem.h): a fused multiply-add where one
+ * host has FMA and another not would make encodings differ between them. The pragma covers the
+ * codec files, which include this header first. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include "reduce/half.h"
+
+/* The codecs' loops are also compiled for x86-64-v3 (AVX2, F16C) and picked at load time, as the
+ * reduction kernels are (reduce/host.c): results are the same bits, 8 elements per instruction. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 &&       \
+    defined(__ELF__)
+#define ST_CODEC_TARGETS __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define ST_CODEC_TARGETS
+#endif
 
 /* Defaults of strataCompressParse. */
 #define ST_CODEC_BLOCK_DEFAULT 256
@@ -34,9 +52,10 @@ typedef struct st_codec_ops {
     /* floats of scratch for encoding n elements, beyond the n that hold v */
     size_t (*scratch)(const strataCompressParams_t *p, size_t n);
     /* v: n floats (x + residual, computed by st_codec_encode); res: NULL or n floats receiving
-     * v - the decoded value; work: scratch() floats */
+     * v - the decoded value; dec: NULL or n elements of dt receiving the decoded values (what
+     * decode would write); work: scratch() floats */
     void (*encode)(const strataCompressParams_t *p, strataDataType_t dt, const float *v, size_t n,
-                   void *wire, float *res, float *work);
+                   void *wire, float *res, void *dec, float *work);
     void (*decode)(const strataCompressParams_t *p, strataDataType_t dt, const void *wire,
                    size_t n, void *dst);
 } st_codec_ops_t;
@@ -69,6 +88,10 @@ size_t st_codec_scratch(const strataCompressParams_t *p, size_t n);
  * floats. src and wire must not overlap; src may be the decode destination of a later call. */
 void st_codec_encode(const strataCompressParams_t *p, strataDataType_t dt, const void *src,
                      size_t n, float *residual, void *wire, float *scratch);
+/* st_codec_encode that also writes what st_codec_decode of the encoding would (decoded: n
+ * elements of dt; may be src itself), in the same pass. */
+void st_codec_encode_dec(const strataCompressParams_t *p, strataDataType_t dt, const void *src,
+                         size_t n, float *residual, void *wire, float *scratch, void *decoded);
 /* Decodes n elements of dt from wire into dst. */
 void st_codec_decode(const strataCompressParams_t *p, strataDataType_t dt, const void *wire,
                      size_t n, void *dst);

@@ -35,7 +35,7 @@ static size_t st_int8_scratch(const strataCompressParams_t *p, size_t n)
 }
 
 ST_CODEC_INLINE void st_int8_loop(const strataCompressParams_t *p, const float *v, size_t n,
-                                  void *wire, float *res, strataDataType_t dt)
+                                  void *wire, float *res, void *dec, strataDataType_t dt)
 {
     size_t  nb = st_int8_blocks(p, n);
     char   *scales = wire;
@@ -73,14 +73,20 @@ ST_CODEC_INLINE void st_int8_loop(const strataCompressParams_t *p, const float *
                 res[i] = st_codec_residual(v[i], st_codec_round(dt, (float)q[i] * s));
             }
         }
+        if (dec != NULL) {
+            for (size_t i = lo; i < hi; i++) {
+                st_codec_store(dt, dec, i, (float)q[i] * s);
+            }
+        }
     }
 }
 
-static void st_int8_encode(const strataCompressParams_t *p, strataDataType_t dt, const float *v,
-                           size_t n, void *wire, float *res, float *work)
+ST_CODEC_TARGETS static void st_int8_encode(const strataCompressParams_t *p, strataDataType_t dt,
+                                            const float *v, size_t n, void *wire, float *res,
+                                            void *dec, float *work)
 {
     (void)work;
-    ST_CODEC_DTYPE_SWITCH(dt, st_int8_loop, p, v, n, wire, res);
+    ST_CODEC_DTYPE_SWITCH(dt, st_int8_loop, p, v, n, wire, res, dec);
 }
 
 ST_CODEC_INLINE void st_int8_dec(const strataCompressParams_t *p, const void *wire, size_t n,
@@ -100,7 +106,7 @@ ST_CODEC_INLINE void st_int8_dec(const strataCompressParams_t *p, const void *wi
     }
 }
 
-static void st_int8_decode(const strataCompressParams_t *p, strataDataType_t dt,
+ST_CODEC_TARGETS static void st_int8_decode(const strataCompressParams_t *p, strataDataType_t dt,
                            const void *wire, size_t n, void *dst)
 {
     ST_CODEC_DTYPE_SWITCH(dt, st_int8_dec, p, wire, n, dst);

@@ -74,7 +74,7 @@ static float st_topk_select(float *a, size_t n, size_t k)
 }
 
 static void st_topk_encode(const strataCompressParams_t *p, strataDataType_t dt, const float *v,
-                           size_t n, void *wire, float *res, float *work)
+                           size_t n, void *wire, float *res, void *dec, float *work)
 {
     size_t k = st_topk_k(p, n), taken = 0, above = 0, ties = 0;
     char  *vals = (char *)wire + 4 * k;
@@ -104,9 +104,17 @@ static void st_topk_encode(const strataCompressParams_t *p, strataDataType_t dt,
             if (res != NULL) {
                 res[i] = st_codec_residual(v[i], d);
             }
+            if (dec != NULL) {
+                st_codec_store(dt, dec, i, d);
+            }
             taken++;
-        } else if (res != NULL) {
-            res[i] = st_codec_residual(v[i], 0.0f);
+        } else {
+            if (res != NULL) {
+                res[i] = st_codec_residual(v[i], 0.0f);
+            }
+            if (dec != NULL) {
+                st_codec_store(dt, dec, i, 0.0f);
+            }
         }
     }
 }

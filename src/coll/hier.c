@@ -761,8 +761,8 @@ static st_status_t st_hier_coded_post(st_hier_t *h, st_hier_slot_t *s, st_hier_r
 /* After step 0: this node's block of the shard summed in the ring's order (the contribution of
  * node+1 first, then each next node's added to it, this node's own last, with the ring's
  * reduction code), so that an exact codec gives the uncompressed ring's bits; then encoded once
- * (with this rank's residual) and decoded back into the res slot, so that this rank holds what
- * every other node will decode. */
+ * (with this rank's residual) and, in the same pass, decoded back into the res slot, so that this
+ * rank holds what every other node will decode. */
 static void st_hier_coded_sum(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_t *r)
 {
     char            *res = st_hier_ring_res(h, s->k);
@@ -785,10 +785,9 @@ static void st_hier_coded_sum(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_t *r
     if (st_redop_has_post(&h->args.redop)) {
         st_reduce_post(&h->args.redop, res + off * h->es, cnt);
     }
-    st_codec_encode(&h->cz->params, h->args.dtype, res + off * h->es, cnt,
-                    h->cz->residual != NULL ? h->cz->residual + s->k * h->chunk + off : NULL,
-                    c.sum, c.scratch);
-    st_codec_decode(&h->cz->params, h->args.dtype, c.sum, cnt, res + off * h->es);
+    st_codec_encode_dec(&h->cz->params, h->args.dtype, res + off * h->es, cnt,
+                        h->cz->residual != NULL ? h->cz->residual + s->k * h->chunk + off : NULL,
+                        c.sum, c.scratch, res + off * h->es);
 }
 
 static st_status_t st_hier_ring_post(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_t *r)
