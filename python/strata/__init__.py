@@ -16,7 +16,8 @@ uint64, float16, float32, float64 or bfloat16 (torch.bfloat16); counts are eleme
 StrataError (result, message); bad input also TypeError / ValueError (UnsupportedTypeError,
 InvalidArgumentError). The library: STRATA_LIBRARY (full path), else the source tree's
 .libs/libstrata.so, else the dynamic linker's libstrata.so.1 (see strata._lib).
-PyTorch DDP: strata.ddp.
+Compressed all-reduce (inter-node phase): strata.Compressor and
+Communicator.all_reduce_compressed (see strata.compress). PyTorch DDP: strata.ddp.
 """
 
 from ._lib import Result, DataType, RedOp, UNIQUE_ID_BYTES, lib_path
@@ -24,6 +25,9 @@ from .errors import StrataError, UnsupportedTypeError, InvalidArgumentError, Clo
 from .comm import (UniqueId, Communicator, Stream, Request, TopoRank, group, get_version,
                    get_error_string)
 from ._buffer import as_datatype
+from ._lib import Codec
+from .compress import (Compressor, CompressParams, compress_parse, compress_format,
+                       compress_wire_bytes)
 
 SPLIT_NOCOLOR = -1
 
@@ -31,5 +35,6 @@ __all__ = [
     "Result", "DataType", "RedOp", "UNIQUE_ID_BYTES", "SPLIT_NOCOLOR", "lib_path",
     "StrataError", "UnsupportedTypeError", "InvalidArgumentError", "ClosedError",
     "UniqueId", "Communicator", "Stream", "Request", "TopoRank", "group", "get_version",
-    "get_error_string", "as_datatype",
+    "get_error_string", "as_datatype", "Codec", "Compressor", "CompressParams",
+    "compress_parse", "compress_format", "compress_wire_bytes",
 ]

@@ -87,6 +87,18 @@ class RedOp(enum.IntEnum):
 
 
 NUM_BUILTIN_OPS = 5
+
+
+class Codec(enum.IntEnum):
+    """strataCodec_t: the codecs of a compressed all-reduce's inter-node phase."""
+
+    NONE = 0
+    FP16 = 1
+    BF16 = 2
+    INT8 = 3
+    TOPK = 4
+    SIGN = 5
+
 UNIQUE_ID_BYTES = 128          # STRATA_UNIQUE_ID_BYTES
 CONFIG_MAGIC = 0x57a7a001      # STRATA_CONFIG_MAGIC
 CONFIG_UNDEF_INT = -2147483648  # STRATA_CONFIG_UNDEF_INT
@@ -130,7 +142,20 @@ class PhaseTimesC(ctypes.Structure):
     ]
 
 
+class CompressParamsC(ctypes.Structure):
+    """strataCompressParams_t."""
+
+    _fields_ = [
+        ("codec", ctypes.c_int),
+        ("density", ctypes.c_double),
+        ("block", ctypes.c_size_t),
+        ("errorFeedback", ctypes.c_int),
+    ]
+
+
 comm_t = ctypes.c_void_p
+compressor_t = ctypes.c_void_p
+p_params = ctypes.POINTER(CompressParamsC)
 stream_t = ctypes.c_void_p
 result_t = ctypes.c_int
 dtype_t = ctypes.c_int
@@ -181,6 +206,16 @@ _PROTOTYPES = {
     "strataStreamSynchronize": (result_t, [stream_t]),
     "strataStreamQuery": (result_t, [stream_t]),
     "strataStreamDestroy": (result_t, [stream_t]),
+    "strataCompressParse": (result_t, [ctypes.c_char_p, p_params]),
+    "strataCompressFormat": (result_t, [p_params, ctypes.c_char_p, size_t]),
+    "strataCompressWireBytes": (result_t, [p_params, size_t, dtype_t, p_size_t]),
+    "strataCompressorCreate": (result_t, [ctypes.POINTER(compressor_t), p_params, size_t,
+                                          dtype_t]),
+    "strataCompressorReset": (result_t, [compressor_t]),
+    "strataCompressorGetParams": (result_t, [compressor_t, p_params]),
+    "strataCompressorDestroy": (result_t, [compressor_t]),
+    "strataAllReduceCompressed": (result_t, [vp, vp, size_t, dtype_t, op_t, compressor_t,
+                                             comm_t, stream_t]),
     "strataMemAlloc": (result_t, [ctypes.POINTER(vp), size_t]),
     "strataMemFree": (result_t, [vp]),
 }

@@ -243,9 +243,12 @@ class Request:
             if self._event.is_set():
                 return
             self._error = error
-            self._buffers = None
+            # The buffers go after the event: a Compressor freed by dropping them sees its call
+            # complete.
+            buffers, self._buffers = self._buffers, None
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
+        del buffers
         for fn in callbacks:
             _run_callback(fn, self)
 
@@ -751,6 +754,40 @@ class Communicator(_Handle):
                                        "same count" % (r.count, s.count), fn)
         args = (s.ptr, r.ptr, s.count, int(s.dtype), _op(op, self._ops))
         return self._launch(fn, args, (s, r), r.obj, stream)
+
+    def all_reduce_compressed(self, sendbuf, recvbuf=None, compressor=None, op="sum",
+                              stream=None):
+        """strataAllReduceCompressed: all_reduce (sum or avg) with the inter-node phase
+        compressed by compressor's codec (a strata.Compressor; see strata.compress).
+
+        sendbuf, recvbuf: as all_reduce (recvbuf None: in place), float32, float16 or bfloat16,
+        exactly compressor.count elements of compressor.dtype. op: "sum" or "avg". Inside a node
+        the ranks reduce in full precision; only what crosses nodes is encoded, and every rank
+        decodes the same bytes, so results are bitwise identical on all ranks. On one node the
+        call is all_reduce. With error feedback the compressor's residual (this rank's share of
+        what its encodings dropped) is added at its next call. The compressor is bound to the
+        first communicator it is used with; several calls with one compressor may be queued in
+        order. Returns recvbuf (sendbuf in place), or a Request with a stream (it keeps the
+        compressor alive). Raises UnsupportedTypeError when compressor is no Compressor;
+        StrataError strataInvalidArgument with the library's message for a count or dtype other
+        than the compressor's, an op other than sum and avg, a compressor bound to another
+        communicator; ClosedError for a closed compressor."""
+        fn = "strataAllReduceCompressed"
+        from .compress import Compressor  # compress imports this module
+        if not isinstance(compressor, Compressor):
+            raise UnsupportedTypeError("compressor must be a strata.Compressor, not %s"
+                                       % type(compressor).__name__, fn)
+        s = describe(sendbuf, "sendbuf", writable=recvbuf is None, fn=fn)
+        r = s if recvbuf is None else describe(recvbuf, "recvbuf", writable=True, fn=fn)
+        self._same_type(s, r, fn)
+        if r.count != s.count:
+            raise InvalidArgumentError("recvbuf has %d elements, sendbuf %d: all_reduce needs the "
+                                       "same count" % (r.count, s.count), fn)
+        args = (s.ptr, r.ptr, s.count, int(s.dtype), _op(op, self._ops), compressor.handle)
+        out = self._launch(fn, args, (s, r, compressor), r.obj, stream)
+        if stream is not None:
+            compressor._track(out)
+        return out
 
     def broadcast(self, sendbuf, recvbuf=None, root=0, stream=None):
         """strataBroadcast: root's n elements reach every rank.
