@@ -33,7 +33,10 @@
 #define GUARD_SZ 64
 
 static const strataDataType_t dtypes[] = {strataFloat32, strataFloat16, strataBfloat16};
-static const size_t           counts[] = {1, 7, 255, 256, 257, 1000};
+
+/* int8's eps: half a step, M / 254, up to the float rounding of 127 / M (src/codec/int8.c) */
+#define INT8_EPS (1.0 / 254.0 * (1.0 + 0x1p-10))
+static const size_t counts[] = {1, 7, 255, 256, 257, 1000};
 
 /* Every codec with several parameter sets: blocks that divide 256 and ones that do not, the
  * degenerate block 1, densities whose k is clamped to 1 and density 1. */
@@ -346,7 +349,7 @@ static void test_eps(void **state)
     const double want[6][3] = {{0.0, 0.0, 0.0},
                                {0x1p-11, 0x1p-11 + 0x1p-11, 0x1p-8 + 0x1p-8},
                                {0x1p-8, 0x1p-8 + 0x1p-11, 0x1p-8 + 0x1p-8},
-                               {1.0 / 254, 1.0 / 254 + 0x1p-11, 1.0 / 254 + 0x1p-8},
+                               {INT8_EPS, INT8_EPS + 0x1p-11, INT8_EPS + 0x1p-8},
                                {1.0, 1.0, 1.0},
                                {1.0, 1.0, 1.0}};
 
@@ -438,12 +441,14 @@ static void expected_decode(const strataCompressParams_t *p, strataDataType_t dt
             }
             for (size_t i = lo; i < hi; i++) {
                 int8_t q = (int8_t)wire[4 * nb + i];
-                float  r = s > 0.0f ? rintf(v[i] / s) : 0.0f;
+                /* rint(v x 127 / M): the nearest integer, up to the float rounding of 127 / M
+                 * and of the product (2^-23 x 127 at most) */
+                double y = m > 0.0f ? (double)v[i] * 127.0 / (double)m : 0.0;
 
                 assert_true(q != -128); /* q in [-127, 127] */
-                if ((float)q != r) {
-                    fail_msg("%s: element %zu (%a, scale %a) byte %d, expected %g", name, i, v[i],
-                             s, q, r);
+                if (!(fabs(q - y) <= 0.5 + 0x1p-14)) {
+                    fail_msg("%s: element %zu (%a, block max %a) byte %d, expected rint(%.9g)",
+                             name, i, v[i], m, q, y);
                 }
                 top |= q == 127 || q == -127;
                 exp[i] = round_dt(dt, (float)q * s);
@@ -468,7 +473,7 @@ static void expected_decode(const strataCompressParams_t *p, strataDataType_t dt
             for (size_t i = lo; i < hi; i++) {
                 int neg = (wire[4 * nb + i / 8] >> (i % 8)) & 1;
 
-                assert_int_equal(neg, v[i] < 0.0f);
+                assert_int_equal(neg, signbit(v[i]) != 0); /* -0 too */
                 exp[i] = round_dt(dt, neg ? -s : s);
             }
         }
@@ -785,6 +790,46 @@ static void test_int8_values(void **state)
     }
 }
 
+/* Blocks whose largest magnitude is below 127 / FLT_MAX (3.7e-37): 127 / M overflows a float,
+ * yet every element must still quantise (a finite block never decodes to NaN or flips signs). */
+static void test_int8_tiny_block(void **state)
+{
+    const strataCompressParams_t p    = {strataCodecInt8, 0.0, 8, 1};
+    const float                  f[8] = {1.0f, 0.0f, -0.5f, 0.25f, -0.0f, 0.75f, -1.0f, 0.1f};
+    const float                  ms[] = {3e-37f, 1e-37f, 1e-38f, 1e-40f};
+    float                        v[8], d[8], exp[8];
+    unsigned char                x[8 * 4];
+    coded_t                      c;
+
+    for (size_t j = 0; j < sizeof(ms) / sizeof(ms[0]); j++) {
+        for (size_t k = 0; k < 2; k++) {
+            strataDataType_t dt = k ? strataBfloat16 : strataFloat32;
+            char             name[64];
+
+            snprintf(name, sizeof(name), "int8 block max %g %s", ms[j], dt_name(dt));
+            for (int i = 0; i < 8; i++) {
+                store_dt(dt, x, i, f[i] * ms[j]);
+                v[i] = load_dt(dt, x, i);
+            }
+            coded_init(&c, &p, dt, 8);
+            coded_run(&c, &p, dt, x, 8, NULL);
+            for (int i = 0; i < 8; i++) {
+                d[i] = load_dt(dt, c.dst, i);
+                assert_true(isfinite(d[i]));
+                assert_true(v[i] == 0.0f || d[i] == 0.0f || !signbit(d[i]) == !signbit(v[i]));
+                /* at most M, up to the rounding of s = M / 127 (coarse when s is subnormal) */
+                assert_true(fabs(d[i]) <= fabs(v[0]) * (1.0 + 0x1p-20) + 127 * 0x1p-150);
+            }
+            assert_true(d[1] == 0.0f && d[4] == 0.0f);
+            if (ms[j] >= 1e-37f) { /* a normal scale: the bound holds as for any block */
+                expected_decode(&p, dt, v, 8, c.wire, exp, name);
+                check_decoded(&p, dt, v, d, exp, 8, name);
+            }
+            coded_fini(&c);
+        }
+    }
+}
+
 static void test_sign_values(void **state)
 {
     const strataCompressParams_t p4    = {strataCodecSign, 0.0, 4, 1};
@@ -800,9 +845,9 @@ static void test_sign_values(void **state)
     assert_true(res[0] == -1.5f && res[1] == 0.5f && res[2] == 0.5f && res[3] == -1.5f);
     run_f32(&p2, x, 4, NULL, out);
     assert_memory_equal(out, e2, sizeof(e2));
-    run_f32(&p4, z, 3, NULL, out); /* zero: scale 0, +0 (-0 is not < 0) */
+    run_f32(&p4, z, 3, NULL, out); /* zero: scale 0; the sign bit is kept, -0 gives -s */
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(fbits(out[i]), 0);
+        assert_int_equal(fbits(out[i]), fbits(z[i]));
     }
     /* 8 blocks of 1 element across a byte of bits, and a ninth in the next byte */
     {
@@ -1425,6 +1470,7 @@ int main(void)
         cmocka_unit_test(test_topk_ties),
         cmocka_unit_test(test_topk_many_ties),
         cmocka_unit_test(test_int8_values),
+        cmocka_unit_test(test_int8_tiny_block),
         cmocka_unit_test(test_sign_values),
         cmocka_unit_test(test_sign_huge_finite),
         cmocka_unit_test(test_fp16_subnormal_data),
