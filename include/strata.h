@@ -508,10 +508,10 @@ STRATA_API strataResult_t strataGroupEnd(void);
  *   fp16  IEEE binary16, round to nearest even, 2 B (finite values beyond 65504 saturate)
  *   bf16  bfloat16, round to nearest even, 2 B
  *   int8  per block of `block` elements a float32 scale s = max|x| / 127 and one signed byte
- *         q = round-to-nearest-even(x / s) per element: 1 + 4/block B
+ *         q = round-to-nearest-even(x x 127 / max|x|) per element: 1 + 4/block B
  *   topk  the k = ceil(density x n) elements of largest magnitude (ties: the lower index) as a
  *         32-bit index and a value of the datatype: k (4 + es) / n B
- *   sign  per block a float32 scale s = mean |x| and one bit per element (x < 0): s x sign,
+ *   sign  per block a float32 scale s = mean |x| and one bit per element (its sign bit): s x sign,
  *         1/8 + 4/block B
  * A block holding a NaN or an infinity decodes (int8, sign) to NaN, so overflow still reaches a
  * gradient scaler; the error feedback drops non-finite residuals. docs/compression.md gives the
@@ -551,8 +551,9 @@ typedef struct strataCompressor *strataCompressor_t;
 STRATA_API strataResult_t strataCompressParse(const char *spec, strataCompressParams_t *params);
 
 /* Writes the spec strataCompressParse reads back to *params into buf (size bytes, NUL-ended;
- * e.g. "topk:0.01" or "int8:256,noef"). strataInvalidArgument for a NULL argument, bad params
- * or a buf too small (32 bytes always suffice). */
+ * e.g. "topk:0.01" or "int8:64,noef"; the default block is left out, and a density takes the
+ * fewest digits that read back to the same double). strataInvalidArgument for a NULL argument,
+ * bad params or a buf too small (40 bytes always suffice). */
 STRATA_API strataResult_t strataCompressFormat(const strataCompressParams_t *params, char *buf,
                                               size_t size);
 

@@ -63,13 +63,17 @@ size_t st_codec_scratch(const strataCompressParams_t *p, size_t n)
     return n + st_codec_ops(p->codec)->scratch(p, n);
 }
 
-/* v = src (+ residual), one loop per datatype */
+/* v = src (+ residual), one loop per datatype. A zero residual is not added: -0 + 0 is +0, which
+ * would make codec none (and topk at density 1) turn a -0 that strataAllReduce keeps into +0
+ * (a select, so the loop still vectorises). */
 ST_CODEC_INLINE void st_codec_v(const void *src, const float *residual, size_t n, float *v,
                                 strataDataType_t dt)
 {
     if (residual != NULL) {
         for (size_t i = 0; i < n; i++) {
-            v[i] = st_codec_load(dt, src, i) + residual[i];
+            float x = st_codec_load(dt, src, i), r = residual[i];
+
+            v[i] = r != 0.0f ? x + r : x;
         }
     } else {
         for (size_t i = 0; i < n; i++) {
@@ -183,7 +187,17 @@ int st_codec_format(const strataCompressParams_t *p, char *buf, size_t size)
     int         n;
 
     if (p->codec == strataCodecTopk) {
-        n = snprintf(buf, size, "topk:%.9g%s", p->density, ef);
+        char num[32];
+        int  prec;
+
+        /* the fewest digits that read back to the same double (17 always do) */
+        for (prec = 9; prec < 17; prec++) {
+            snprintf(num, sizeof(num), "%.*g", prec, p->density);
+            if (strtod(num, NULL) == p->density) {
+                break;
+            }
+        }
+        n = snprintf(buf, size, "topk:%.*g%s", prec, p->density, ef);
     } else if ((p->codec == strataCodecInt8 || p->codec == strataCodecSign) &&
                p->block != ST_CODEC_BLOCK_DEFAULT) {
         n = snprintf(buf, size, "%s:%zu%s", st_codec_name(p->codec), p->block, ef);

@@ -96,8 +96,10 @@ void st_codec_encode_dec(const strataCompressParams_t *p, strataDataType_t dt, c
 void st_codec_decode(const strataCompressParams_t *p, strataDataType_t dt, const void *wire,
                      size_t n, void *dst);
 /* The per-element error bound of one encoding, relative to the largest magnitude M of what was
- * encoded (the values plus residual): |decode - v| <= eps x M, plus, for fp16, 2^-25 absolute
- * (its subnormals); docs/compression.md. topk: 1 (a dropped element); sign: 1. */
+ * encoded (the values plus residual): |decode - v| <= eps x M, plus 2^-25 absolute wherever fp16
+ * rounds, the fp16 codec or decoding into fp16 with any codec (its subnormal step is 2^-24);
+ * docs/compression.md. For int8 and sign M may be taken per block. topk: 1 (a dropped element);
+ * sign: 1. */
 double st_codec_eps(const strataCompressParams_t *p, strataDataType_t dt);
 /* Parses or formats a spec (strataCompressParse, strataCompressFormat): NULL, or why not. */
 const char *st_codec_parse(const char *spec, strataCompressParams_t *p);

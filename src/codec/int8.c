@@ -44,7 +44,7 @@ ST_CODEC_INLINE void st_int8_loop(const strataCompressParams_t *p, const float *
     for (size_t b = 0; b < nb; b++) {
         size_t   lo = b * p->block, hi = lo + p->block < n ? lo + p->block : n;
         uint32_t mb = 0;
-        float    s, inv;
+        float    s, inv, up = 1.0f;
 
         for (size_t i = lo; i < hi; i++) {
             uint32_t a = st_f32_bits(v[i]) & 0x7fffffffu;
@@ -57,12 +57,16 @@ ST_CODEC_INLINE void st_int8_loop(const strataCompressParams_t *p, const float *
         } else {
             float m = st_f32_from_bits(mb);
 
+            /* Below 2^-64, 127 / m can overflow (m < 127 / FLT_MAX = 3.7e-37): an infinite inv
+             * made every element Inf or NaN, converted to int as -127. Such a block is scaled up
+             * by 2^64 first, v as it is read (exact: a power of two, no overflow). */
+            up  = mb < 0x1f800000u ? 0x1p64f : 1.0f;
             s   = m / 127.0f;
-            inv = mb != 0 ? 127.0f / m : 0.0f;
+            inv = mb != 0 ? 127.0f / (m * up) : 0.0f;
         }
         memcpy(scales + 4 * b, &s, 4);
         for (size_t i = lo; i < hi; i++) {
-            float   y = (v[i] * inv + 12582912.0f) - 12582912.0f; /* rint, |y| <= 127 (+) */
+            float   y = ((v[i] * up) * inv + 12582912.0f) - 12582912.0f; /* rint, |y| <= 127 (+) */
             int32_t k = (int32_t)y;
 
             k    = k > 127 ? 127 : (k < -127 ? -127 : k);

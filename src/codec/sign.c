@@ -4,8 +4,9 @@
  * Wire: the ceil(n / block) scales, then ceil(n / 8) bytes of bits (bit i % 8 of byte i / 8).
  * Biased on its own (Karimireddy et al. 2019, "Error Feedback Fixes SignSGD"): use it with error
  * feedback. A block holding a NaN or an infinity decodes to NaN.
- * The mean is summed in a fixed order (eight running sums, element i into sum i % 8 of its block,
- * then added pairwise), the same on every rank and vectorisable; the rest is bit manipulation.
+ * The mean is summed in double in a fixed order (eight running sums, element i into sum i % 8 of
+ * its block, then added pairwise), the same on every rank and vectorisable; the rest is bit
+ * manipulation.
  */
 #include "config.h"
 #include "codec/codec.h"
@@ -34,10 +35,12 @@ static size_t st_sign_scratch(const strataCompressParams_t *p, size_t n)
     return 0;
 }
 
-/* mean |v[lo..hi)|, in the fixed order of the header */
+/* mean |v[lo..hi)|, in the fixed order of the header. The sums are doubles: in float a block of
+ * finite values near FLT_MAX overflowed to Inf and then decoded to NaN (the mean itself is at
+ * most the largest |v|, so it always fits). */
 static float st_sign_mean(const float *v, size_t lo, size_t hi)
 {
-    float  acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     size_t i = lo;
 
     for (; i + 8 <= hi; i += 8) {
@@ -48,8 +51,9 @@ static float st_sign_mean(const float *v, size_t lo, size_t hi)
     for (int j = 0; i < hi; i++, j++) {
         acc[j] += fabsf(v[i]);
     }
-    return (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) /
-           (float)(hi - lo);
+    return (float)((((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                    ((acc[4] + acc[5]) + (acc[6] + acc[7]))) /
+                   (double)(hi - lo));
 }
 
 /* The sign bits of v[lo..hi) into bits (bit i % 8 of byte i / 8; bytes wholly inside the range

@@ -23,18 +23,20 @@
 
 STRATA_API strataResult_t strataCompressParse(const char *spec, strataCompressParams_t *params)
 {
-    const char *why;
+    strataCompressParams_t p;
+    const char            *why;
 
     ST_COMPRESS_INIT();
     if (spec == NULL || params == NULL) {
         st_error(ST_SUB_COLL, "strataCompressParse: %s is NULL", spec == NULL ? "spec" : "params");
         return strataInvalidArgument;
     }
-    why = st_codec_parse(spec, params);
+    why = st_codec_parse(spec, &p); /* into a copy: *params is set only on success */
     if (why != NULL) {
         st_error(ST_SUB_COLL, "strataCompressParse: '%s': %s", spec, why);
         return strataInvalidArgument;
     }
+    *params = p;
     return strataSuccess;
 }
 
@@ -60,7 +62,7 @@ STRATA_API strataResult_t strataCompressFormat(const strataCompressParams_t *par
     return strataSuccess;
 }
 
-/* NULL when params and datatype are fine for fn; else logs why and returns the result. */
+/* strataSuccess when params and datatype are fine for fn; else logs why and returns the error. */
 static strataResult_t st_compress_check(const char *fn, const strataCompressParams_t *params,
                                         strataDataType_t datatype)
 {
