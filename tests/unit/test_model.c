@@ -18,11 +18,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "tools/collbench/collbench.h"
 #include "tune/model.h"
+#include "tune/tune.h"
 
 /* relative tolerance: the hand computations are exact decimals, the model's doubles are not */
 #define assert_close(_got, _want)                                                              \
@@ -757,6 +759,79 @@ static void test_one_node_printed(void **state)
     free(out);
 }
 
+/* `model --compress`: one rank per node on 2 nodes, one 8 Gbit/s (1e9 B/s) rail, no latency;
+ * fp16 (ratio 0.5 of float32) costing 2 ns to encode and 2 ns to decode per element, read from a
+ * profile (--codec-costs). 1e6 parameters, 4e6 B:
+ *   uncompressed (ring and hier alike): S/beta = 4 ms; compressed: 0.5 S/beta = 2 ms + one rank's
+ *   1e6 elements x (2 + (2N-1)/N x 2 = 5 ns) = 5 ms: 7 ms, 0.57x;
+ *   4 buckets of 1e6 B: 1 ms and 1.75 ms;
+ *   step, forward 1 + backward 2 ms: 7 and 10 ms, 0.70x; bucketed, exposed max(comm/4,
+ *   comm - 2 x 3/4): 2.5 ms and 5.5 ms: 5.5 and 8.5 ms, 0.65x;
+ *   break-even: 0.5 S/beta = S/4 x 5 ns at beta = 4e8 B/s = 3.2 Gbit/s; at 8 Gbit/s no size. */
+static void test_compress_printed(void **state)
+{
+    const char *argv[] = {"model", "--nodes", "2", "--ranks-per-node", "1", "--rails", "1",
+                          "--inter-gbps", "8", "--alpha-inter", "0", "--alpha-intra", "0",
+                          "--params", "1e6", "--buckets", "4", "--forward", "1", "--backward",
+                          "2", "--compress", "fp16", "--codec-costs", NULL};
+    const char *bad1[] = {"model", "--compress", "topk"};
+    const char *bad2[] = {"model", "--compress", "int8", "--dtype-bytes", "8"};
+    const char *bad3[] = {"model", "--compress", "int8", "--codec-costs", "/nonexistent.json"};
+    const char *seed[] = {"model", "--preset", "seed"};
+    char        path[] = "/tmp/test_model_costs.XXXXXX", *out, *err;
+    int         rc, fd = mkstemp(path);
+    st_model_fabric_t f;
+    st_model_split_t  s;
+
+    assert_true(fd >= 0);
+    close(fd);
+    fabric_1x2(&f, &s);
+    f.codec[strataCodecFp16] = (st_model_codec_cost_t){2e-9, 2e-9};
+    assert_int_equal(st_profile_write(path, &f, NULL, "test_model"), ST_OK);
+    argv[24] = path;
+    out      = run_model(25, argv, &rc, NULL);
+    unlink(path);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "# wire: 2 B per 4 B element (ratio 0.5"));
+    assert_non_null(strstr(out, "# encode 2.00 ns, decode 2.00 ns per element (from "));
+    ROW(out, "all-reduce", "gradient", "3.81", "MiB", "4.000");
+    assert_non_null(strstr(out, "       7.000    0.57x\nbucket (x 4)"));
+    ROW(out, "all-reduce", "bucket (x 4)", "977", "KiB", "1.000");
+    assert_non_null(strstr(out, "       1.750    0.57x\n"));
+    ROW(out, "step", "one all-reduce after backward", "7.000", "10.000", "0.70x");
+    ROW(out, "step", "4 buckets overlapping backward", "5.500", "8.500", "0.65x");
+    assert_non_null(strstr(out, "\ncompression stops paying above 3.2 Gbit/s per node link / at "
+                                "every bucket size on these links\n"));
+    assert_null(strstr(out, "Faithful")); /* --compress alone: its section only */
+    free(out);
+
+    /* bad specs and files are refused on one line */
+    out = run_model(3, bad1, &rc, &err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "invalid --compress 'topk': topk needs a density"));
+    free(out);
+    free(err);
+    out = run_model(5, bad2, &rc, &err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "--compress takes 4-byte"));
+    free(out);
+    free(err);
+    out = run_model(5, bad3, &rc, &err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "--codec-costs: /nonexistent.json"));
+    free(out);
+    free(err);
+
+    /* --preset seed: a row per codec under the faithful model, at the defaults; int8 (block 256)
+     * puts 1 + 4/256 B on the wire per float32 */
+    out = run_model(3, seed, &rc, NULL);
+    assert_int_equal(rc, 0);
+    ROW(out, "strata's codecs", "int8", "1.016", "4.30/0.50");
+    ROW(out, "strata's codecs", "topk:0.01", "0.080");
+    ROW(out, "strata's codecs", "none", "4.000", "1.40/0.30");
+    free(out);
+}
+
 /* --profile belongs to --compare: a plain model run says so, naming both options. */
 static void test_profile_needs_compare(void **state)
 {
@@ -794,6 +869,7 @@ int main(void)
         cmocka_unit_test(test_seed_values),
         cmocka_unit_test(test_faithful_printed),
         cmocka_unit_test(test_one_node_printed),
+        cmocka_unit_test(test_compress_printed),
         cmocka_unit_test(test_profile_needs_compare),
     };
 
