@@ -648,16 +648,16 @@ double st_model_flat_allgather(const st_model_fabric_t *fabric, const st_model_s
 
 /* Measured on the machine strata is developed on (2 cores of an Intel Xeon, the -O3 build, one
  * rank alone, as on a node with a core per rank; 4 MiB of gradient-like float32 with the error
- * feedback's residual, the input and the timing of `collbench calibrate`): none's encode is a
- * copy with the residual added, fp16's conversion is done in software (reduce/half.h), topk's
- * encode a quickselect. With two ranks sharing the two cores calibrate measured up to twice these.
- * A profile from calibrate replaces them with the fabric's own. */
+ * feedback's residual, the input and the timing of `collbench calibrate`): the casts, int8 and
+ * sign vectorise (about a nanosecond an element, none's encode being the copy with the residual
+ * added), topk's encode is a quickselect, ten times slower. Two ranks sharing the two cores
+ * measured up to twice these. A profile from calibrate replaces them with the fabric's own. */
 void st_model_codec_defaults(st_model_codec_cost_t cost[ST_MODEL_NCODECS])
 {
     static const st_model_codec_cost_t def[ST_MODEL_NCODECS] = {
-        [strataCodecNone] = {1.4e-9, 0.3e-9},   [strataCodecFp16] = {5.5e-9, 1.6e-9},
-        [strataCodecBf16] = {2.4e-9, 0.9e-9},   [strataCodecInt8] = {4.3e-9, 0.5e-9},
-        [strataCodecTopk] = {10.2e-9, 0.25e-9}, [strataCodecSign] = {2.4e-9, 1.6e-9},
+        [strataCodecNone] = {1.1e-9, 0.27e-9},  [strataCodecFp16] = {2.0e-9, 0.37e-9},
+        [strataCodecBf16] = {1.25e-9, 0.22e-9}, [strataCodecInt8] = {1.3e-9, 0.2e-9},
+        [strataCodecTopk] = {10.6e-9, 0.3e-9},  [strataCodecSign] = {1.75e-9, 0.8e-9},
     };
 
     memcpy(cost, def, sizeof(def));

@@ -23,7 +23,7 @@
  *           the error feedback's residual) and st_codec_decode of 1 Mi float32 (4 MiB) with each
  *           codec (topk at density 0.01, int8 and sign with blocks of 256), the least of 3 timed
  *           calls after a first that touches the buffers, per element, the slowest rank's
- *           (cb_fab_calibrate_codecs: about 0.1-0.3 s).
+ *           (cb_fab_calibrate_codecs: about 0.1 s).
  */
 #include "config.h"
 
@@ -136,14 +136,14 @@ static size_t cb_fab_calibrate_hier(cb_fab_t *f, char *buf, size_t len)
  * their length. */
 static size_t cb_fab_calibrate_codecs(cb_fab_t *f, char *buf, size_t len)
 {
-    static const char *const specs[ST_MODEL_NCODECS] = {"none", "fp16", "bf16", "int8",
-                                                        "topk:0.01", "sign"};
-    st_model_fabric_t *fab = &f->fabric;
-    size_t             n = CB_FAB_CODEC_ELEMS, pos = 0;
-    double             t[2 * ST_MODEL_NCODECS];
-    float             *src = malloc(n * sizeof(float)), *res = calloc(n, sizeof(float));
-    float             *dst = malloc(n * sizeof(float));
-    uint32_t           x = 12345;
+    static const char *const specs[ST_MODEL_NCODECS] = {"none", "fp16", "bf16",
+                                                        "int8", "topk:0.01", "sign"};
+    st_model_fabric_t       *fab = &f->fabric;
+    size_t                   n = CB_FAB_CODEC_ELEMS, pos = 0;
+    double                   t[2 * ST_MODEL_NCODECS];
+    float                   *src = malloc(n * sizeof(float)), *res = calloc(n, sizeof(float));
+    float                   *dst = malloc(n * sizeof(float));
+    uint32_t                 x = 12345;
 
     st_model_codec_defaults(fab->codec);
     for (int i = 0; i < 2 * ST_MODEL_NCODECS; i++) {

@@ -51,23 +51,22 @@ static const st_model_matrix_t cb_model_7b[] = {
 enum { CB_MODEL_ONLY_BOTH = 0, CB_MODEL_ONLY_TEXTS, CB_MODEL_ONLY_FAITHFUL };
 
 typedef struct cb_model_opts {
-    st_model_seed_in_t seed;        /* the parameters common to both models */
-    int                preset_seed; /* --preset seed: print the texts' tables too */
-    int                only;        /* CB_MODEL_ONLY_* */
-    int                nrails;      /* 0: one per rank of a node */
-    double             rail_beta[ST_MODEL_MAX_RAILS]; /* bytes/s, 0: inter_beta */
-    double             alpha_intra; /* seconds */
-    double             alpha_inter; /* seconds */
-    double             gamma;       /* bytes/s, 0: not counted */
-    size_t             chunk;       /* 0: the best power of two */
-    int                psgd_rank;
-    double             index_bytes; /* top-k index size */
-    size_t             bucket_bytes; /* --bucket-bytes: DDP's cap; 0: seed.buckets equal ones */
-    int                compress;    /* --compress given */
-    strataCompressParams_t codec;   /* its codec */
-    const char        *codec_spec;
-    const char        *costs_from;  /* --codec-costs F, or NULL: the defaults */
-    st_model_codec_cost_t costs[ST_MODEL_NCODECS];
+    st_model_seed_in_t     seed;         /* the parameters common to both models */
+    int                    preset_seed;  /* --preset seed: print the texts' tables too */
+    int                    only;         /* CB_MODEL_ONLY_* */
+    int                    nrails;       /* 0: one per rank of a node */
+    double                 rail_beta[ST_MODEL_MAX_RAILS]; /* bytes/s, 0: inter_beta */
+    double                 alpha_intra;  /* seconds */
+    double                 alpha_inter;  /* seconds */
+    double                 gamma;        /* bytes/s, 0: not counted */
+    size_t                 chunk;        /* 0: the best power of two */
+    int                    psgd_rank;
+    double                 index_bytes;  /* top-k index size */
+    size_t                 bucket_bytes; /* --bucket-bytes: DDP's cap; 0: seed.buckets alike */
+    int                    compress;     /* --compress given */
+    strataCompressParams_t codec;        /* its codec */
+    const char            *costs_from;   /* --codec-costs F, or NULL: the defaults */
+    st_model_codec_cost_t  costs[ST_MODEL_NCODECS];
 } cb_model_opts_t;
 
 enum {
@@ -346,8 +345,7 @@ static int cb_model_parse(int argc, char **argv, FILE *out, FILE *err, const cha
                 fprintf(err, "%s: model: invalid --compress '%s': %s\n", prog, optarg, why);
                 return -1;
             }
-            o->compress   = 1;
-            o->codec_spec = optarg;
+            o->compress = 1;
             break;
         }
         case CB_MOPT_CODEC_COSTS: {
@@ -376,7 +374,8 @@ static int cb_model_parse(int argc, char **argv, FILE *out, FILE *err, const cha
                 /* the tables take the fabric from the parameters; a profile drives --compare */
                 fprintf(err, "%s: model: --profile needs --compare (it compares a calibrated "
                         "profile's choices with measured runs; the tables take the fabric from "
-                        "--intra-bw, --inter-bw, --alpha-intra, --alpha-inter)\n", prog);
+                        "--intra-bw, --inter-bw, --alpha-intra, --alpha-inter; --codec-costs F takes a "
+                        "profile's codec costs)\n", prog);
                 return -1;
             }
             return cb_model_bad(err, prog, "option", argv[optind - 1]);
@@ -675,9 +674,6 @@ static void cb_model_breakeven_strs(const st_model_breakeven_t *be, char *link, 
 /* The codec in words: "int8 (block 256, error feedback)". */
 static void cb_model_codec_words(const strataCompressParams_t *p, char *buf, size_t len)
 {
-    char spec[32];
-
-    st_codec_format(p, spec, sizeof(spec));
     if (p->codec == strataCodecInt8 || p->codec == strataCodecSign) {
         snprintf(buf, len, "%s (block %zu, %s)", st_codec_name(p->codec), p->block,
                  p->errorFeedback ? "error feedback" : "no error feedback");
