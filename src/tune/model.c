@@ -8,6 +8,11 @@
  * plus the fill and drain of the others. Nothing here reads a file, the clock or the environment:
  * the library can call it to choose, and tests can check it against numbers worked out by hand.
  *
+ * The compressed all-reduce (strataAllReduceCompressed) is hier with the coded inter-node step:
+ * the codec's wire ratio scales the bytes on the rails, its encode and decode time per element
+ * joins the reduction in the inter-node phase, and st_model_compress_breakeven finds where that
+ * stops paying against the fastest uncompressed all-reduce.
+ *
  * The second half keeps the arithmetic of the communication texts strata grew from, with their
  * simplifications, in the order they compute it: `collbench model --preset seed` must print their
  * figures to the digit, and the figures sit on rounding edges (8.205 s prints 8.21 only because
@@ -275,7 +280,11 @@ static double st_model_ring_flat(const st_model_fabric_t *fabric, const st_model
  *     the shards of the local ranks mapped to it, share_r of the bytes, so the phase lasts as long
  *     as the slowest rail: max_r 2(N-1) alpha_inter + 2(N-1)/N share_r bytes/beta_r, plus each
  *     rank's reduction (N-1)/N (bytes/g)/gamma_inter;
- *   intra all-gather: alpha_intra + (g-1)/g bytes/beta_intra. */
+ *   intra all-gather: alpha_intra + (g-1)/g bytes/beta_intra.
+ * With a codec (the compressed all-reduce, docs/model.md formula 14) the inter phase is hier.c's
+ * coded step: two rounds of direct messages, all in flight, of the ring's bytes times the codec's
+ * ratio, 2 alpha_inter + 2(N-1)/N share_r ratio bytes/beta_r per rail, plus the reduction and
+ * the rank's codec work on its shard, (bytes/g/es) (encode + (2N-1)/N decode). */
 static void st_model_hier_chunk(const st_model_fabric_t *fabric, const st_model_split_t *split,
                                 st_model_coll_t coll, const st_model_codec_t *codec, double bytes,
                                 double *phase)
@@ -393,9 +402,8 @@ static double st_model_small(const st_model_fabric_t *fabric, double bytes)
 /* What the rails' burst credits save a hierarchical all-reduce of `bytes`, once per operation:
  * the rails end together no earlier than the slowest of (its bytes/beta - its credit), so the
  * gain is max_r D_r/beta_r - max_r (D_r/beta_r - credit_r), D_r = 2(N-1)/N share_r wire bytes
- * (wire: the codec's ratio, 1 uncompressed). A
- * rail's credit in time is min(D_r/beta_r, rest) with a measured hier_rest, else its credit
- * curve's. */
+ * (wire: the codec's ratio, 1 uncompressed). A rail's credit in time is min(D_r/beta_r, rest)
+ * with a measured hier_rest, else its credit curve's. */
 static double st_model_hier_credit(const st_model_fabric_t *fabric, const st_model_split_t *split,
                                    st_model_coll_t coll, double wire, double bytes)
 {

@@ -374,8 +374,8 @@ static int cb_model_parse(int argc, char **argv, FILE *out, FILE *err, const cha
                 /* the tables take the fabric from the parameters; a profile drives --compare */
                 fprintf(err, "%s: model: --profile needs --compare (it compares a calibrated "
                         "profile's choices with measured runs; the tables take the fabric from "
-                        "--intra-bw, --inter-bw, --alpha-intra, --alpha-inter; --codec-costs F takes a "
-                        "profile's codec costs)\n", prog);
+                        "--intra-bw, --inter-bw, --alpha-intra, --alpha-inter; --codec-costs F "
+                        "takes a profile's codec costs)\n", prog);
                 return -1;
             }
             return cb_model_bad(err, prog, "option", argv[optind - 1]);
