@@ -8,6 +8,11 @@
  * plus the fill and drain of the others. Nothing here reads a file, the clock or the environment:
  * the library can call it to choose, and tests can check it against numbers worked out by hand.
  *
+ * The compressed all-reduce (strataAllReduceCompressed) is hier with the coded inter-node step:
+ * the codec's wire ratio scales the bytes on the rails, its encode and decode time per element
+ * joins the reduction in the inter-node phase, and st_model_compress_breakeven finds where that
+ * stops paying against the fastest uncompressed all-reduce.
+ *
  * The second half keeps the arithmetic of the communication texts strata grew from, with their
  * simplifications, in the order they compute it: `collbench model --preset seed` must print their
  * figures to the digit, and the figures sit on rounding edges (8.205 s prints 8.21 only because
@@ -18,8 +23,13 @@
 #include <math.h>
 #include <string.h>
 
+#include "codec/codec.h"
+#include "reduce/reduce.h"
 #include "tune/model.h"
 
+_Static_assert(ST_MODEL_NCODECS == strataNumCodecs, "one codec cost per strataCodec_t");
+
+static int st_model_split_ok(const st_model_fabric_t *fabric, const st_model_split_t *split);
 static int st_model_credit_ok(const st_model_credit_t *c);
 static int st_model_rest_ok(const st_model_rest_t *r);
 
@@ -37,6 +47,12 @@ st_status_t st_model_fabric_check(const st_model_fabric_t *fabric)
     if (!(fabric->exchange_alpha >= 0) || !st_model_credit_ok(&fabric->small_credit) ||
         !st_model_rest_ok(&fabric->hier_rest)) {
         return ST_ERR_INVALID;
+    }
+    for (int c = 0; c < ST_MODEL_NCODECS; c++) {
+        if (!(fabric->codec[c].encode >= 0 && fabric->codec[c].encode < INFINITY) ||
+            !(fabric->codec[c].decode >= 0 && fabric->codec[c].decode < INFINITY)) {
+            return ST_ERR_INVALID;
+        }
     }
     for (r = 0; r < fabric->nrails; r++) {
         if (!(st_model_rail_beta(fabric, r) > 0) || !(fabric->rail_burst[r] >= 0) ||
@@ -264,9 +280,14 @@ static double st_model_ring_flat(const st_model_fabric_t *fabric, const st_model
  *     the shards of the local ranks mapped to it, share_r of the bytes, so the phase lasts as long
  *     as the slowest rail: max_r 2(N-1) alpha_inter + 2(N-1)/N share_r bytes/beta_r, plus each
  *     rank's reduction (N-1)/N (bytes/g)/gamma_inter;
- *   intra all-gather: alpha_intra + (g-1)/g bytes/beta_intra. */
+ *   intra all-gather: alpha_intra + (g-1)/g bytes/beta_intra.
+ * With a codec (the compressed all-reduce, docs/model.md formula 14) the inter phase is hier.c's
+ * coded step: two rounds of direct messages, all in flight, of the ring's bytes times the codec's
+ * ratio, 2 alpha_inter + 2(N-1)/N share_r ratio bytes/beta_r per rail, plus the reduction and
+ * the rank's codec work on its shard, (bytes/g/es) (encode + (2N-1)/N decode). */
 static void st_model_hier_chunk(const st_model_fabric_t *fabric, const st_model_split_t *split,
-                                st_model_coll_t coll, double bytes, double *phase)
+                                st_model_coll_t coll, const st_model_codec_t *codec, double bytes,
+                                double *phase)
 {
     int              g = fabric->ranks_per_node, N = fabric->nodes, r;
     double           n = (double)g * N, t, share;
@@ -300,6 +321,12 @@ static void st_model_hier_chunk(const st_model_fabric_t *fabric, const st_model_
             level.alpha = fabric->inter.alpha;
             level.beta  = st_model_rail_beta(fabric, r);
             level.gamma = 0.0;
+            if (codec != NULL) { /* hier.c's coded step: two rounds of N-1 messages in flight */
+                t = 2.0 * level.alpha +
+                    2.0 * (N - 1) / N * share * codec->ratio * bytes / level.beta;
+                phase[ST_MODEL_PH_INTER] = fmax(phase[ST_MODEL_PH_INTER], t);
+                continue;
+            }
             switch (coll) {
             case ST_MODEL_REDUCESCATTER:
                 t = st_model_ring_reduce_scatter(N, share * bytes, &level);
@@ -320,6 +347,11 @@ static void st_model_hier_chunk(const st_model_fabric_t *fabric, const st_model_
         if (coll == ST_MODEL_ALLREDUCE || coll == ST_MODEL_REDUCESCATTER) {
             phase[ST_MODEL_PH_INTER] +=
                 st_model_reduce_time((double)(N - 1) / N * bytes / g, fabric->inter.gamma);
+        }
+        if (codec != NULL) { /* each element of the rank's shard encoded once; the others'
+                              * blocks of it decoded in each round, its own encoded sum too */
+            phase[ST_MODEL_PH_INTER] += bytes / g / codec->elem_bytes *
+                                        (codec->encode + (2.0 * N - 1) / N * codec->decode);
         }
     }
 }
@@ -369,17 +401,18 @@ static double st_model_small(const st_model_fabric_t *fabric, double bytes)
 
 /* What the rails' burst credits save a hierarchical all-reduce of `bytes`, once per operation:
  * the rails end together no earlier than the slowest of (its bytes/beta - its credit), so the
- * gain is max_r D_r/beta_r - max_r (D_r/beta_r - credit_r), D_r = 2(N-1)/N share_r bytes. A
- * rail's credit in time is min(D_r/beta_r, rest) with a measured hier_rest, else its credit
- * curve's. */
+ * gain is max_r D_r/beta_r - max_r (D_r/beta_r - credit_r), D_r = 2(N-1)/N share_r wire bytes
+ * (wire: the codec's ratio, 1 uncompressed). A rail's credit in time is min(D_r/beta_r, rest)
+ * with a measured hier_rest, else its credit curve's. */
 static double st_model_hier_credit(const st_model_fabric_t *fabric, const st_model_split_t *split,
-                                   st_model_coll_t coll, double bytes)
+                                   st_model_coll_t coll, double wire, double bytes)
 {
     double tmax = 0.0, tcred = 0.0;
     double rest = fabric->hier_rest.n > 0 ? st_model_rest_at(&fabric->hier_rest, bytes) : -1.0;
 
     for (int r = 0; r < fabric->nrails; r++) {
-        double d = st_model_hier_out(fabric, coll) * st_model_share(fabric, split, r) * bytes;
+        double d =
+            st_model_hier_out(fabric, coll) * st_model_share(fabric, split, r) * wire * bytes;
         double t = d / st_model_rail_beta(fabric, r);
 
         if (d > 0) {
@@ -416,6 +449,48 @@ static double st_model_pairwise(const st_model_fabric_t *fabric, double bytes)
     return (g - 1) * fabric->intra.alpha + (n - g) * fabric->inter.alpha + fmax(inter, intra);
 }
 
+/* hier (any collective; with a codec the compressed all-reduce) of `bytes`: the pipeline of
+ * st_model_hier_chunk's phases over the chunks, less the rails' burst credit. */
+static void st_model_hier(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                          st_model_coll_t coll, const st_model_codec_t *codec, double bytes,
+                          st_model_time_t *time)
+{
+    double chunk_phase[ST_MODEL_NPHASES], chunks = 1.0;
+
+    if (split->chunk > 0 && bytes > (double)split->chunk) {
+        chunks = ceil(bytes / (double)split->chunk);
+    }
+    st_model_hier_chunk(fabric, split, coll, codec, bytes / chunks, chunk_phase);
+    for (int i = 0; i < ST_MODEL_NPHASES; i++) {
+        time->phase[i] = chunk_phase[i] * chunks;
+    }
+    time->chunks = chunks;
+    time->total  = st_model_pipeline(chunk_phase, ST_MODEL_NPHASES, chunks);
+    if (fabric->nodes > 1) {
+        double credit =
+            fmin(st_model_hier_credit(fabric, split, coll, codec != NULL ? codec->ratio : 1.0,
+                                      bytes),
+                 0.9 * time->phase[ST_MODEL_PH_INTER]);
+
+        time->phase[ST_MODEL_PH_INTER] -= credit;
+        time->total -= credit;
+    }
+}
+
+/* A split the model can price on this fabric: not NULL, no negative rail share. */
+static int st_model_split_ok(const st_model_fabric_t *fabric, const st_model_split_t *split)
+{
+    if (split == NULL) {
+        return 0;
+    }
+    for (int r = 0; r < fabric->nrails; r++) {
+        if (!(split->rail_share[r] >= 0)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 const char *st_model_coll_name(int coll)
 {
     static const char *const names[ST_MODEL_NCOLLS] = {"allreduce", "reduce_scatter",
@@ -435,17 +510,11 @@ st_status_t st_model_collective(const st_model_fabric_t *fabric, const st_model_
                                 st_model_time_t *time_p)
 {
     st_model_time_t time;
-    double          chunk_phase[ST_MODEL_NPHASES], chunks = 1.0;
-    int             i;
+    double          chunks = 1.0;
 
-    if (st_model_fabric_check(fabric) != ST_OK || split == NULL || !(bytes >= 0) ||
-        (unsigned)coll >= ST_MODEL_NCOLLS) {
+    if (st_model_fabric_check(fabric) != ST_OK || !st_model_split_ok(fabric, split) ||
+        !(bytes >= 0) || (unsigned)coll >= ST_MODEL_NCOLLS) {
         return ST_ERR_INVALID;
-    }
-    for (i = 0; i < fabric->nrails; i++) {
-        if (!(split->rail_share[i] >= 0)) {
-            return ST_ERR_INVALID;
-        }
     }
     memset(&time, 0, sizeof(time));
     switch (algo) {
@@ -491,21 +560,8 @@ st_status_t st_model_collective(const st_model_fabric_t *fabric, const st_model_
         break;
     }
     case ST_ALGO_HIER:
-        if (split->chunk > 0 && bytes > (double)split->chunk) {
-            chunks = ceil(bytes / (double)split->chunk);
-        }
-        st_model_hier_chunk(fabric, split, coll, bytes / chunks, chunk_phase);
-        for (i = 0; i < ST_MODEL_NPHASES; i++) {
-            time.phase[i] = chunk_phase[i] * chunks;
-        }
-        time.total = st_model_pipeline(chunk_phase, ST_MODEL_NPHASES, chunks);
-        if (fabric->nodes > 1) {
-            double credit = fmin(st_model_hier_credit(fabric, split, coll, bytes),
-                                 0.9 * time.phase[ST_MODEL_PH_INTER]);
-
-            time.phase[ST_MODEL_PH_INTER] -= credit;
-            time.total -= credit;
-        }
+        st_model_hier(fabric, split, coll, NULL, bytes, &time);
+        chunks = time.chunks;
         break;
     case ST_ALGO_SMALL:
         if (coll != ST_MODEL_ALLREDUCE || bytes > (double)split->small_max) {
@@ -594,6 +650,207 @@ double st_model_flat_allgather(const st_model_fabric_t *fabric, const st_model_s
     double n = (double)fabric->ranks_per_node * fabric->nodes;
 
     return st_model_flat_worst(fabric, split, n * bytes_per_rank, st_model_ring_allgather);
+}
+
+/* ---- compression ------------------------------------------------------------------------- */
+
+/* Measured on the machine strata is developed on (2 cores of an Intel Xeon, the -O3 build, one
+ * rank alone, as on a node with a core per rank; 4 MiB of gradient-like float32 with the error
+ * feedback's residual, the input and the timing of `collbench calibrate`): the casts, int8 and
+ * sign vectorise (about a nanosecond an element, none's encode being the copy with the residual
+ * added), topk's encode is a quickselect, ten times slower. Two ranks sharing the two cores
+ * measured up to twice these. A profile from calibrate replaces them with the fabric's own. */
+void st_model_codec_defaults(st_model_codec_cost_t cost[ST_MODEL_NCODECS])
+{
+    static const st_model_codec_cost_t def[ST_MODEL_NCODECS] = {
+        [strataCodecNone] = {1.1e-9, 0.27e-9},  [strataCodecFp16] = {2.0e-9, 0.37e-9},
+        [strataCodecBf16] = {1.25e-9, 0.22e-9}, [strataCodecInt8] = {1.3e-9, 0.2e-9},
+        [strataCodecTopk] = {10.6e-9, 0.3e-9},  [strataCodecSign] = {1.75e-9, 0.8e-9},
+    };
+
+    memcpy(cost, def, sizeof(def));
+}
+
+double st_model_codec_ratio(const strataCompressParams_t *p, strataDataType_t dt, double elems)
+{
+    double n = fmax(1.0, floor(elems + 0.5));
+
+    if (p == NULL || st_codec_check(p) != NULL || !st_codec_dtype_ok(dt) || !(n < 0x1p52)) {
+        return 0.0;
+    }
+    return (double)st_codec_wire_bytes(p, dt, (size_t)n) / (n * (double)st_dtype_size(dt));
+}
+
+st_status_t st_model_codec_for(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                               const strataCompressParams_t *p, strataDataType_t dt,
+                               double bytes, st_model_codec_t *codec_p)
+{
+    st_model_codec_t c;
+    double           chunk;
+
+    if (st_model_fabric_check(fabric) != ST_OK || split == NULL || !(bytes >= 0)) {
+        return ST_ERR_INVALID;
+    }
+    chunk = (split->chunk > 0 && bytes > (double)split->chunk) ? (double)split->chunk : bytes;
+    c.elem_bytes = st_codec_dtype_ok(dt) ? (double)st_dtype_size(dt) : 0.0;
+    c.ratio = st_model_codec_ratio(p, dt, chunk / c.elem_bytes /
+                                              ((double)fabric->ranks_per_node * fabric->nodes));
+    if (!(c.ratio > 0)) {
+        return ST_ERR_INVALID;
+    }
+    c.encode = fabric->codec[p->codec].encode;
+    c.decode = fabric->codec[p->codec].decode;
+    *codec_p = c;
+    return ST_OK;
+}
+
+st_status_t st_model_allreduce_compressed(const st_model_fabric_t *fabric,
+                                          const st_model_split_t *split,
+                                          const st_model_codec_t *codec, double bytes,
+                                          st_model_time_t *time_p)
+{
+    st_model_time_t time;
+
+    if (st_model_fabric_check(fabric) != ST_OK || !st_model_split_ok(fabric, split) ||
+        !(bytes >= 0) || codec == NULL || !(codec->ratio > 0 && codec->ratio < INFINITY) ||
+        !(codec->elem_bytes > 0) || !(codec->encode >= 0) || !(codec->decode >= 0)) {
+        return ST_ERR_INVALID;
+    }
+    memset(&time, 0, sizeof(time));
+    /* one node: strataAllReduceCompressed is strataAllReduce, priced here as hier */
+    st_model_hier(fabric, split, ST_MODEL_ALLREDUCE, fabric->nodes > 1 ? codec : NULL, bytes,
+                  &time);
+    *time_p = time;
+    return ST_OK;
+}
+
+/* The compressed all-reduce's time less the fastest uncompressed one's (negative: it pays). */
+static st_status_t st_model_compress_gain(const st_model_fabric_t *fabric,
+                                          const st_model_split_t *split,
+                                          const strataCompressParams_t *p, strataDataType_t dt,
+                                          double bytes, double *diff_p)
+{
+    st_model_codec_t codec;
+    st_model_time_t  tc, tu;
+    st_algo_t        algo;
+    st_status_t      status;
+
+    status = st_model_codec_for(fabric, split, p, dt, bytes, &codec);
+    if (status == ST_OK) {
+        status = st_model_allreduce_compressed(fabric, split, &codec, bytes, &tc);
+    }
+    if (status == ST_OK) {
+        status = st_model_choose(fabric, split, bytes, &algo, &tu);
+    }
+    if (status == ST_OK) {
+        *diff_p = tc.total - tu.total;
+    }
+    return status;
+}
+
+/* fabric with every rail's bandwidth scaled so that their mean is beta */
+static void st_model_scale_rails(const st_model_fabric_t *fabric, double beta,
+                                 st_model_fabric_t *f)
+{
+    double mean = 0.0, k;
+
+    for (int r = 0; r < fabric->nrails; r++) {
+        mean += st_model_rail_beta(fabric, r) / fabric->nrails;
+    }
+    k  = beta / mean;
+    *f = *fabric;
+    f->inter.beta *= k;
+    for (int r = 0; r < fabric->nrails; r++) {
+        f->rail_beta[r] *= k;
+    }
+}
+
+/* Where the sign of the gain changes, x on a geometric scan from lo to hi by 2: pays(x) is
+ * "compression pays at x". With pays_below (bandwidth), the largest x that pays, made exact by
+ * bisection against the next point: 0 when none does, INFINITY when hi does. Otherwise (size) the
+ * smallest x from which every point up to hi pays: 0 when lo does, INFINITY when hi does not. */
+typedef struct st_model_be_arg {
+    const st_model_fabric_t      *fabric;
+    const st_model_split_t       *split;
+    const strataCompressParams_t *p;
+    strataDataType_t              dt;
+    double                        bytes;
+    int                           by_beta;
+} st_model_be_arg_t;
+
+static st_status_t st_model_be_pays(const st_model_be_arg_t *a, double x, int *pays_p)
+{
+    st_model_fabric_t f;
+    double            diff;
+    st_status_t       status;
+
+    if (a->by_beta) {
+        st_model_scale_rails(a->fabric, x, &f);
+        status = st_model_compress_gain(&f, a->split, a->p, a->dt, a->bytes, &diff);
+    } else {
+        status = st_model_compress_gain(a->fabric, a->split, a->p, a->dt, x, &diff);
+    }
+    *pays_p = status == ST_OK && diff < 0;
+    return status;
+}
+
+static st_status_t st_model_be_find(const st_model_be_arg_t *a, double lo, double hi,
+                                    double *x_p)
+{
+    double      x, last = 0.0; /* by_beta: the last that pays; else the last that does not */
+    int         pays, top = 0;
+    st_status_t status;
+
+    for (x = lo; x <= hi; x *= 2) {
+        status = st_model_be_pays(a, x, &pays);
+        if (status != ST_OK) {
+            return status;
+        }
+        if (pays == a->by_beta) {
+            last = x;
+        }
+        top = pays;
+    }
+    if (a->by_beta ? (last == 0.0 || top) : (last == 0.0 || !top)) {
+        *x_p = a->by_beta ? (top ? INFINITY : 0.0) : (top ? 0.0 : INFINITY);
+        return ST_OK;
+    }
+    /* the crossing lies between last and 2 last: bisect in the logarithm */
+    for (double l = last, h = 2 * last; h / l - 1 > 1e-7;) {
+        double m = sqrt(l * h);
+
+        status = st_model_be_pays(a, m, &pays);
+        if (status != ST_OK) {
+            return status;
+        }
+        *(pays == a->by_beta ? &l : &h) = m;
+        *x_p = a->by_beta ? l : h;
+    }
+    return ST_OK;
+}
+
+st_status_t st_model_compress_breakeven(const st_model_fabric_t *fabric,
+                                        const st_model_split_t *split,
+                                        const strataCompressParams_t *p, strataDataType_t dt,
+                                        double bytes, st_model_breakeven_t *be_p)
+{
+    st_model_be_arg_t    a = {fabric, split, p, dt, bytes, 1};
+    st_model_breakeven_t be;
+    st_model_codec_t     codec;
+    st_status_t          status;
+
+    if (!(bytes > 0) || st_model_codec_for(fabric, split, p, dt, bytes, &codec) != ST_OK) {
+        return ST_ERR_INVALID;
+    }
+    status = st_model_be_find(&a, 1e3, 1e13, &be.beta_max);
+    if (status == ST_OK) {
+        a.by_beta = 0;
+        status    = st_model_be_find(&a, 1.0, 0x1p50, &be.bytes_min);
+    }
+    if (status == ST_OK) {
+        *be_p = be;
+    }
+    return status;
 }
 
 /* This project's own: `buckets` equal buckets of comm/buckets each; bucket i (1-based) is ready at

@@ -21,10 +21,13 @@
 
 #include <stddef.h>
 
+#include <strata.h>
+
 #include "base/status.h"
 #include "tune/algo.h"
 
 #define ST_MODEL_MAX_RAILS 16
+#define ST_MODEL_NCODECS   6 /* strataNumCodecs: none, fp16, bf16, int8, topk, sign */
 
 /* One level of the fabric. */
 typedef struct st_model_level {
@@ -56,6 +59,14 @@ typedef struct st_model_rest {
     double seconds[ST_MODEL_CREDIT_POINTS]; /* >= 0 */
 } st_model_rest_t;
 
+/* What one rank spends per element to encode and to decode with a codec (strataCodec_t), the
+ * error feedback's residual included: measured by `collbench calibrate` on float32 (topk at
+ * density 0.01, int8 and sign with blocks of 256), st_model_codec_defaults otherwise. */
+typedef struct st_model_codec_cost {
+    double encode; /* seconds per element; 0: not counted */
+    double decode; /* seconds per element; 0: not counted */
+} st_model_codec_cost_t;
+
 /* The machine: what a measured fabric profile will fill in. */
 typedef struct st_model_fabric {
     int              ranks_per_node; /* g >= 1 */
@@ -80,6 +91,8 @@ typedef struct st_model_fabric {
                                       * n = 0: rail_credit[0] */
     st_model_rest_t  hier_rest;      /* the hierarchical path's burst credit, measured with
                                       * hier itself; n = 0: rail_credit */
+    st_model_codec_cost_t codec[ST_MODEL_NCODECS]; /* per strataCodec_t; all 0 (a zeroed
+                                                    * fabric): the codecs cost no time */
 } st_model_fabric_t;
 
 /* How an all-reduce is split over phases, chunks, channels and rails: what tune will sweep. */
@@ -175,6 +188,62 @@ const char *st_model_coll_name(int coll);
  * contributing `bytes_per_rank` (what a sparse all-reduce by all-gather sends). */
 double st_model_flat_allgather(const st_model_fabric_t *fabric, const st_model_split_t *split,
                                double bytes_per_rank);
+
+/* ---- compression of the hierarchical all-reduce's inter-node step (docs/model.md, 14-15) ----- */
+
+/* A codec as the model prices it. */
+typedef struct st_model_codec {
+    double ratio;      /* wire bytes / uncompressed bytes of what crosses the network, > 0 */
+    double elem_bytes; /* bytes per element of the datatype (4 for float32), > 0 */
+    double encode;     /* seconds per element one rank encodes, >= 0 */
+    double decode;     /* seconds per element one rank decodes, >= 0 */
+} st_model_codec_t;
+
+/* This machine's codec costs (docs/model.md, "Compression"), what a profile without measured
+ * ones takes: cost[strataCodecNone .. strataCodecSign]. */
+void st_model_codec_defaults(st_model_codec_cost_t cost[ST_MODEL_NCODECS]);
+/* The wire ratio of one encoded range of `elems` elements of dt (>= 1; rounded to a whole count):
+ * st_codec_wire_bytes / (elems x size of dt). 0 for bad params or a datatype no codec takes. */
+double st_model_codec_ratio(const strataCompressParams_t *p, strataDataType_t dt, double elems);
+/* The codec of an all-reduce of `bytes` of dt on this fabric and split: its ratio at the block
+ * one encoding covers (a chunk's shard per local rank, divided among the N nodes:
+ * min(chunk, bytes) / (g N) bytes; hier.c), its costs fabric->codec[p->codec].
+ * ST_ERR_INVALID for bad params, datatype or fabric. */
+st_status_t st_model_codec_for(const st_model_fabric_t *fabric, const st_model_split_t *split,
+                               const strataCompressParams_t *p, strataDataType_t dt,
+                               double bytes, st_model_codec_t *codec_p);
+/* Time of a compressed all-reduce of `bytes` (strataAllReduceCompressed: hier with the coded
+ * inter-node step, hier.c) priced as st_model_allreduce prices hier, with the inter-node phase per
+ * chunk of C bytes (E = C / elem_bytes elements)
+ *   max_r [2 alpha_inter + 2(N-1)/N share_r ratio C / beta_r]          two rounds, all in flight
+ *   + (N-1)/N (C/g) / gamma_inter                                       the sum of the blocks
+ *   + (E/g) [encode + (2N-1)/N decode]                                   one rank's codec work
+ * and the burst credit of the ratio x bytes on the rails. One node: hier's time (nothing is
+ * compressed). ST_ERR_INVALID for a bad fabric, split or codec. */
+st_status_t st_model_allreduce_compressed(const st_model_fabric_t *fabric,
+                                          const st_model_split_t *split,
+                                          const st_model_codec_t *codec, double bytes,
+                                          st_model_time_t *time_p);
+
+/* Where compression stops paying, against the fastest uncompressed all-reduce the model knows
+ * (st_model_choose: ring, hier, small) with the same split. */
+typedef struct st_model_breakeven {
+    double beta_max;  /* bytes/s per rail: at the all-reduce's bytes the compressed one is
+                       * faster on rails below it, every rail scaled by one factor (the rails'
+                       * mean bandwidth at the crossing); 0: on no rail from 1 kB/s;
+                       * INFINITY: on every rail up to 1e13 B/s */
+    double bytes_min; /* bytes: on this fabric the compressed all-reduce is faster from this
+                       * size up (the last crossing below 2^50 B); 0: at every size from 1 B;
+                       * INFINITY: at no size up to 2^50 B */
+} st_model_breakeven_t;
+
+/* The break-even of codec p on dt: beta_max at `bytes`, bytes_min at the fabric's rails, each to
+ * 1e-6 relative by bisection between points of a geometric scan (x2), the ratio taken at each
+ * size's block (st_model_codec_for). ST_ERR_INVALID as st_model_codec_for, or for bytes <= 0. */
+st_status_t st_model_compress_breakeven(const st_model_fabric_t *fabric,
+                                        const st_model_split_t *split,
+                                        const strataCompressParams_t *p, strataDataType_t dt,
+                                        double bytes, st_model_breakeven_t *be_p);
 
 /* ---- data-parallel training step ------------------------------------------------------------- */
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "codec/codec.h"
 #include "tune/tune.h"
 
 #define ST_TUNE_TABLE_FORMAT   "strata-tune-table"
@@ -671,6 +672,43 @@ static int st_json_level(json_t *root, const char *key, st_model_level_t *level)
            st_json_num(o, "gamma_Bps", &level->gamma, 1);
 }
 
+/* "codec_s_per_element" (optional; absent or null: st_model_codec_defaults): an object of codec
+ * names (none, fp16, bf16, int8, topk, sign), each {"encode": s, "decode": s}, numbers >= 0; a
+ * codec it does not name keeps its default, a name it does not know is refused. */
+static int st_json_codecs(json_t *root, st_model_fabric_t *f, const char *path, char *err,
+                          size_t errlen)
+{
+    json_t     *obj = json_object_get(root, "codec_s_per_element"), *e;
+    const char *key;
+    int         c;
+
+    st_model_codec_defaults(f->codec);
+    if (obj == NULL || json_is_null(obj)) {
+        return 1;
+    }
+    if (!json_is_object(obj)) {
+        st_tune_fail(err, errlen, "%s: \"codec_s_per_element\" must be an object of codecs", path);
+        return 0;
+    }
+    json_object_foreach(obj, key, e) {
+        for (c = 0; c < ST_MODEL_NCODECS && strcmp(key, st_codec_name((strataCodec_t)c)) != 0;
+             c++) {
+        }
+        if (c == ST_MODEL_NCODECS) {
+            st_tune_fail(err, errlen, "%s: codec_s_per_element.%s: not a codec (none, fp16, "
+                         "bf16, int8, topk, sign)", path, key);
+            return 0;
+        }
+        if (!json_is_object(e) || !st_json_num(e, "encode", &f->codec[c].encode, 1) ||
+            !st_json_num(e, "decode", &f->codec[c].decode, 1)) {
+            st_tune_fail(err, errlen, "%s: codec_s_per_element.%s needs \"encode\" and "
+                         "\"decode\", seconds per element >= 0", path, key);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 st_status_t st_profile_read(const char *path, st_model_fabric_t *fabric, char *err, size_t errlen)
 {
     st_model_fabric_t f;
@@ -697,7 +735,8 @@ st_status_t st_profile_read(const char *path, st_model_fabric_t *fabric, char *e
                               errlen) ||
         !st_json_rail_numbers(root, "rail_burst_bytes", f.nrails, f.rail_burst, path, err,
                               errlen) ||
-        !st_json_credits(root, f.nrails, &f, path, err, errlen)) {
+        !st_json_credits(root, f.nrails, &f, path, err, errlen) ||
+        !st_json_codecs(root, &f, path, err, errlen)) {
         goto out;
     }
     if (json_object_get(root, "exchange_alpha_s") != NULL &&
@@ -742,7 +781,7 @@ static json_t *st_json_level_new(const st_model_level_t *l)
 st_status_t st_profile_write(const char *path, const st_model_fabric_t *f,
                              const char *samples_json, const char *comment)
 {
-    json_t      *root, *rails, *samples = NULL;
+    json_t      *root, *rails, *codecs, *samples = NULL;
     json_error_t jerr;
 
     if (st_model_fabric_check(f) != ST_OK) {
@@ -789,6 +828,13 @@ st_status_t st_profile_write(const char *path, const st_model_fabric_t *f,
                             st_json_points_new(f->hier_rest.n, f->hier_rest.bytes,
                                                f->hier_rest.seconds, "seconds"));
     }
+    codecs = json_object();
+    for (int c = 0; c < ST_MODEL_NCODECS; c++) {
+        json_object_set_new(codecs, st_codec_name((strataCodec_t)c),
+                            json_pack("{s:f, s:f}", "encode", f->codec[c].encode, "decode",
+                                      f->codec[c].decode));
+    }
+    json_object_set_new(root, "codec_s_per_element", codecs);
     if (samples != NULL) {
         json_object_set_new(root, "samples", samples);
     }

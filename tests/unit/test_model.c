@@ -18,11 +18,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "tools/collbench/collbench.h"
 #include "tune/model.h"
+#include "tune/tune.h"
 
 /* relative tolerance: the hand computations are exact decimals, the model's doubles are not */
 #define assert_close(_got, _want)                                                              \
@@ -367,6 +369,180 @@ static void test_algorithm_credits(void **state)
     assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
 }
 
+/* ---- compression (docs/model.md, formulas 14-15) --------------------------------------------- */
+
+/* The wire ratio of one encoded range, from the codecs' own byte counts (include/strata.h). */
+static void test_codec_ratio(void **state)
+{
+    strataCompressParams_t p;
+
+    /* int8, block 256, 1024 float32: 1024 B of values + 4 scales of 4 B = 1040 of 4096 B */
+    assert_int_equal(strataCompressParse("int8", &p), strataSuccess);
+    assert_close(st_model_codec_ratio(&p, strataFloat32, 1024), 1040.0 / 4096);
+    /* fp16: 2 of 4 B per float32; of a bfloat16 nothing is saved */
+    assert_int_equal(strataCompressParse("fp16", &p), strataSuccess);
+    assert_close(st_model_codec_ratio(&p, strataFloat32, 1000), 0.5);
+    assert_close(st_model_codec_ratio(&p, strataBfloat16, 1000), 1.0);
+    /* topk 1 %: of 1000 float32, k = 10 (index + value, 8 B each): 80 of 4000 B; of 50, k = 1
+     * (at least one element): 8 of 200 B */
+    assert_int_equal(strataCompressParse("topk:0.01", &p), strataSuccess);
+    assert_close(st_model_codec_ratio(&p, strataFloat32, 1000), 0.02);
+    assert_close(st_model_codec_ratio(&p, strataFloat32, 50), 0.04);
+    /* sign, block 256, 512 float32: 64 B of bits + 2 scales = 72 of 2048 B */
+    assert_int_equal(strataCompressParse("sign", &p), strataSuccess);
+    assert_close(st_model_codec_ratio(&p, strataFloat32, 512), 72.0 / 2048);
+    /* no ratio for a datatype no codec takes, or bad params */
+    assert_close(st_model_codec_ratio(&p, strataInt32, 512), 0.0);
+    p.codec   = strataCodecTopk;
+    p.density = 0;
+    assert_close(st_model_codec_ratio(&p, strataFloat32, 512), 0.0);
+}
+
+static void test_compressed_hier(void **state)
+{
+    st_model_fabric_t      f;
+    st_model_split_t       s;
+    st_model_time_t        t, th;
+    st_model_codec_t       c = {.ratio = 0.25, .elem_bytes = 4, .encode = 0.1e-9,
+                                .decode = 0.2e-9};
+    strataCompressParams_t p;
+
+    fabric_2x4(&f, &s);
+    /* S = 8e6 B, one chunk, even shares (as test_hier: intra phases 61 us each).
+     * inter: two rounds, 2 alpha = 10 us, and 2(N-1)/N share ratio S = 0.5 x 0.25 x 8e6 = 1e6 B
+     * per rail: rail 0 10 + 100 us, rail 1 10 + 200 us: 210 us; codec work of one rank on its
+     * shard of S/g/4 = 5e5 elements: encode 0.1 ns + (2N-1)/N = 1.5 decodes of 0.2 ns = 0.4 ns
+     * each, 200 us. Inter 410 us, total 61 + 410 + 61 = 532 us (uncompressed: 932 us). */
+    assert_int_equal(st_model_allreduce_compressed(&f, &s, &c, 8e6, &t), ST_OK);
+    assert_close(t.phase[ST_MODEL_PH_INTRA_RS], 61e-6);
+    assert_close(t.phase[ST_MODEL_PH_INTER], 410e-6);
+    assert_close(t.phase[ST_MODEL_PH_INTRA_AG], 61e-6);
+    assert_close(t.total, 532e-6);
+
+    /* chunks of 2e6 B: 4 chunks of RS 16 us, inter 10 + 50 (rail 1) + 50 (codec) = 110 us, AG
+     * 16 us: 16 + 110 + 16 + 3 x 110 = 472 us; the inter phase 4 x 110 = 440 us */
+    s.chunk = 2000000;
+    assert_int_equal(st_model_allreduce_compressed(&f, &s, &c, 8e6, &t), ST_OK);
+    assert_close(t.chunks, 4);
+    assert_close(t.phase[ST_MODEL_PH_INTER], 440e-6);
+    assert_close(t.total, 472e-6);
+
+    /* a shaped rail 1 (burst 1e5 B) credits the compressed bytes it carries: 1e6 B at 5e9 B/s
+     * = 200 us, less 1e5 / 5e9 = 20 us; rail 0 (100 us) is not the slowest: 532 - 20 = 512 us */
+    s.chunk         = 0;
+    f.rail_burst[1] = 1e5;
+    assert_int_equal(st_model_allreduce_compressed(&f, &s, &c, 8e6, &t), ST_OK);
+    assert_close(t.total, 512e-6);
+    f.rail_burst[1] = 0;
+
+    /* one node: nothing is compressed, hier's time */
+    f.nodes = 1;
+    assert_int_equal(st_model_allreduce_compressed(&f, &s, &c, 8e6, &t), ST_OK);
+    assert_int_equal(st_model_allreduce(&f, &s, ST_ALGO_HIER, 8e6, &th), ST_OK);
+    assert_close(t.total, th.total);
+    f.nodes = 2;
+
+    /* refusals: a ratio of 0, negative costs, a negative codec cost in the fabric */
+    c.ratio = 0;
+    assert_int_equal(st_model_allreduce_compressed(&f, &s, &c, 8e6, &t), ST_ERR_INVALID);
+    c.ratio  = 0.25;
+    c.encode = -1;
+    assert_int_equal(st_model_allreduce_compressed(&f, &s, &c, 8e6, &t), ST_ERR_INVALID);
+    f.codec[strataCodecInt8].decode = -1e-9;
+    assert_int_equal(st_model_fabric_check(&f), ST_ERR_INVALID);
+
+    /* the codec of an all-reduce: int8 at 8e6 B in chunks of 2e6 on 4 x 2 ranks encodes blocks of
+     * 2e6 / 4 B / 8 = 62500 float32: 62500 B + ceil(62500 / 256) = 245 scales of 4 B, of 250000 B;
+     * its costs are the fabric's */
+    f.codec[strataCodecInt8] = (st_model_codec_cost_t){3e-9, 1e-9};
+    s.chunk                  = 2000000;
+    assert_int_equal(strataCompressParse("int8", &p), strataSuccess);
+    assert_int_equal(st_model_codec_for(&f, &s, &p, strataFloat32, 8e6, &c), ST_OK);
+    assert_close(c.ratio, 63480.0 / 250000);
+    assert_close(c.elem_bytes, 4);
+    assert_close(c.encode, 3e-9);
+    assert_close(c.decode, 1e-9);
+    assert_int_equal(st_model_codec_for(&f, &s, &p, strataInt8, 8e6, &c), ST_ERR_INVALID);
+
+    /* this machine's defaults are all positive, and what a profile without them takes */
+    st_model_codec_defaults(f.codec);
+    for (int i = 0; i < ST_MODEL_NCODECS; i++) {
+        assert_true(f.codec[i].encode > 0 && f.codec[i].decode > 0);
+    }
+    assert_int_equal(st_model_fabric_check(&f), ST_OK);
+}
+
+/* One rank per node on 2 nodes, one rail: the uncompressed all-reduce (ring and hier alike) is
+ * 2 alpha + S/beta, small (where allowed) alpha_exch + S/beta + S/beta_intra. */
+static void fabric_1x2(st_model_fabric_t *f, st_model_split_t *s)
+{
+    memset(f, 0, sizeof(*f));
+    memset(s, 0, sizeof(*s));
+    f->ranks_per_node = 1;
+    f->nodes          = 2;
+    f->nrails         = 1;
+    f->intra.beta     = 1e12;
+    f->inter.beta     = 1e8;
+    s->channels       = 1;
+}
+
+static void test_compress_breakeven(void **state)
+{
+    st_model_fabric_t      f;
+    st_model_split_t       s;
+    st_model_breakeven_t   be;
+    strataCompressParams_t p;
+
+    /* fp16 on float32 (ratio 0.5) costing 1 ns to encode and 1 ns to decode, no latency, no
+     * small: uncompressed S/beta, compressed 0.5 S/beta + S/4 (1 + 1.5 x 1) ns. It pays below
+     * beta = 0.5 / 0.625e-9 = 8e8 B/s (6.4 Gbit/s), at any size; at 1e8 B/s from the first byte. */
+    fabric_1x2(&f, &s);
+    f.codec[strataCodecFp16] = (st_model_codec_cost_t){1e-9, 1e-9};
+    assert_int_equal(strataCompressParse("fp16", &p), strataSuccess);
+    assert_int_equal(st_model_compress_breakeven(&f, &s, &p, strataFloat32, 1 << 20, &be), ST_OK);
+    if (!(fabs(be.beta_max / 8e8 - 1) < 1e-6)) {
+        fail_msg("beta_max %.9g, want 8e8", be.beta_max);
+    }
+    assert_close(be.bytes_min, 0.0);
+
+    /* with latency and small up to 1 GiB (alpha_inter = alpha_exch = 10 us, free codec): small is
+     * 10 us + S/1e8 + S/1e12, compressed 20 us + 0.5 S/1e8. Compressed pays above
+     * S = 10 us / (0.5e-8 + 1e-12) = 1999.6 B; at 1 MiB below
+     * beta = 0.5 x 1048576 / (10 us - 1048576 / 1e12) = 5.857e10 B/s. */
+    f.inter.alpha            = 10e-6;
+    f.exchange_alpha         = 10e-6;
+    s.small_max              = (size_t)1 << 30;
+    f.codec[strataCodecFp16] = (st_model_codec_cost_t){0, 0};
+    assert_int_equal(st_model_compress_breakeven(&f, &s, &p, strataFloat32, 1048576, &be), ST_OK);
+    if (!(fabs(be.bytes_min / (10e-6 / (0.5e-8 + 1e-12)) - 1) < 1e-6)) {
+        fail_msg("bytes_min %.9g, want %.9g", be.bytes_min, 10e-6 / (0.5e-8 + 1e-12));
+    }
+    if (!(fabs(be.beta_max / (0.5 * 1048576 / (10e-6 - 1048576e-12)) - 1) < 1e-6)) {
+        fail_msg("beta_max %.9g, want %.9g", be.beta_max, 0.5 * 1048576 / (10e-6 - 1048576e-12));
+    }
+
+    /* codec none costs time and saves nothing: it never pays */
+    fabric_1x2(&f, &s);
+    f.codec[strataCodecNone] = (st_model_codec_cost_t){1e-9, 1e-9};
+    assert_int_equal(strataCompressParse("none", &p), strataSuccess);
+    assert_int_equal(st_model_compress_breakeven(&f, &s, &p, strataFloat32, 1 << 20, &be), ST_OK);
+    assert_close(be.beta_max, 0.0);
+    assert_true(isinf(be.bytes_min));
+    /* a free fp16 on a link without latency always pays */
+    f.codec[strataCodecFp16] = (st_model_codec_cost_t){0, 0};
+    assert_int_equal(strataCompressParse("fp16", &p), strataSuccess);
+    assert_int_equal(st_model_compress_breakeven(&f, &s, &p, strataFloat32, 1 << 20, &be), ST_OK);
+    assert_true(isinf(be.beta_max));
+    assert_close(be.bytes_min, 0.0);
+    /* refusals */
+    assert_int_equal(st_model_compress_breakeven(&f, &s, &p, strataFloat32, 0, &be),
+                     ST_ERR_INVALID);
+    p.codec   = strataCodecTopk;
+    p.density = 2;
+    assert_int_equal(st_model_compress_breakeven(&f, &s, &p, strataFloat32, 1 << 20, &be),
+                     ST_ERR_INVALID);
+}
+
 static void test_allgather_bucket_powersgd(void **state)
 {
     st_model_fabric_t f;
@@ -583,6 +759,79 @@ static void test_one_node_printed(void **state)
     free(out);
 }
 
+/* `model --compress`: one rank per node on 2 nodes, one 8 Gbit/s (1e9 B/s) rail, no latency;
+ * fp16 (ratio 0.5 of float32) costing 2 ns to encode and 2 ns to decode per element, read from a
+ * profile (--codec-costs). 1e6 parameters, 4e6 B:
+ *   uncompressed (ring and hier alike): S/beta = 4 ms; compressed: 0.5 S/beta = 2 ms + one rank's
+ *   1e6 elements x (2 + (2N-1)/N x 2 = 5 ns) = 5 ms: 7 ms, 0.57x;
+ *   4 buckets of 1e6 B: 1 ms and 1.75 ms;
+ *   step, forward 1 + backward 2 ms: 7 and 10 ms, 0.70x; bucketed, exposed max(comm/4,
+ *   comm - 2 x 3/4): 2.5 ms and 5.5 ms: 5.5 and 8.5 ms, 0.65x;
+ *   break-even: 0.5 S/beta = S/4 x 5 ns at beta = 4e8 B/s = 3.2 Gbit/s; at 8 Gbit/s no size. */
+static void test_compress_printed(void **state)
+{
+    const char *argv[] = {"model", "--nodes", "2", "--ranks-per-node", "1", "--rails", "1",
+                          "--inter-gbps", "8", "--alpha-inter", "0", "--alpha-intra", "0",
+                          "--params", "1e6", "--buckets", "4", "--forward", "1", "--backward",
+                          "2", "--compress", "fp16", "--codec-costs", NULL};
+    const char *bad1[] = {"model", "--compress", "topk"};
+    const char *bad2[] = {"model", "--compress", "int8", "--dtype-bytes", "8"};
+    const char *bad3[] = {"model", "--compress", "int8", "--codec-costs", "/nonexistent.json"};
+    const char *seed[] = {"model", "--preset", "seed"};
+    char        path[] = "/tmp/test_model_costs.XXXXXX", *out, *err;
+    int         rc, fd = mkstemp(path);
+    st_model_fabric_t f;
+    st_model_split_t  s;
+
+    assert_true(fd >= 0);
+    close(fd);
+    fabric_1x2(&f, &s);
+    f.codec[strataCodecFp16] = (st_model_codec_cost_t){2e-9, 2e-9};
+    assert_int_equal(st_profile_write(path, &f, NULL, "test_model"), ST_OK);
+    argv[24] = path;
+    out      = run_model(25, argv, &rc, NULL);
+    unlink(path);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "# wire: 2 B per 4 B element (ratio 0.5"));
+    assert_non_null(strstr(out, "# encode 2.00 ns, decode 2.00 ns per element (from "));
+    ROW(out, "all-reduce", "gradient", "3.81", "MiB", "4.000");
+    assert_non_null(strstr(out, "       7.000    0.57x\nbucket (x 4)"));
+    ROW(out, "all-reduce", "bucket (x 4)", "977", "KiB", "1.000");
+    assert_non_null(strstr(out, "       1.750    0.57x\n"));
+    ROW(out, "step", "one all-reduce after backward", "7.000", "10.000", "0.70x");
+    ROW(out, "step", "4 buckets overlapping backward", "5.500", "8.500", "0.65x");
+    assert_non_null(strstr(out, "\ncompression stops paying above 3.2 Gbit/s per node link / at "
+                                "every bucket size on these links\n"));
+    assert_null(strstr(out, "Faithful")); /* --compress alone: its section only */
+    free(out);
+
+    /* bad specs and files are refused on one line */
+    out = run_model(3, bad1, &rc, &err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "invalid --compress 'topk': topk needs a density"));
+    free(out);
+    free(err);
+    out = run_model(5, bad2, &rc, &err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "--compress takes 4-byte"));
+    free(out);
+    free(err);
+    out = run_model(5, bad3, &rc, &err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "--codec-costs: /nonexistent.json"));
+    free(out);
+    free(err);
+
+    /* --preset seed: a row per codec under the faithful model, at the defaults; int8 (block 256)
+     * puts 1 + 4/256 B on the wire per float32 */
+    out = run_model(3, seed, &rc, NULL);
+    assert_int_equal(rc, 0);
+    ROW(out, "strata's codecs", "int8", "1.016", "1.30/0.20");
+    ROW(out, "strata's codecs", "topk:0.01", "0.080");
+    ROW(out, "strata's codecs", "none", "4.000", "1.10/0.27");
+    free(out);
+}
+
 /* --profile belongs to --compare: a plain model run says so, naming both options. */
 static void test_profile_needs_compare(void **state)
 {
@@ -612,11 +861,15 @@ int main(void)
         cmocka_unit_test(test_burst_credit),
         cmocka_unit_test(test_credit_curve),
         cmocka_unit_test(test_algorithm_credits),
+        cmocka_unit_test(test_codec_ratio),
+        cmocka_unit_test(test_compressed_hier),
+        cmocka_unit_test(test_compress_breakeven),
         cmocka_unit_test(test_allgather_bucket_powersgd),
         cmocka_unit_test(test_seed_preset_printed),
         cmocka_unit_test(test_seed_values),
         cmocka_unit_test(test_faithful_printed),
         cmocka_unit_test(test_one_node_printed),
+        cmocka_unit_test(test_compress_printed),
         cmocka_unit_test(test_profile_needs_compare),
     };
 

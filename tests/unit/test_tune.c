@@ -331,6 +331,41 @@ static void test_profile_round_trip(void **state)
     profile_refused(",\"small_credit\":{\"bytes\":[4096],\"credit_bytes\":[5000]}",
                     "small_credit.credit_bytes[0] = 5000 exceeds its bytes");
     profile_refused(",\"exchange_alpha_s\":-1", "exchange_alpha_s");
+    /* codec costs: written and read back; a profile without them (older) takes the defaults, one
+     * that names only some codecs keeps the defaults of the others */
+    {
+        st_model_codec_cost_t def[ST_MODEL_NCODECS];
+
+        st_model_codec_defaults(def);
+        f.codec[strataCodecInt8] = (st_model_codec_cost_t){3.25e-9, 0.5e-9};
+        assert_int_equal(st_profile_write(tmp_path, &f, NULL, "test"), ST_OK);
+        assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_OK);
+        assert_true(fabs(back.codec[strataCodecInt8].encode - 3.25e-9) < 1e-20);
+        assert_true(fabs(back.codec[strataCodecInt8].decode - 0.5e-9) < 1e-20);
+        assert_true(back.codec[strataCodecSign].encode == 0); /* f's, written as 0 */
+        write_text("{\"format\":\"strata-fabric-profile\",\"version\":1,\"layout\":"
+                   "{\"ranks_per_node\":2,\"nodes\":2,\"rails\":1},\"intra\":{\"alpha_s\":0,"
+                   "\"beta_Bps\":1,\"gamma_Bps\":0},\"inter\":{\"alpha_s\":0,\"beta_Bps\":1,"
+                   "\"gamma_Bps\":0}}");
+        assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_OK);
+        assert_memory_equal(back.codec, def, sizeof(def));
+        write_text("{\"format\":\"strata-fabric-profile\",\"version\":1,\"layout\":"
+                   "{\"ranks_per_node\":2,\"nodes\":2,\"rails\":1},\"intra\":{\"alpha_s\":0,"
+                   "\"beta_Bps\":1,\"gamma_Bps\":0},\"inter\":{\"alpha_s\":0,\"beta_Bps\":1,"
+                   "\"gamma_Bps\":0},\"codec_s_per_element\":{\"topk\":{\"encode\":1e-8,"
+                   "\"decode\":0}}}");
+        assert_int_equal(st_profile_read(tmp_path, &back, err, sizeof(err)), ST_OK);
+        assert_true(back.codec[strataCodecTopk].encode == 1e-8);
+        assert_true(back.codec[strataCodecTopk].decode == 0);
+        assert_memory_equal(&back.codec[strataCodecInt8], &def[strataCodecInt8],
+                            sizeof(def[0]));
+        profile_refused(",\"codec_s_per_element\":{\"zip\":{\"encode\":1,\"decode\":1}}",
+                        "codec_s_per_element.zip: not a codec");
+        profile_refused(",\"codec_s_per_element\":{\"int8\":{\"encode\":-1,\"decode\":1}}",
+                        "codec_s_per_element.int8 needs \"encode\" and \"decode\"");
+        profile_refused(",\"codec_s_per_element\":[1]", "must be an object of codecs");
+        memset(f.codec, 0, sizeof(f.codec));
+    }
     /* samples must be JSON */
     assert_int_equal(st_profile_write(tmp_path, &f, "{not json", "test"), ST_ERR_INVALID);
     /* a profile without a positive bandwidth is refused */

@@ -18,7 +18,12 @@
  *           t(8 B)) beta_rail for the D bytes of exchanges of 4 KiB .. 1 MiB per local rank;
  *           alpha_inter and the hierarchical path's rest from hier itself at 8 B .. 1 MiB
  *           (cb_fab_calibrate_hier); the small algorithm's exchange alpha and credit from small
- *           itself at 8 B .. 64 KiB (docs/model.md, Calibrate).
+ *           itself at 8 B .. 64 KiB (docs/model.md, Calibrate);
+ *   codecs  every rank at once, as the compressed inter-node step runs them: st_codec_encode (with
+ *           the error feedback's residual) and st_codec_decode of 1 Mi float32 (4 MiB) with each
+ *           codec (topk at density 0.01, int8 and sign with blocks of 256), the least of 3 timed
+ *           calls after a first that touches the buffers, per element, the slowest rank's
+ *           (cb_fab_calibrate_codecs: about 0.1 s).
  */
 #include "config.h"
 
@@ -26,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/codec.h"
 #include "collbench.h"
 #include "fabric.h"
 #include "tune/tune.h"
@@ -36,6 +42,8 @@
 #define CB_FAB_INTRA_BYTES ((size_t)4 << 20)
 #define CB_FAB_CREDIT_POINTS 5                 /* credit exchanges: 4 KiB .. 1 MiB, x4 */
 #define CB_FAB_MAX_RANKS   4096
+#define CB_FAB_CODEC_ELEMS ((size_t)1 << 20)   /* codecs: 4 MiB of float32 */
+#define CB_FAB_CODEC_REPS  3
 
 /* The model's fabric without any burst credit: what calibrate compares measured times with to
  * find the credit (or the rest) an algorithm got. */
@@ -117,6 +125,72 @@ static size_t cb_fab_calibrate_hier(cb_fab_t *f, char *buf, size_t len)
         pos += (size_t)snprintf(buf + pos, len - pos, "\"hier%zu_s\": %.9g, ", s, ts);
     }
     CB_FAB_CALL(f, strataCommDestroy(comm));
+    return pos;
+}
+
+/* The codecs' encode and decode costs per element into fab->codec (the model's defaults where
+ * memory runs out). Every rank measures at once, as every rank of a node encodes at once in the
+ * compressed step, so cores shared by the ranks show; the slowest rank's counts. The input looks
+ * like a gradient: magnitudes spread over decades, signs mixed, so topk's selection and int8's
+ * scales work as they would. Writes its samples (JSON members, ns per element) to buf; returns
+ * their length. */
+static size_t cb_fab_calibrate_codecs(cb_fab_t *f, char *buf, size_t len)
+{
+    static const char *const specs[ST_MODEL_NCODECS] = {"none", "fp16", "bf16",
+                                                        "int8", "topk:0.01", "sign"};
+    st_model_fabric_t       *fab = &f->fabric;
+    size_t                   n = CB_FAB_CODEC_ELEMS, pos = 0;
+    double                   t[2 * ST_MODEL_NCODECS];
+    float                   *src = malloc(n * sizeof(float)), *res = calloc(n, sizeof(float));
+    float                   *dst = malloc(n * sizeof(float));
+    uint32_t                 x = 12345;
+
+    st_model_codec_defaults(fab->codec);
+    for (int i = 0; i < 2 * ST_MODEL_NCODECS; i++) {
+        t[i] = 0.0;
+    }
+    for (size_t i = 0; src != NULL && i < n; i++) {
+        x      = x * 1664525u + 1013904223u;
+        src[i] = (float)((int32_t)x) * 0x1p-31f * (float)(1u << (x >> 28)) * 1e-4f;
+    }
+    cb_fab_barrier(f);
+    for (int c = 0; c < ST_MODEL_NCODECS && src != NULL && res != NULL && dst != NULL; c++) {
+        strataCompressParams_t p;
+        char                  *wire;
+        float                 *scratch;
+
+        st_codec_parse(specs[c], &p);
+        wire    = malloc(st_codec_wire_bytes(&p, strataFloat32, n));
+        scratch = malloc(st_codec_scratch(&p, n) * sizeof(float));
+        for (int r = 0; wire != NULL && scratch != NULL && r <= CB_FAB_CODEC_REPS; r++) {
+            double t0 = cb_now(), t1, t2;
+
+            st_codec_encode(&p, strataFloat32, src, n, res, wire, scratch);
+            t1 = cb_now();
+            st_codec_decode(&p, strataFloat32, wire, n, dst);
+            t2 = cb_now();
+            if (r > 0) { /* the first touches the buffers */
+                t[2 * c]     = (r == 1) ? t1 - t0 : CB_MIN(t[2 * c], t1 - t0);
+                t[2 * c + 1] = (r == 1) ? t2 - t1 : CB_MIN(t[2 * c + 1], t2 - t1);
+            }
+        }
+        free(wire);
+        free(scratch);
+    }
+    free(src);
+    free(res);
+    free(dst);
+    cb_fab_max(f, t, 2 * ST_MODEL_NCODECS);
+    for (int c = 0; c < ST_MODEL_NCODECS; c++) {
+        if (t[2 * c] > 0 && t[2 * c + 1] > 0) {
+            fab->codec[c].encode = t[2 * c] / (double)n;
+            fab->codec[c].decode = t[2 * c + 1] / (double)n;
+        }
+        pos += (size_t)snprintf(buf + pos, len - pos, "\"%s_encode_ns\": %.4g, \"%s_decode_ns\": "
+                                "%.4g, ", st_codec_name((strataCodec_t)c),
+                                fab->codec[c].encode * 1e9, st_codec_name((strataCodec_t)c),
+                                fab->codec[c].decode * 1e9);
+    }
     return pos;
 }
 
@@ -257,6 +331,7 @@ void cb_fab_calibrate(cb_fab_t *f, char *samples, size_t len)
         }
         pos += cb_fab_calibrate_hier(f, samples + pos, len - pos);
     }
+    pos += cb_fab_calibrate_codecs(f, samples + pos, len - pos);
     snprintf(samples + pos, len - pos, "\"method\": \"collbench calibrate (src/tools/collbench/"
              "calibrate.c)\"}");
     f->reps = 1;
@@ -313,4 +388,10 @@ void cb_fab_print_profile(const cb_fab_t *f)
         cb_fab_print_credit("small's exchange burst credit on rail 0", &fab->small_credit);
         printf("\n");
     }
+    printf("# codecs, ns per float32 element encoded/decoded:");
+    for (int c = 0; c < ST_MODEL_NCODECS; c++) {
+        printf(" %s %.2f/%.2f", st_codec_name((strataCodec_t)c), fab->codec[c].encode * 1e9,
+               fab->codec[c].decode * 1e9);
+    }
+    printf("\n");
 }

@@ -8,6 +8,9 @@
  *     (tests/unit/test_model.c asserts them);
  *   - then, always, the faithful model: strata's model of its own algorithms, alpha terms,
  *     channels, rails and pipelining included, each row saying what it corrects.
+ * With --compress SPEC, the compressed all-reduce (strataAllReduceCompressed) of the gradient and
+ * of its buckets next to the uncompressed one, the step times, and where compression stops paying
+ * (st_model_compress_breakeven); with --preset seed also a row per codec under the faithful model.
  * Nothing runs on a network: no rank is started and no strata call is made. The model's code is
  * compiled into collbench as well as into the library (it is pure functions, and collbench uses
  * only the public API of libstrata.so, where the model's symbols are hidden).
@@ -24,8 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/codec.h"
 #include "collbench.h"
 #include "tune/model.h"
+#include "tune/tune.h"
 
 #define CB_MODEL_GB  1e9 /* GB and GB/s are decimal, as the texts and busbw use them */
 #define CB_MODEL_MIN_CHUNK (64ULL << 10)
@@ -46,17 +51,22 @@ static const st_model_matrix_t cb_model_7b[] = {
 enum { CB_MODEL_ONLY_BOTH = 0, CB_MODEL_ONLY_TEXTS, CB_MODEL_ONLY_FAITHFUL };
 
 typedef struct cb_model_opts {
-    st_model_seed_in_t seed;        /* the parameters common to both models */
-    int                preset_seed; /* --preset seed: print the texts' tables too */
-    int                only;        /* CB_MODEL_ONLY_* */
-    int                nrails;      /* 0: one per rank of a node */
-    double             rail_beta[ST_MODEL_MAX_RAILS]; /* bytes/s, 0: inter_beta */
-    double             alpha_intra; /* seconds */
-    double             alpha_inter; /* seconds */
-    double             gamma;       /* bytes/s, 0: not counted */
-    size_t             chunk;       /* 0: the best power of two */
-    int                psgd_rank;
-    double             index_bytes; /* top-k index size */
+    st_model_seed_in_t     seed;         /* the parameters common to both models */
+    int                    preset_seed;  /* --preset seed: print the texts' tables too */
+    int                    only;         /* CB_MODEL_ONLY_* */
+    int                    nrails;       /* 0: one per rank of a node */
+    double                 rail_beta[ST_MODEL_MAX_RAILS]; /* bytes/s, 0: inter_beta */
+    double                 alpha_intra;  /* seconds */
+    double                 alpha_inter;  /* seconds */
+    double                 gamma;        /* bytes/s, 0: not counted */
+    size_t                 chunk;        /* 0: the best power of two */
+    int                    psgd_rank;
+    double                 index_bytes;  /* top-k index size */
+    size_t                 bucket_bytes; /* --bucket-bytes: DDP's cap; 0: seed.buckets alike */
+    int                    compress;     /* --compress given */
+    strataCompressParams_t codec;        /* its codec */
+    const char            *costs_from;   /* --codec-costs F, or NULL: the defaults */
+    st_model_codec_cost_t  costs[ST_MODEL_NCODECS];
 } cb_model_opts_t;
 
 enum {
@@ -79,7 +89,11 @@ enum {
     CB_MOPT_OVERHEADS,
     CB_MOPT_CHUNK,
     CB_MOPT_PSGD_RANK,
-    CB_MOPT_INDEX_BYTES
+    CB_MOPT_INDEX_BYTES,
+    CB_MOPT_INTER_GBPS,
+    CB_MOPT_BUCKET_BYTES,
+    CB_MOPT_COMPRESS,
+    CB_MOPT_CODEC_COSTS
 };
 
 static const struct option cb_model_long_opts[] = {
@@ -103,6 +117,10 @@ static const struct option cb_model_long_opts[] = {
     {"chunk",            required_argument, NULL, CB_MOPT_CHUNK},
     {"powersgd-rank",    required_argument, NULL, CB_MOPT_PSGD_RANK},
     {"topk-index-bytes", required_argument, NULL, CB_MOPT_INDEX_BYTES},
+    {"inter-gbps",       required_argument, NULL, CB_MOPT_INTER_GBPS},
+    {"bucket-bytes",     required_argument, NULL, CB_MOPT_BUCKET_BYTES},
+    {"compress",         required_argument, NULL, CB_MOPT_COMPRESS},
+    {"codec-costs",      required_argument, NULL, CB_MOPT_CODEC_COSTS},
     {"help",             no_argument,       NULL, 'h'},
     {NULL,               0,                 NULL, 0}
 };
@@ -128,6 +146,20 @@ static void cb_model_usage(FILE *out, const char *prog)
 "  --overheads <ms,...>     top-1%%, top-0.1%%, 8-bit, 1-bit, PowerSGD (20,25,10,15,30)\n"
 "  --chunk <size>           hier pipeline chunk (default: the best power of two, 64k..1G)\n"
 "  --powersgd-rank <r> (4)  --topk-index-bytes <B> (4)\n"
+"  --inter-gbps <Gbit/s>    per rail, as the emulated links' rates (instead of --inter-bw)\n"
+"  --bucket-bytes <size>    buckets of at most this size, as DDP's bucket_cap (instead of\n"
+"                           --buckets: ceil(gradient / size) buckets, the last the remainder)\n"
+"  --compress <spec>        none|fp16|bf16|int8[:block]|topk:<density>|sign[:block]: the\n"
+"                           compressed all-reduce (hierarchical, inter-node step encoded) of the\n"
+"                           gradient and of its buckets next to the uncompressed one, the step,\n"
+"                           and where compression stops paying (link speed, bucket size);\n"
+"                           with --preset seed also one row per codec under the faithful model\n"
+"  --codec-costs F          encode/decode costs from fabric profile F (collbench calibrate);\n"
+"                           default: this machine's (docs/model.md, \"Compression\")\n"
+"  e.g. examples/ddp_table.sh's 2 x 2 emulated run at 100 Mbit/s (MLP 64-256-256-10, buckets\n"
+"  <= 0.1 MB; forward and backward from its timing lines):\n"
+"    model --nodes 2 --ranks-per-node 2 --rails 1 --inter-gbps 0.1 --params 85002\n"
+"          --bucket-bytes 104857 --forward 1 --backward 2 --compress int8\n"
 "  --profile F is for --compare only: the tables here take the fabric from the parameters.\n"
 "Usage: %s model --profile F --compare [launch options] [-b -e -f -n]\n"
 "  Starts ranks (as the benchmark does) and prints, per size, the all-reduce the model of the\n"
@@ -188,6 +220,7 @@ static int cb_model_parse(int argc, char **argv, FILE *out, FILE *err, const cha
     o->psgd_rank   = 4;
     o->index_bytes = 4;
     o->only        = CB_MODEL_ONLY_FAITHFUL;
+    st_model_codec_defaults(o->costs);
 
     optind = 0; /* glibc: start afresh (the test calls this more than once) */
     opterr = 0;
@@ -294,6 +327,39 @@ static int cb_model_parse(int argc, char **argv, FILE *out, FILE *err, const cha
                 return cb_model_bad(err, prog, "--chunk", optarg);
             }
             break;
+        case CB_MOPT_INTER_GBPS:
+            if (cb_model_double(optarg, 1e-9, 1e9, &v) != 0) {
+                return cb_model_bad(err, prog, "--inter-gbps (Gbit/s)", optarg);
+            }
+            o->seed.inter_beta = v * CB_MODEL_GB / 8;
+            break;
+        case CB_MOPT_BUCKET_BYTES:
+            if (cb_parse_size(optarg, &o->bucket_bytes) != 0 || o->bucket_bytes == 0) {
+                return cb_model_bad(err, prog, "--bucket-bytes", optarg);
+            }
+            break;
+        case CB_MOPT_COMPRESS: {
+            const char *why = st_codec_parse(optarg, &o->codec);
+
+            if (why != NULL) {
+                fprintf(err, "%s: model: invalid --compress '%s': %s\n", prog, optarg, why);
+                return -1;
+            }
+            o->compress = 1;
+            break;
+        }
+        case CB_MOPT_CODEC_COSTS: {
+            st_model_fabric_t f;
+            char              why[512];
+
+            if (st_profile_read(optarg, &f, why, sizeof(why)) != ST_OK) {
+                fprintf(err, "%s: model: --codec-costs: %s\n", prog, why);
+                return -1;
+            }
+            memcpy(o->costs, f.codec, sizeof(o->costs));
+            o->costs_from = optarg;
+            break;
+        }
         case CB_MOPT_INDEX_BYTES:
             if (cb_model_double(optarg, 0, 64, &o->index_bytes) != 0) {
                 return cb_model_bad(err, prog, "--topk-index-bytes", optarg);
@@ -308,7 +374,8 @@ static int cb_model_parse(int argc, char **argv, FILE *out, FILE *err, const cha
                 /* the tables take the fabric from the parameters; a profile drives --compare */
                 fprintf(err, "%s: model: --profile needs --compare (it compares a calibrated "
                         "profile's choices with measured runs; the tables take the fabric from "
-                        "--intra-bw, --inter-bw, --alpha-intra, --alpha-inter)\n", prog);
+                        "--intra-bw, --inter-bw, --alpha-intra, --alpha-inter; --codec-costs F "
+                        "takes a profile's codec costs)\n", prog);
                 return -1;
             }
             return cb_model_bad(err, prog, "option", argv[optind - 1]);
@@ -319,6 +386,11 @@ static int cb_model_parse(int argc, char **argv, FILE *out, FILE *err, const cha
     }
     if (o->only == CB_MODEL_ONLY_TEXTS && !o->preset_seed) {
         o->preset_seed = 1;
+    }
+    if (o->compress && o->seed.dtype_bytes != 4 && o->seed.dtype_bytes != 2) {
+        fprintf(err, "%s: model: --compress takes 4-byte (float32) or 2-byte (bfloat16) "
+                "elements, not --dtype-bytes %g\n", prog, o->seed.dtype_bytes);
+        return -1;
     }
     if (!rails_given) {
         o->nrails = (nrail_bw > 0) ? nrail_bw
@@ -425,6 +497,7 @@ static void cb_model_fabric(const cb_model_opts_t *o, st_model_fabric_t *f, st_m
     f->inter.beta     = o->seed.inter_beta;
     f->inter.gamma    = o->gamma;
     memcpy(f->rail_beta, o->rail_beta, sizeof(f->rail_beta));
+    memcpy(f->codec, o->costs, sizeof(f->codec));
     s->channels  = 1;
     s->small_max = 128 << 10; /* the windows' small area (coll/intra.h ST_INTRA_SMALL_MAX) */
 }
@@ -496,6 +569,279 @@ static void cb_model_note(FILE *out, const char *fmt, ...)
     vfprintf(out, fmt, ap);
     va_end(ap);
     fprintf(out, "\n");
+}
+
+/* ---- compression (docs/model.md, "Compression") ------------------------------------------- */
+
+/* The codecs of the per-codec rows, topk at the texts' 1 %. */
+static const char *const cb_model_codec_specs[ST_MODEL_NCODECS] = {"none", "fp16", "bf16",
+                                                                  "int8", "topk:0.01", "sign"};
+
+/* What the codecs see: float32 for 4-byte elements, bfloat16 for 2-byte ones. */
+static strataDataType_t cb_model_dtype(const cb_model_opts_t *o)
+{
+    return o->seed.dtype_bytes == 2 ? strataBfloat16 : strataFloat32;
+}
+
+/* The compressed all-reduce of `bytes` at its best chunk (powers of two as cb_model_best's hier),
+ * or at --chunk. */
+static void cb_model_compressed(const cb_model_opts_t *o, const st_model_fabric_t *f,
+                                const st_model_split_t *s0, const strataCompressParams_t *p,
+                                double bytes, st_model_time_t *t_p, size_t *chunk_p)
+{
+    st_model_split_t s = *s0;
+    st_model_codec_t c;
+    st_model_time_t  t;
+    size_t           lo = o->chunk ? o->chunk : CB_MODEL_MIN_CHUNK;
+    size_t           hi = o->chunk ? o->chunk : CB_MODEL_MAX_CHUNK;
+
+    *chunk_p = 0;
+    for (size_t chunk = lo; chunk <= hi; chunk *= 2) {
+        s.chunk = chunk;
+        if (st_model_codec_for(f, &s, p, cb_model_dtype(o), bytes, &c) == ST_OK &&
+            st_model_allreduce_compressed(f, &s, &c, bytes, &t) == ST_OK &&
+            (*chunk_p == 0 || t.total < t_p->total)) {
+            *t_p     = t;
+            *chunk_p = chunk;
+        }
+        if ((double)chunk >= bytes) {
+            break;
+        }
+    }
+}
+
+/* The gradient's buckets: kinds of (size, how many); --bucket-bytes cuts it as DDP's cap does
+ * (full buckets, the last the remainder), else seed.buckets equal ones. Returns the kinds. */
+typedef struct cb_model_bucket {
+    double bytes;
+    int    count;
+} cb_model_bucket_t;
+
+static int cb_model_buckets(const cb_model_opts_t *o, double S, cb_model_bucket_t b[2])
+{
+    double cap = (double)o->bucket_bytes, full;
+
+    if (o->bucket_bytes == 0 || cap >= S) {
+        b[0].count = o->bucket_bytes == 0 ? o->seed.buckets : 1;
+        b[0].bytes = S / b[0].count;
+        return 1;
+    }
+    full       = floor(S / cap);
+    b[0].bytes = cap;
+    b[0].count = (int)full;
+    b[1].bytes = S - full * cap;
+    b[1].count = 1;
+    return b[1].bytes > 0 ? 2 : 1;
+}
+
+/* "12.3 KiB", "4.5 MiB": bytes in the largest binary unit that leaves at least 1 */
+static const char *cb_model_bytes_str(double bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int                      u       = 0;
+
+    while (u < 4 && bytes >= 1024) {
+        bytes /= 1024;
+        u++;
+    }
+    snprintf(buf, len, "%.3g %s", bytes, units[u]);
+    return buf;
+}
+
+/* The two halves of the break-even line: "above 8.02 Gbit/s per node link", "below 12.3 KiB
+ * buckets", or what holds instead when the compressed all-reduce wins or loses throughout. */
+static void cb_model_breakeven_strs(const st_model_breakeven_t *be, char *link, size_t llen,
+                                    char *size, size_t slen)
+{
+    char b[32];
+
+    if (be->beta_max == 0) {
+        snprintf(link, llen, "on every link (it pays on none from 8 kbit/s)");
+    } else if (isinf(be->beta_max)) {
+        snprintf(link, llen, "on no link up to 80000 Gbit/s");
+    } else {
+        snprintf(link, llen, "above %.3g Gbit/s per node link", be->beta_max * 8 / CB_MODEL_GB);
+    }
+    if (be->bytes_min == 0) {
+        snprintf(size, slen, "at no bucket size (it pays from 1 B)");
+    } else if (isinf(be->bytes_min)) {
+        snprintf(size, slen, "at every bucket size on these links");
+    } else {
+        snprintf(size, slen, "below %s buckets", cb_model_bytes_str(be->bytes_min, b, sizeof(b)));
+    }
+}
+
+/* The codec in words: "int8 (block 256, error feedback)". */
+static void cb_model_codec_words(const strataCompressParams_t *p, char *buf, size_t len)
+{
+    if (p->codec == strataCodecInt8 || p->codec == strataCodecSign) {
+        snprintf(buf, len, "%s (block %zu, %s)", st_codec_name(p->codec), p->block,
+                 p->errorFeedback ? "error feedback" : "no error feedback");
+    } else if (p->codec == strataCodecTopk) {
+        snprintf(buf, len, "%s (density %g, %s)", st_codec_name(p->codec), p->density,
+                 p->errorFeedback ? "error feedback" : "no error feedback");
+    } else {
+        snprintf(buf, len, "%s (%s)", st_codec_name(p->codec),
+                 p->errorFeedback ? "error feedback" : "no error feedback");
+    }
+}
+
+/* --compress: the compressed all-reduce of the gradient and of its buckets next to the
+ * uncompressed one (the fastest the model knows), the step both ways, and the break-even. */
+static void cb_model_print_compress(FILE *out, const cb_model_opts_t *o)
+{
+    const st_model_seed_in_t *in = &o->seed;
+    const strataCompressParams_t *p = &o->codec;
+    st_model_fabric_t  f;
+    st_model_split_t   s, sb;
+    st_model_time_t    tu, tc;
+    st_model_codec_t   c;
+    st_model_breakeven_t be;
+    cb_model_bucket_t  b[2];
+    size_t             chunk;
+    st_algo_t          algo;
+    double S = in->params * in->dtype_bytes, compute = in->forward + in->backward;
+    double comm_u = 0, comm_c = 0, exp_u, exp_c;
+    int    nk, nb = 0, R = o->nrails, g = in->ranks_per_node, N = in->nodes;
+    char   words[64], label[64], bs[32], link[64], size[64];
+
+    cb_model_fabric(o, &f, &s);
+    if (st_model_fabric_check(&f) != ST_OK) {
+        fprintf(out, "# compression: the fabric is not valid\n");
+        return;
+    }
+    s.channels = R; /* the flat ring over every NIC, as cb_model_best */
+    cb_model_codec_words(p, words, sizeof(words));
+    fprintf(out, "# Compressed all-reduce with %s:\n# strataAllReduceCompressed, the "
+            "hierarchical path with its inter-node step encoded\n# (docs/model.md, formulas "
+            "14-15), against the fastest uncompressed all-reduce.\n# %d node%s x %d rank%s, %d "
+            "rail%s per node of %g Gbit/s (%g GB/s), intra-node %g GB/s,\n# alpha %g us intra, "
+            "%g us inter\n", words,
+            N, N == 1 ? "" : "s", g, g == 1 ? "" : "s", R, R == 1 ? "" : "s",
+            in->inter_beta * 8 / CB_MODEL_GB,
+            in->inter_beta / CB_MODEL_GB, in->intra_beta / CB_MODEL_GB, o->alpha_intra * 1e6,
+            o->alpha_inter * 1e6);
+    cb_model_compressed(o, &f, &s, p, S, &tc, &chunk);
+    s.chunk = chunk;
+    st_model_codec_for(&f, &s, p, cb_model_dtype(o), S, &c);
+    fprintf(out, "# wire: %.4g B per %g B element (ratio %.4g, blocks of the gradient's %s "
+            "chunks);\n# encode %.2f ns, decode %.2f ns per element (%s%s)\n",
+            c.ratio * in->dtype_bytes, in->dtype_bytes, c.ratio,
+            cb_model_bytes_str((double)chunk, bs, sizeof(bs)), c.encode * 1e9, c.decode * 1e9,
+            o->costs_from ? "from " : "this machine's defaults", o->costs_from ? o->costs_from
+                                                                               : "");
+    if (N == 1) {
+        fprintf(out, "one node: nothing crosses a network, nothing is compressed "
+                "(strataAllReduceCompressed is strataAllReduce)\n");
+        return;
+    }
+
+    fprintf(out, "\n%-30s %10s %12s %6s %12s %8s\n", "all-reduce", "bytes", "uncompr ms",
+            "algo", "compr ms", "speedup");
+    algo = cb_model_best(o, &f, &s, S, &tu, &chunk);
+    cb_model_compressed(o, &f, &s, p, S, &tc, &chunk);
+    fprintf(out, "%-30s %10s %12.3f %6s %12.3f %7.2fx\n", "gradient",
+            cb_model_bytes_str(S, bs, sizeof(bs)), tu.total * 1e3, st_algo_name(algo),
+            tc.total * 1e3, tu.total / tc.total);
+    nk = cb_model_buckets(o, S, b);
+    for (int k = 0; k < nk; k++) {
+        algo = cb_model_best(o, &f, &s, b[k].bytes, &tu, &chunk);
+        cb_model_compressed(o, &f, &s, p, b[k].bytes, &tc, &chunk);
+        snprintf(label, sizeof(label), k == 1 ? "last bucket" : "bucket (x %d)", b[k].count);
+        fprintf(out, "%-30s %10s %12.3f %6s %12.3f %7.2fx\n", label,
+                cb_model_bytes_str(b[k].bytes, bs, sizeof(bs)), tu.total * 1e3,
+                st_algo_name(algo), tc.total * 1e3, tu.total / tc.total);
+        comm_u += b[k].count * tu.total;
+        comm_c += b[k].count * tc.total;
+        nb += b[k].count;
+    }
+
+    cb_model_best(o, &f, &s, S, &tu, &chunk);
+    cb_model_compressed(o, &f, &s, p, S, &tc, &chunk);
+    exp_u = st_model_bucket_exposed(comm_u, in->backward, nb);
+    exp_c = st_model_bucket_exposed(comm_c, in->backward, nb);
+    fprintf(out, "\n%-40s %12s %12s %8s\n", "step: forward + backward + comm", "uncompr ms",
+            "compr ms", "speedup");
+    fprintf(out, "%-40s %12.3f %12.3f %7.2fx\n", "one all-reduce after backward",
+            (compute + tu.total) * 1e3, (compute + tc.total) * 1e3,
+            (compute + tu.total) / (compute + tc.total));
+    snprintf(label, sizeof(label), "%d bucket%s overlapping backward", nb, nb == 1 ? "" : "s");
+    fprintf(out, "%-40s %12.3f %12.3f %7.2fx\n", label, (compute + exp_u) * 1e3,
+            (compute + exp_c) * 1e3, (compute + exp_u) / (compute + exp_c));
+    fprintf(out, "    exposed (formula 10): %.3f ms uncompressed, %.3f ms compressed,\n    of "
+            "%.3f and %.3f ms back to back\n", exp_u * 1e3, exp_c * 1e3, comm_u * 1e3,
+            comm_c * 1e3);
+
+    /* the break-even at the (largest) bucket, with the split its compressed all-reduce takes */
+    sb = s;
+    cb_model_compressed(o, &f, &s, p, b[0].bytes, &tc, &sb.chunk);
+    if (st_model_compress_breakeven(&f, &sb, p, cb_model_dtype(o), b[0].bytes, &be) != ST_OK) {
+        fprintf(out, "compression: no break-even (the model refused the codec)\n");
+        return;
+    }
+    cb_model_breakeven_strs(&be, link, sizeof(link), size, sizeof(size));
+    fprintf(out, "compression stops paying %s / %s\n", link, size);
+    fprintf(out, "    (the link at %s buckets, the bucket at %g Gbit/s links; against the fastest "
+            "uncompressed\n    all-reduce, encode and decode included)\n",
+            cb_model_bytes_str(b[0].bytes, bs, sizeof(bs)), in->inter_beta * 8 / CB_MODEL_GB);
+}
+
+/* --preset seed: the compressed all-reduce of the gradient with each of strata's codecs, under the
+ * faithful model's compression table; base_step is its dense step. */
+static void cb_model_print_codecs(FILE *out, const cb_model_opts_t *o, const st_model_fabric_t *f,
+                                  double base_step)
+{
+    const st_model_seed_in_t *in = &o->seed;
+    double S = in->params * in->dtype_bytes, compute = in->forward + in->backward;
+    st_model_split_t s;
+    char link[64], size[64];
+
+    memset(&s, 0, sizeof(s));
+    s.channels  = o->nrails;
+    s.small_max = CB_SMALL_MAX;
+    fprintf(out, "\nstrata's codecs: the compressed all-reduce of the gradient (formulas 14-15), "
+            "encode/decode\nper element %s%s\n", o->costs_from ? "from " : "of this machine "
+            "(defaults)", o->costs_from ? o->costs_from : "");
+    fprintf(out, "%-12s %7s %11s %9s %8s %8s %13s %10s\n", "codec", "B/elem", "enc/dec ns",
+            "comm ms", "step s", "speedup", "pays below", "pays from");
+    for (int i = 0; i < ST_MODEL_NCODECS; i++) {
+        strataCompressParams_t p;
+        st_model_codec_t       c;
+        st_model_time_t        t;
+        st_model_breakeven_t   be;
+        char                   ns[24];
+
+        st_codec_parse(cb_model_codec_specs[i], &p);
+        cb_model_compressed(o, f, &s, &p, S, &t, &s.chunk);
+        st_model_codec_for(f, &s, &p, cb_model_dtype(o), S, &c);
+        snprintf(ns, sizeof(ns), "%.2f/%.2f", c.encode * 1e9, c.decode * 1e9);
+        fprintf(out, "%-12s %7.3f %11s %9.1f %8.2f %7.2fx  ", cb_model_codec_specs[i],
+                c.ratio * in->dtype_bytes, ns, t.total * 1e3, compute + t.total,
+                base_step / (compute + t.total));
+        if (in->nodes > 1 &&
+            st_model_compress_breakeven(f, &s, &p, cb_model_dtype(o), S, &be) == ST_OK) {
+            if (be.beta_max == 0 || isinf(be.beta_max)) {
+                snprintf(link, sizeof(link), "%s", be.beta_max == 0 ? "no link" : "any link");
+            } else {
+                snprintf(link, sizeof(link), "%.3g Gbit/s", be.beta_max * 8 / CB_MODEL_GB);
+            }
+            if (be.bytes_min == 0 || isinf(be.bytes_min)) {
+                snprintf(size, sizeof(size), "%s", be.bytes_min == 0 ? "any size" : "no size");
+            } else {
+                cb_model_bytes_str(be.bytes_min, size, sizeof(size));
+            }
+            fprintf(out, "%13s %10s\n", link, size);
+        } else {
+            fprintf(out, "%13s %10s\n", "-", "-");
+        }
+        s.chunk = 0;
+    }
+    cb_model_note(out, "the rows above keep the texts' ratios and overheads: here each codec's "
+                  "own\n    wire bytes and measured encode/decode per element on the hierarchical "
+                  "path, whose\n    inter-node step it encodes (2 rounds, not 2(N-1) steps; topk "
+                  "sums densely there, not\n    by all-gather). Pays below: the link speed (per "
+                  "rail) under which it beats the\n    fastest uncompressed all-reduce of the "
+                  "gradient; pays from: the size from which it\n    does on these links");
 }
 
 static void cb_model_print_faithful(FILE *out, const cb_model_opts_t *o)
@@ -633,6 +979,10 @@ static void cb_model_print_faithful(FILE *out, const cb_model_opts_t *o)
         fprintf(out, "      %3d x %s\n", cb_model_7b[i].count, cb_model_7b[i].name);
     }
 
+    if (o->preset_seed) {
+        cb_model_print_codecs(out, o, &f, base_step);
+    }
+
     /* overlap with backward, by buckets */
     comm     = cb_model_bucketed(o, &f, &s, S, b, &algo);
     exp_comm = st_model_bucket_exposed(comm, in->backward, b);
@@ -697,8 +1047,14 @@ int cb_model_run(FILE *out, FILE *err, int argc, char **argv, const char *prog)
     if (o.only == CB_MODEL_ONLY_BOTH) {
         fprintf(out, "\n");
     }
-    if (o.only != CB_MODEL_ONLY_TEXTS) {
+    if (o.only != CB_MODEL_ONLY_TEXTS && (!o.compress || o.preset_seed)) {
         cb_model_print_faithful(out, &o);
+    }
+    if (o.compress) {
+        if (o.preset_seed) {
+            fprintf(out, "\n");
+        }
+        cb_model_print_compress(out, &o);
     }
     return 0;
 }
