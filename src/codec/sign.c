@@ -38,7 +38,7 @@ static size_t st_sign_scratch(const strataCompressParams_t *p, size_t n)
 /* mean |v[lo..hi)|, in the fixed order of the header. The sums are doubles: in float a block of
  * finite values near FLT_MAX overflowed to Inf and then decoded to NaN (the mean itself is at
  * most the largest |v|, so it always fits). */
-static float st_sign_mean(const float *v, size_t lo, size_t hi)
+ST_CODEC_INLINE float st_sign_mean(const float *v, size_t lo, size_t hi)
 {
     double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     size_t i = lo;
