@@ -14,13 +14,14 @@
 # variant with #wrong != 0 gets no number.
 #
 #   bench/compress.sh [--rate 1gbit] [-b 64M] [-e 64M] [-f 2] [-n 3] [-w 1] [--codecs "..."]
-#                     [--topk 0.01] [common options]
+#                     [--topk 0.01] [--extra "collbench args"] [common options]
+# --extra appends to every collbench command line (e.g. "--phases" to see where the time goes).
 # Needs root and network namespaces (exit 77 otherwise, with the reason).
 # Exit: 0 it ran, 1 a run failed or had #wrong != 0, 2 setup.
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-rate=1gbit minb=64M maxb=64M factor=2 iters=3 warmup=1 topk=0.01
+rate=1gbit minb=64M maxb=64M factor=2 iters=3 warmup=1 topk=0.01 extra=""
 codecs="none fp16 bf16 int8 topk sign"
 argv=("$@")
 while [ $# -gt 0 ]; do
@@ -33,6 +34,7 @@ while [ $# -gt 0 ]; do
         -w) warmup=$2; shift 2 ;;
         --codecs) codecs=$2; shift 2 ;;
         --topk) topk=$2; shift 2 ;;
+        --extra) extra=$2; shift 2 ;;
         -h|--help) bench_help "$0"; exit 0 ;;
         *) bench_common_opt "$@" || { echo "compress: unknown argument $1 (--help)" >&2; exit 2; }
            shift "$BENCH_SHIFT" ;;
@@ -52,7 +54,8 @@ run_codec()
 {
     local codec=$1 out=$2
     BENCH_ENV=(STRATA_ALGO=hier)
-    BENCH_ARGS=(all_reduce "${BENCH_SW[@]}" -d float -o sum -z 1 --compress "$(spec_of "$codec")")
+    # shellcheck disable=SC2206
+    BENCH_ARGS=(all_reduce "${BENCH_SW[@]}" -d float -o sum -z 1 --compress "$(spec_of "$codec")" $extra)
     bench_emu_collbench "$out"
 }
 variants=() ratios=""

@@ -71,9 +71,10 @@ ST_CODEC_INLINE void st_codec_v(const void *src, const float *residual, size_t n
 {
     if (residual != NULL) {
         for (size_t i = 0; i < n; i++) {
-            float x = st_codec_load(dt, src, i), r = residual[i];
+            float    x = st_codec_load(dt, src, i), r = residual[i];
+            uint32_t m = 0u - (uint32_t)(r != 0.0f); /* a zero residual leaves x (and -0) as is */
 
-            v[i] = r != 0.0f ? x + r : x;
+            v[i] = st_f32_from_bits((st_f32_bits(x + r) & m) | (st_f32_bits(x) & ~m));
         }
     } else {
         for (size_t i = 0; i < n; i++) {

@@ -112,6 +112,7 @@ st_status_t st_tune_policy_init(const st_tune_layout_t *lay, const char *tune_fi
     }
     *p_out          = p; /* the caller frees it, also on failure */
     p->depth        = st_core_config.pipeline_depth;
+    p->depth_auto   = !env_depth;
     p->window_chunk = 0;
     p->nshards      = st_topo_nrails(lay->topo);
     p->nics         = st_tune_count_rails(st_core_config.rail_ifnames);
@@ -190,7 +191,8 @@ st_status_t st_tune_policy_init(const st_tune_layout_t *lay, const char *tune_fi
             p->window_chunk = max_chunk;
         }
         if (!env_depth && p->table.pipeline_depth > 0) {
-            p->depth = p->table.pipeline_depth;
+            p->depth      = p->table.pipeline_depth;
+            p->depth_auto = 0;
         }
         for (int r = 0; r < p->nics; r++) {
             share[r] = p->table.rail_share[r];
@@ -372,6 +374,7 @@ uint32_t st_tune_policy_hash(const st_tune_policy_t *p)
     h = st_hash(h, &p->have_table, sizeof(p->have_table));
     h = st_hash(h, &p->table, offsetof(st_tune_table_t, ignored)); /* decisions only */
     h = st_hash(h, &p->depth, sizeof(p->depth));
+    h = st_hash(h, &p->depth_auto, sizeof(p->depth_auto));
     h = st_hash(h, &p->window_chunk, sizeof(p->window_chunk));
     h = st_hash(h, &p->have_shares, sizeof(p->have_shares));
     h = st_hash(h, p->shard_cum, sizeof(p->shard_cum));
@@ -383,6 +386,7 @@ void st_tune_policy_reset(st_tune_policy_t *p)
     p->have_table   = 0;
     p->have_shares  = 0;
     p->depth        = st_core_config.pipeline_depth;
+    p->depth_auto   = 0;
     p->window_chunk = 0;
     snprintf(p->source, sizeof(p->source), "built-in defaults (the ranks' tuning differed)");
 }

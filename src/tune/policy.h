@@ -31,6 +31,8 @@ typedef struct st_tune_policy {
     unsigned char   coll_used[ST_MODEL_NCOLLS][ST_TUNE_MAX_COLL_ENTRIES]; /* the same, per
                                                                            * collective */
     unsigned        depth;         /* window slots (pipeline depth) */
+    int             depth_auto;    /* neither STRATA_PIPELINE_DEPTH nor the table set depth: the
+                                    * windows may double it across nodes (coll/intra.c) */
     size_t          window_chunk;  /* the table's largest hier chunk (window slots are at least
                                     * this big), 0: none */
     int             nshards;       /* shards of a hierarchical chunk (st_topo_nrails) */
