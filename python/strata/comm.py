@@ -30,16 +30,12 @@ from . import _lib as L
 import numpy as np
 
 from ._buffer import describe, empty_like, as_datatype, is_tensor, scalar_bytes
+from ._handle import _Handle, _last_error
 from .errors import (StrataError, ClosedError, InvalidArgumentError, UnsupportedTypeError)
 
 Result = L.Result
 RedOp = L.RedOp
 DataType = L.DataType
-
-
-def _last_error():
-    msg = L.lib().strataGetLastError(None)
-    return msg.decode("utf-8", "replace") if msg else ""
 
 
 def _check(rc, fn):
@@ -299,24 +295,6 @@ class Request:
         state = "pending" if not self._event.is_set() else (
             "failed" if self._error is not None else "done")
         return "<strata.Request %s %s>" % (self.name, state)
-
-
-class _Handle:
-    """A C handle (self._handle) released by destroy(): `with` blocks and garbage collection
-    destroy it too (errors at collection are dropped)."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.destroy()
-
-    def __del__(self):
-        try:
-            if getattr(self, "_handle", None) is not None:
-                self.destroy()
-        except Exception:
-            pass
 
 
 class Stream(_Handle):
@@ -773,8 +751,8 @@ class Communicator(_Handle):
         than the compressor's, an op other than sum and avg, a compressor bound to another
         communicator; ClosedError for a closed compressor."""
         fn = "strataAllReduceCompressed"
-        from .compress import Compressor  # compress imports this module
-        if not isinstance(compressor, Compressor):
+        # a strata.Compressor (compress.py, which imports this module: recognised by its mark)
+        if not getattr(type(compressor), "_strata_compressor", False):
             raise UnsupportedTypeError("compressor must be a strata.Compressor, not %s"
                                        % type(compressor).__name__, fn)
         s = describe(sendbuf, "sendbuf", writable=recvbuf is None, fn=fn)

@@ -33,7 +33,7 @@ import numbers
 
 from . import _lib as L
 from ._buffer import as_datatype
-from .comm import _Handle, _last_error
+from ._handle import _Handle, _last_error
 from .errors import StrataError, ClosedError, InvalidArgumentError, UnsupportedTypeError
 
 Codec = L.Codec
@@ -178,6 +178,8 @@ class Compressor(_Handle):
     completed: wait for its Request first. Inside an open ``strata.group()`` they must wait for the
     group's end (the binding cannot tell).
     """
+
+    _strata_compressor = True  # what Communicator.all_reduce_compressed checks
 
     def __init__(self, spec_or_params, count, dtype):
         fn = "strataCompressorCreate"
