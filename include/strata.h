@@ -711,7 +711,7 @@ STRATA_API strataResult_t strataMemFree(void *ptr);
  * the same three-phase pipeline, see README "Algorithms"): phase 0 is the copy into the node's
  * windows and the intra-node reduce-scatter (all-to-all: the gather of each node pair's message),
  * phase 1 the inter-node step of this rank's shards over its rail (all-reduce: a ring's
- * all-reduce; reduce-scatter and all-gather: that half of the ring; broadcast and reduce: a chain
+ * all-reduce; compressed all-reduce: its two exchanges of encodings, bytes[1] the encoded bytes; reduce-scatter and all-gather: that half of the ring; broadcast and reduce: a chain
  * over the nodes; all-to-all: one message to and from every other node), phase 2 the intra-node
  * all-gather (all-to-all: the copy out). seconds[0] and seconds[2]: the time this rank spent
  * copying and reducing in those phases, waits for local peers excluded; seconds[1]: the time
