@@ -559,8 +559,8 @@ STRATA_API strataResult_t strataCompressFormat(const strataCompressParams_t *par
 
 /* *bytes = the bytes on the wire for one encoded range of count elements of datatype under
  * params (the formulas above; 0 for count 0). Returns strataInvalidArgument for a NULL argument,
- * bad params (as strataCompressorCreate) or a datatype other than strataFloat32, strataFloat16
- * and strataBfloat16. */
+ * bad params (as strataCompressorCreate), a datatype other than strataFloat32, strataFloat16
+ * and strataBfloat16, or a count of more than 2^48 bytes of the datatype. */
 STRATA_API strataResult_t strataCompressWireBytes(const strataCompressParams_t *params,
                                                   size_t count, strataDataType_t datatype,
                                                   size_t *bytes);
@@ -575,8 +575,9 @@ STRATA_API strataResult_t strataCompressorCreate(strataCompressor_t *compressor,
                                                  const strataCompressParams_t *params,
                                                  size_t count, strataDataType_t datatype);
 
-/* Sets the residual to zero (a new training run over the same buckets). strataInvalidArgument
- * for NULL. Not while a call using it is in flight. */
+/* Sets the residual to zero and unbinds the compressor from its communicator (a new training
+ * run over the same buckets, or a new communicator after a failure). strataInvalidArgument for
+ * NULL. Not while a call using it is in flight. */
 STRATA_API strataResult_t strataCompressorReset(strataCompressor_t compressor);
 
 /* Copies the codec parameters of compressor into *params. strataInvalidArgument for NULL. */
@@ -595,9 +596,14 @@ STRATA_API strataResult_t strataCompressorDestroy(strataCompressor_t compressor)
  * encodings per element whatever the node count (docs/compression.md). Every rank, the encoder
  * included, decodes the same bytes, so results are bitwise identical on all ranks and from run to
  * run. On one node nothing is compressed: the result is strataAllReduce's. With codec none, or
- * topk at density 1, the result equals strataAllReduce's bit for bit.
+ * topk at density 1, the result equals bit for bit that of strataAllReduce run by the
+ * hierarchical algorithm with its own chunks (STRATA_ALGO=hier, no tuning table): the same sums in
+ * the same order (other algorithms, or tuned chunks, sum in another order on 3 or more nodes).
  * count and datatype must be the compressor's; the compressor may be passed to one call at a
- * time (calls on one communicator in issue order are fine: the engine runs them in order).
+ * time (calls on one communicator in issue order are fine: the engine runs them in order). After
+ * a call that failed, the residual may hold part of that call's encodings: strataCompressorReset
+ * before using the compressor again. The compressor is bound to comm at its first call that
+ * passes the checks (strataCompressorReset unbinds it).
  * Returns, besides strataAllReduce's errors: strataInvalidArgument (logged) for a NULL
  * compressor, a count or datatype other than the compressor's, an op other than strataSum and
  * strataAvg, a compressor bound to another communicator; strataInvalidUsage for device buffers

@@ -95,7 +95,8 @@ static const st_config_field_t st_core_config_fields[] = {
      * 89 / 134 us, spread 54-113 / 65-138 us. Not negligible at 8 B, on by default anyway
      * (issue 5). */
     {"CHECK_MISMATCH", "1", "every collective checks that all ranks made the same call "
-     "(collective, count, datatype, op, root); a mismatch fails it on every rank with "
+     "(collective, count, datatype, op, root, compression codec); a mismatch fails it on every "
+     "rank with "
      "strataInvalidUsage naming both calls instead of hanging or returning wrong data",
      offsetof(st_core_config_t, check_mismatch), ST_CFG_BOOL},
     {"STALL_WARN", "60s", "after this long without progress a waiting rank logs once at WARN "

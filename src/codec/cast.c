@@ -3,6 +3,15 @@
  * even; fp16 saturates finite values beyond its largest, 65504, instead of making them infinite).
  * Each loop is specialised per datatype (ST_CODEC_DTYPE_SWITCH) and branch-free, so it vectorises.
  */
+/* fp-contract off, as for the reduction kernels (reduce/elem.h): a fused multiply-add where one
+ * host has FMA and another not would make encodings differ between them. In each codec file, not
+ * in codec.h, so that its includers keep their own setting. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include "config.h"
 #include "codec/codec.h"
 

@@ -21,15 +21,6 @@
 
 #include <strata.h>
 
-/* fp-contract off, as for the reduction kernels (reduce/elem.h): a fused multiply-add where one
- * host has FMA and another not would make encodings differ between them. The pragma covers the
- * codec files, which include this header first. */
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
-
 #include "reduce/half.h"
 
 /* The codecs' loops are also compiled for x86-64-v3 (AVX2, F16C) and picked at load time, as the

@@ -10,6 +10,15 @@
  * largest exponent), and rint is the add-and-subtract of 1.5 x 2^23 (exact for |y| < 2^22, round
  * to nearest even in the default rounding mode).
  */
+/* fp-contract off, as for the reduction kernels (reduce/elem.h): a fused multiply-add where one
+ * host has FMA and another not would make encodings differ between them. In each codec file, not
+ * in codec.h, so that its includers keep their own setting. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include "config.h"
 #include "codec/codec.h"
 
@@ -66,8 +75,9 @@ ST_CODEC_INLINE void st_int8_loop(const strataCompressParams_t *p, const float *
         }
         memcpy(scales + 4 * b, &s, 4);
         for (size_t i = lo; i < hi; i++) {
-            float   y = ((v[i] * up) * inv + 12582912.0f) - 12582912.0f; /* rint, |y| <= 127 (+) */
-            int32_t k = (int32_t)y;
+            float    y = ((v[i] * up) * inv + 12582912.0f) - 12582912.0f; /* rint, |y| <= 127 */
+            uint32_t ok = 0u - (uint32_t)(y - y == 0.0f); /* NaN in a non-finite block: q = 0 */
+            int32_t  k = (int32_t)st_f32_from_bits(st_f32_bits(y) & ok);
 
             k    = k > 127 ? 127 : (k < -127 ? -127 : k);
             q[i] = (int8_t)k;

@@ -8,6 +8,15 @@
  * its block, then added pairwise), the same on every rank and vectorisable; the rest is bit
  * manipulation.
  */
+/* fp-contract off, as for the reduction kernels (reduce/elem.h): a fused multiply-add where one
+ * host has FMA and another not would make encodings differ between them. In each codec file, not
+ * in codec.h, so that its includers keep their own setting. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include "config.h"
 #include "codec/codec.h"
 

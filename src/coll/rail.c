@@ -24,7 +24,6 @@ static st_status_t st_rail_post(st_comm_t *comm, st_rail_xfer_t *x, int peer, vo
     x->len     = len;
     x->tag     = tag;
     x->is_send = is_send;
-    x->codec   = NULL;
     x->buf     = buf;
     status = is_send ? comm->net->isend(ep, buf, len, tag, NULL, &x->req)
                      : comm->net->irecv(ep, buf, len, tag, NULL, &x->req);
@@ -35,12 +34,14 @@ static st_status_t st_rail_post(st_comm_t *comm, st_rail_xfer_t *x, int peer, vo
 st_status_t st_rail_send(st_comm_t *comm, st_rail_xfer_t *x, int peer, const void *buf,
                          size_t len, uint64_t tag)
 {
+    x->codec = NULL;
     return st_rail_post(comm, x, peer, (void *)buf, len, tag, 1); /* isend only reads it */
 }
 
 st_status_t st_rail_recv(st_comm_t *comm, st_rail_xfer_t *x, int peer, void *buf, size_t len,
                          uint64_t tag)
 {
+    x->codec = NULL;
     return st_rail_post(comm, x, peer, buf, len, tag, 0);
 }
 
@@ -50,6 +51,7 @@ st_status_t st_rail_send_coded(st_comm_t *comm, st_rail_xfer_t *x, int peer,
                                float *scratch, uint64_t tag)
 {
     st_codec_encode(codec, dt, src, n, residual, wire, scratch);
+    x->codec = NULL;
     return st_rail_post(comm, x, peer, wire, st_codec_wire_bytes(codec, dt, n), tag, 1);
 }
 
@@ -57,14 +59,11 @@ st_status_t st_rail_recv_coded(st_comm_t *comm, st_rail_xfer_t *x, int peer,
                                const strataCompressParams_t *codec, strataDataType_t dt,
                                void *dst, size_t n, void *wire, uint64_t tag)
 {
-    st_status_t status = st_rail_post(comm, x, peer, wire, st_codec_wire_bytes(codec, dt, n), tag,
-                                      0);
-
-    x->codec = codec;
+    x->codec = codec; /* before the post: the receive may complete at once */
     x->dtype = dt;
     x->dst   = dst;
     x->n     = n;
-    return status;
+    return st_rail_post(comm, x, peer, wire, st_codec_wire_bytes(codec, dt, n), tag, 0);
 }
 
 st_status_t st_rail_test(st_rail_xfer_t *x)

@@ -1055,6 +1055,14 @@ STRATA_API strataResult_t strataAllReduceCompressed(const void *sendbuff, void *
                  "for now", fn, comm->rank);
         return st_group_note(strataInvalidUsage);
     }
+    if (count > 0 && sendbuff == NULL) {
+        return st_group_note(st_api_null_buffer(&args, fn, "sendbuff"));
+    }
+    if (count > 0 && recvbuff == NULL) {
+        return st_group_note(st_api_null_buffer(&args, fn, "recvbuff"));
+    }
+    /* bound at the first call that passed the checks (its residual is this rank's share on
+     * this communicator) */
     if (__atomic_load_n(&compressor->comm, __ATOMIC_ACQUIRE) != comm) {
         void *none = NULL;
 
@@ -1066,12 +1074,6 @@ STRATA_API strataResult_t strataAllReduceCompressed(const void *sendbuff, void *
                      "compressor per bucket and communicator)", fn, comm->rank, comm->name);
             return st_group_note(strataInvalidArgument);
         }
-    }
-    if (count > 0 && sendbuff == NULL) {
-        return st_group_note(st_api_null_buffer(&args, fn, "sendbuff"));
-    }
-    if (count > 0 && recvbuff == NULL) {
-        return st_group_note(st_api_null_buffer(&args, fn, "recvbuff"));
     }
     /* only the inter-node step is compressed: on one node the call is strataAllReduce */
     if (comm->nnodes > 1) {

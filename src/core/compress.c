@@ -5,6 +5,7 @@
  */
 #include "config.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,6 +101,11 @@ STRATA_API strataResult_t strataCompressWireBytes(const strataCompressParams_t *
         st_error(ST_SUB_COLL, "strataCompressWireBytes: bytes is NULL");
         return strataInvalidArgument;
     }
+    if (count > (UINT64_C(1) << 48) / st_dtype_size(datatype)) {
+        st_error(ST_SUB_COLL, "strataCompressWireBytes: count %zu of %s overflows the address "
+                 "space", count, st_dtype_name(datatype));
+        return strataInvalidArgument;
+    }
     *bytes = st_codec_wire_bytes(params, datatype, count);
     return strataSuccess;
 }
@@ -122,7 +128,7 @@ STRATA_API strataResult_t strataCompressorCreate(strataCompressor_t *compressor,
     if (result != strataSuccess) {
         return result;
     }
-    if (count == 0 || count > (SIZE_MAX / 2) / sizeof(float)) {
+    if (count == 0 || count > (UINT64_C(1) << 48) / st_dtype_size(datatype)) {
         st_error(ST_SUB_COLL, "%s: count %zu is not a bucket's element count", fn, count);
         return strataInvalidArgument;
     }
@@ -156,6 +162,7 @@ STRATA_API strataResult_t strataCompressorReset(strataCompressor_t compressor)
     if (compressor->residual != NULL) {
         memset(compressor->residual, 0, compressor->count * sizeof(float));
     }
+    __atomic_store_n(&compressor->comm, NULL, __ATOMIC_RELEASE);
     return strataSuccess;
 }
 

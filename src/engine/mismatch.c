@@ -43,8 +43,9 @@ typedef struct st_check_fp {
     int32_t  name;  /* st_check_op_names index for messages (not part of the comparison) */
     int32_t  mem;   /* 1: run on the device windows (hier on device buffers): such a call and a
                      * host one would read different windows */
-    int32_t  codec; /* compressed all-reduce: the codec + 1 and a hash of its parameters in the
-                     * bits above 4 (st_check_codec); 0 uncompressed */
+    int32_t  codec; /* compressed all-reduce: the codec + 1 (st_check_codec); 0 uncompressed */
+    uint64_t codec_density; /* its topk density's bits, else 0 */
+    uint64_t codec_block;   /* its int8 or sign block, else 0 */
 } st_check_fp_t;
 
 typedef struct st_check_msg {
@@ -110,22 +111,23 @@ static int st_check_op_code(const st_coll_args_t *args, int *name_p)
     return (int)r->kind;
 }
 
-/* The fingerprint of a compressed call's codec (0: none): what must agree for the wire to agree
- * (the codec, a topk density, a block), not the error feedback, which is each rank's own. */
-static int32_t st_check_codec(const st_compressor_t *cz)
+/* A compressed call's codec in the fingerprint: what must agree for the wire to agree (the codec,
+ * a topk density, an int8 or sign block), not the error feedback, which is each rank's own. */
+static void st_check_codec(const st_compressor_t *cz, st_check_fp_t *fp)
 {
-    uint64_t h = 1469598103934665603ull, d;
-
+    fp->codec = 0;
+    fp->codec_block = 0;
+    fp->codec_density = 0;
     if (cz == NULL) {
-        return 0;
+        return;
     }
-    memcpy(&d, &cz->params.density, sizeof(d));
-    d = cz->params.codec == strataCodecTopk ? d : 0;
-    h = (h ^ d) * 1099511628211ull;
-    h = (h ^ (uint64_t)(cz->params.codec == strataCodecInt8 || cz->params.codec == strataCodecSign
-                            ? cz->params.block : 0)) * 1099511628211ull;
-    return (int32_t)(((uint32_t)(cz->params.codec + 1) & 0xf) | ((uint32_t)(h >> 36) << 4 &
-                                                                  0x7ffffff0u));
+    fp->codec = (int32_t)cz->params.codec + 1;
+    if (cz->params.codec == strataCodecTopk) {
+        memcpy(&fp->codec_density, &cz->params.density, sizeof(fp->codec_density));
+    }
+    if (cz->params.codec == strataCodecInt8 || cz->params.codec == strataCodecSign) {
+        fp->codec_block = (uint64_t)cz->params.block;
+    }
 }
 
 /* Compares the calls, not who made them. */
@@ -143,6 +145,8 @@ static int st_check_fp_cmp(const st_check_fp_t *a, const st_check_fp_t *b)
     ST_CHECK_CMP_FIELD(root)
     ST_CHECK_CMP_FIELD(mem)
     ST_CHECK_CMP_FIELD(codec)
+    ST_CHECK_CMP_FIELD(codec_density)
+    ST_CHECK_CMP_FIELD(codec_block)
 #undef ST_CHECK_CMP_FIELD
     return 0;
 }
@@ -178,8 +182,18 @@ static void st_check_describe(const st_check_fp_t *fp, char *buf, size_t len)
         n += snprintf(buf + n, len - (size_t)n, " on device buffers");
     }
     if (fp->codec != 0 && n > 0 && (size_t)n < len) {
-        snprintf(buf + n, len - (size_t)n, " compressed %s",
-                 st_codec_name((strataCodec_t)((fp->codec & 0xf) - 1)));
+        strataCompressParams_t p;
+        char                   spec[48];
+
+        memset(&p, 0, sizeof(p));
+        p.codec         = (strataCodec_t)(fp->codec - 1);
+        p.block         = (size_t)fp->codec_block;
+        p.errorFeedback = 1;
+        memcpy(&p.density, &fp->codec_density, sizeof(p.density));
+        if (st_codec_check(&p) != NULL || !st_codec_format(&p, spec, sizeof(spec))) {
+            snprintf(spec, sizeof(spec), "%s", st_codec_name(p.codec));
+        }
+        snprintf(buf + n, len - (size_t)n, " compressed %s", spec);
     }
 }
 
@@ -536,7 +550,7 @@ st_status_t st_check_attach(const st_coll_args_t *args, st_op_t **op_p)
     check->cur.min.name  = name;
     check->cur.min.root  = st_coll_info(args->type)->rooted ? args->root : -1;
     check->cur.min.mem   = (args->mem == ST_MEM_CUDA);
-    check->cur.min.codec = st_check_codec(args->compress);
+    st_check_codec(args->compress, &check->cur.min);
     check->cur.min.rank  = comm->rank;
     check->cur.max       = check->cur.min;
     (*op_p)->check       = check;
