@@ -98,39 +98,11 @@ static const char *cfg_name(const strataCompressParams_t *p, char *buf, size_t s
     return buf;
 }
 
-/* f rounded to dt by half.h (the reference of every cast below) */
-static float round_dt(strataDataType_t dt, float f)
-{
-    if (dt == strataFloat16) {
-        return st_half_to_float(st_float_to_half(f));
-    }
-    if (dt == strataBfloat16) {
-        return st_bf16_to_float(st_float_to_bf16(f));
-    }
-    return f;
-}
-
-static void store_dt(strataDataType_t dt, void *dst, size_t i, float f)
-{
-    if (dt == strataFloat16) {
-        ((uint16_t *)dst)[i] = st_float_to_half(f);
-    } else if (dt == strataBfloat16) {
-        ((uint16_t *)dst)[i] = st_float_to_bf16(f);
-    } else {
-        ((float *)dst)[i] = f;
-    }
-}
-
-static float load_dt(strataDataType_t dt, const void *src, size_t i)
-{
-    if (dt == strataFloat16) {
-        return st_half_to_float(((const uint16_t *)src)[i]);
-    }
-    if (dt == strataBfloat16) {
-        return st_bf16_to_float(((const uint16_t *)src)[i]);
-    }
-    return ((const float *)src)[i];
-}
+/* The datatype's element access and rounding: codec.h's (half.h's conversions, round to nearest
+ * even), the reference of every cast below. */
+#define round_dt st_codec_round
+#define store_dt st_codec_store
+#define load_dt  st_codec_load
 
 /* The header's k of topk: ceil(density x n), clamped to [1, n]. */
 static size_t ref_topk_k(double density, size_t n)
