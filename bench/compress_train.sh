@@ -20,9 +20,13 @@
 #   no   one bucket holding every gradient (--bucket-mb --no-overlap-mb, 64 MB): DDP can launch
 #        it only once backward is done, so nothing overlaps
 # Columns (medians over --reps runs; runs interleave: run 1 of every row, then run 2, ...):
-#   wire B/step     bytes each rank sent over the network per step, mean over the 4 ranks (one
+#   wire B/rank     bytes each rank sent over the network per step, mean over the 4 ranks (one
 #                   probe step at the end of each run: strataCommGetPhaseTimes bytes[1] of each
 #                   call, see ddp_digits.py; per node it is twice this)
+#   link B/node     the check of it: bytes each node received over its link in the run (interface
+#                   counters, run_ddp_emu.sh), mean of the 2 nodes, over the steps that
+#                   communicate (training, the overlap rounds with communication, the probe):
+#                   TCP/IP headers, gloo's traffic and PowerSGD's first plain steps included
 #   compute ms      forward (with the loss) + backward under no_sync, + the optimizer step
 #   exposed ms      communication not hidden behind compute: forward + backward with DDP's
 #                   reduction minus the same under no_sync (ddp_digits.py's overlap rounds)
@@ -133,8 +137,8 @@ for c in $codecs; do bench_log "  $(printf '%-9s' "$c") $(comm_args "$c")"; done
 bench_log "  overlap yes: --bucket-mb $bucket_mb; no: --bucket-mb $flat_mb" \
           "(one bucket: reduced after backward)"
 bench_log "model: $BENCH_COLLBENCH model --nodes 2 --ranks-per-node 2 --rails 1 --inter-gbps $gbps" \
-          "--params P --bucket-bytes B --forward F --backward W --compress SPEC" \
-          "${codec_costs:+--codec-costs $codec_costs}"
+          "--params P --bucket-bytes B --forward F --backward W" \
+          "--compress SPEC${codec_costs:+ --codec-costs $codec_costs}"
 bench_log "median of $BENCH_REPS run(s) per row, interleaved"
 
 failed=0
@@ -168,20 +172,27 @@ done
 
 # The table: medians per row, then the model fed with each row's medians.
 "$py" - "$BENCH_TMP" "$BENCH_COLLBENCH" "$gbps" "$codec_costs" "$BENCH_REPS" "$codecs" "$modes" \
-      "$bucket_mb" "$flat_mb" "$topk" "$psgd_rank" <<'EOF'
+      "$bucket_mb" "$flat_mb" "$topk" "$psgd_rank" "$rounds" "$tsteps" <<'EOF'
 import json, os, re, statistics, subprocess, sys
 tmp, collbench, gbps, costs, reps = sys.argv[1:6]
 codecs, modes = sys.argv[6].split(), sys.argv[7].split()
 bucket_mb, flat_mb, topk, psgd_rank = sys.argv[8:12]
+timed_steps = int(sys.argv[12]) * int(sys.argv[13])
 spec = {"fp32": "none", "topk": "topk:" + topk}
 label = {"topk": "topk:" + topk, "powersgd": "powersgd r" + psgd_rank}
 
 def runs(key):
+    """The JSON of every run of a row, with "link": bytes per node and communicating step."""
     out = []
     for r in range(1, int(reps) + 1):
         f = os.path.join(tmp, "%s.%d.json" % (key, r))
         if os.path.exists(f) and not os.path.exists(os.path.join(tmp, key + ".failed")):
-            out.append(json.load(open(f)))
+            res = json.load(open(f))
+            with open(os.path.join(tmp, "%s.%d.out" % (key, r))) as log:
+                m = re.search(r"bytes received over the links: node0 (\d+) node1 (\d+)", log.read())
+            steps = res["epochs"] * res["steps_per_epoch"] + timed_steps + 1
+            res["link"] = (int(m.group(1)) + int(m.group(2))) / 2 / steps if m else None
+            out.append(res)
     return out
 
 def med(rs, k):
@@ -216,9 +227,9 @@ for m in modes:
         if not rs:
             rows[c, m] = None
             continue
-        row = {k: med(rs, k) for k in ("wire_bytes", "forward_ms", "backward_ms", "optimizer_ms",
-                                       "exposed_ms", "step_ms", "test_accuracy", "sync_ms",
-                                       "nosync_ms")}
+        row = {k: med(rs, k) for k in ("wire_bytes", "link", "forward_ms", "backward_ms",
+                                       "optimizer_ms", "exposed_ms", "step_ms", "test_accuracy",
+                                       "sync_ms", "nosync_ms")}
         row["parameters"] = rs[0]["parameters"]
         row["wire_source"] = rs[0]["wire_source"]
         row["identical"] = all(r["params_identical"] for r in rs)
@@ -234,9 +245,9 @@ for m in modes:
                   "dominates" if f["exposed_ms"] > 2 * comp else "does NOT dominate", m,
                   f["exposed_ms"], comp, f["exposed_ms"] / comp))
 print()
-print("| codec | overlap | wire B/step | compute ms | exposed ms | step ms | speedup | acc % "
-      "| model ms | model x |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| codec | overlap | wire B/rank | link B/node | compute ms | exposed ms | step ms | "
+      "speedup | acc % | model ms | model x |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 notes = set()
 for m in modes:
     base = rows.get(("fp32", m))
@@ -244,7 +255,7 @@ for m in modes:
         row = rows[c, m]
         name = label.get(c, c)
         if row is None:
-            print("| %s | %s | (failed) | | | | | | | |" % (name, m))
+            print("| %s | %s | (failed) | | | | | | | | |" % (name, m))
             continue
         ms = lambda v: "-" if v is None else "%.2f" % v
         comp = row["forward_ms"] + row["backward_ms"] + row["optimizer_ms"] \
@@ -257,8 +268,9 @@ for m in modes:
                       "fixed overhead, not this MLP's matrices")
         if not row["identical"]:
             notes.add("%s, overlap %s: the ranks' parameters were NOT bitwise identical" % (c, m))
-        print("| %s | %s | %d | %s | %s | %s | %s | %.2f | %s | %s |" % (
-            name, m, round(row["wire_bytes"]), ms(comp), ms(row["exposed_ms"]),
+        print("| %s | %s | %d | %s | %s | %s | %s | %s | %.2f | %s | %s |" % (
+            name, m, round(row["wire_bytes"]),
+            "-" if row["link"] is None else "%.0f" % row["link"], ms(comp), ms(row["exposed_ms"]),
             ms(row["step_ms"]), sp, row["test_accuracy"],
             "-" if pred is None else "%.2f" % pred[0],
             "-" if pred is None else "%.2fx" % pred[1]))
