@@ -568,7 +568,8 @@ STRATA_API strataResult_t strataCompressWireBytes(const strataCompressParams_t *
 /* Makes the compression state of a bucket of count elements (>= 1) of datatype (strataFloat32,
  * strataFloat16 or strataBfloat16), one per bucket and rank. It is bound to the first
  * communicator it is used with. Returns strataInvalidArgument, logged with the reason, for a
- * NULL argument, count 0, another datatype, a codec out of range, a topk density outside (0, 1]
+ * NULL argument, count 0 or above 2^48 bytes, another datatype, a codec out of range, a topk
+ * density outside (0, 1]
  * (or NaN), an int8 or sign block of 0 or above 2^24, errorFeedback not 0 or 1;
  * strataSystemError when the residual cannot be allocated. */
 STRATA_API strataResult_t strataCompressorCreate(strataCompressor_t *compressor,
@@ -717,7 +718,8 @@ STRATA_API strataResult_t strataMemFree(void *ptr);
  * the same three-phase pipeline, see README "Algorithms"): phase 0 is the copy into the node's
  * windows and the intra-node reduce-scatter (all-to-all: the gather of each node pair's message),
  * phase 1 the inter-node step of this rank's shards over its rail (all-reduce: a ring's
- * all-reduce; compressed all-reduce: its two exchanges of encodings, bytes[1] the encoded bytes; reduce-scatter and all-gather: that half of the ring; broadcast and reduce: a chain
+ * all-reduce; compressed all-reduce: its two exchanges of encodings, bytes[1] the encoded bytes;
+ * reduce-scatter and all-gather: that half of the ring; broadcast and reduce: a chain
  * over the nodes; all-to-all: one message to and from every other node), phase 2 the intra-node
  * all-gather (all-to-all: the copy out). seconds[0] and seconds[2]: the time this rank spent
  * copying and reducing in those phases, waits for local peers excluded; seconds[1]: the time

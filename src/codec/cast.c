@@ -114,7 +114,8 @@ ST_CODEC_INLINE void st_cast_fp16_dec(const uint16_t *w, size_t n, void *dst, st
     }
 }
 
-ST_CODEC_TARGETS static void st_cast_decode_fp16(const strataCompressParams_t *p, strataDataType_t dt,
+ST_CODEC_TARGETS static void st_cast_decode_fp16(const strataCompressParams_t *p,
+                                                 strataDataType_t dt,
                                 const void *wire, size_t n, void *dst)
 {
     (void)p;
@@ -159,7 +160,8 @@ ST_CODEC_INLINE void st_cast_bf16_dec(const uint16_t *w, size_t n, void *dst, st
     }
 }
 
-ST_CODEC_TARGETS static void st_cast_decode_bf16(const strataCompressParams_t *p, strataDataType_t dt,
+ST_CODEC_TARGETS static void st_cast_decode_bf16(const strataCompressParams_t *p,
+                                                 strataDataType_t dt,
                                 const void *wire, size_t n, void *dst)
 {
     (void)p;

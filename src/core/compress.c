@@ -48,7 +48,8 @@ STRATA_API strataResult_t strataCompressFormat(const strataCompressParams_t *par
 
     ST_COMPRESS_INIT();
     if (params == NULL || buf == NULL) {
-        st_error(ST_SUB_COLL, "strataCompressFormat: %s is NULL", params == NULL ? "params" : "buf");
+        st_error(ST_SUB_COLL, "strataCompressFormat: %s is NULL",
+                 params == NULL ? "params" : "buf");
         return strataInvalidArgument;
     }
     why = st_codec_check(params);
