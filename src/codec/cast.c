@@ -115,8 +115,8 @@ ST_CODEC_INLINE void st_cast_fp16_dec(const uint16_t *w, size_t n, void *dst, st
 }
 
 ST_CODEC_TARGETS static void st_cast_decode_fp16(const strataCompressParams_t *p,
-                                                 strataDataType_t dt,
-                                const void *wire, size_t n, void *dst)
+                                                 strataDataType_t dt, const void *wire,
+                                                 size_t n, void *dst)
 {
     (void)p;
     if (dt == strataFloat16) {
@@ -161,8 +161,8 @@ ST_CODEC_INLINE void st_cast_bf16_dec(const uint16_t *w, size_t n, void *dst, st
 }
 
 ST_CODEC_TARGETS static void st_cast_decode_bf16(const strataCompressParams_t *p,
-                                                 strataDataType_t dt,
-                                const void *wire, size_t n, void *dst)
+                                                 strataDataType_t dt, const void *wire,
+                                                 size_t n, void *dst)
 {
     (void)p;
     if (dt == strataBfloat16) {
