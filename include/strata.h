@@ -545,7 +545,7 @@ typedef struct strataCompressor *strataCompressor_t;
 
 /* Parses a codec as collbench's --compress and the Python binding spell it: "none", "fp16",
  * "bf16", "int8", "int8:<block>", "topk:<density>", "sign", "sign:<block>", optionally followed by
- * ",noef" (no error feedback). Fills *params (error feedback on, block 256 unless given).
+ * ",noef" (no error feedback) or ",ef" (error feedback, the default). Fills *params (error feedback on, block 256 unless given).
  * Returns strataInvalidArgument for a NULL argument or a spec it cannot read (logged: the spec
  * and what is wrong, e.g. a density outside (0, 1]). */
 STRATA_API strataResult_t strataCompressParse(const char *spec, strataCompressParams_t *params);

@@ -1069,9 +1069,11 @@ STRATA_API strataResult_t strataAllReduceCompressed(const void *sendbuff, void *
         if (!__atomic_compare_exchange_n(&compressor->comm, &none, (void *)comm, 0,
                                          __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
             none != comm) {
-            st_error(ST_SUB_COLL, "%s (rank %d): the compressor was first used on another "
-                     "communicator than %s; its residual is this rank's share there (one "
-                     "compressor per bucket and communicator)", fn, comm->rank, comm->name);
+            st_error(ST_SUB_COLL, "%s (rank %d): the compressor is bound to another "
+                     "communicator (the one of its first call), not to this one (%s): its "
+                     "residual is this rank's share there; one compressor per bucket and "
+                     "communicator, or strataCompressorReset to rebind it", fn, comm->rank,
+                     comm->name);
             return st_group_note(strataInvalidArgument);
         }
     }

@@ -471,13 +471,18 @@ emunet_up()
         emunet_log "network $id exists already (emunet.sh down $id)"; return 1
     fi
     # State first: whatever is created after it can be found and removed by cleanup-stale.
-    mkdir -p "$EMUNET_STATE_DIR"
     # Written whole, then renamed: a concurrent cleanup-stale must never read it half-written
-    # (an empty owner reads as a dead one).
-    printf 'owner=%s\nowner_start=%s\nnodes=%s\nrate=%s\nif=%s\nlinks=%s\nmtu=%s\n' \
-        "$owner" "$(emunet_starttime "$owner")" "$n" "$ratespec" "$EMUNET_IF" "$nlinks" \
-        "${mtu:-1500}" \
-        >"$EMUNET_STATE_DIR/.$id.tmp" && mv -f "$EMUNET_STATE_DIR/.$id.tmp" "$EMUNET_STATE_DIR/$id"
+    # (an empty owner reads as a dead one). Retried: another network's `down` removes the folder
+    # when it holds nothing else (rmdir), which can fall between our mkdir and our write.
+    local try
+    for try in 1 2 3 4 5; do
+        mkdir -p "$EMUNET_STATE_DIR" 2>/dev/null &&
+            printf 'owner=%s\nowner_start=%s\nnodes=%s\nrate=%s\nif=%s\nlinks=%s\nmtu=%s\n' \
+                "$owner" "$(emunet_starttime "$owner")" "$n" "$ratespec" "$EMUNET_IF" "$nlinks" \
+                "${mtu:-1500}" >"$EMUNET_STATE_DIR/.$id.tmp" 2>/dev/null &&
+            mv -f "$EMUNET_STATE_DIR/.$id.tmp" "$EMUNET_STATE_DIR/$id" 2>/dev/null && break
+        [ "$try" = 5 ] && { emunet_log "cannot write the state of network $id in $EMUNET_STATE_DIR"; return 1; }
+    done
     for ((l = 0; l < nlinks; l++)); do
         sw=$(emunet_switch_ns "$l" "$id")
         {

@@ -442,6 +442,12 @@ static int cb_compress_check_args(const cb_opts_t *opts)
                 "model\n", opts->prog);
         return -1;
     }
+    if ((opts->colls & ~(1u << ST_COLL_ALLREDUCE)) != 0 &&
+        __builtin_popcount(opts->colls) > 2) { /* "all", or a list */
+        fprintf(stderr, "%s: --compress applies to all_reduce only, not to %d collectives\n",
+                opts->prog, __builtin_popcount(opts->colls));
+        return -1;
+    }
     for (i = 0; i < CB_NUM_COLLS; i++) {
         if (cb_colls[i] != ST_COLL_ALLREDUCE && (opts->colls & (1u << cb_colls[i]))) {
             fprintf(stderr, "%s: --compress applies to all_reduce only, not %s\n", opts->prog,
