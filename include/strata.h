@@ -578,14 +578,18 @@ STRATA_API strataResult_t strataCompressorCreate(strataCompressor_t *compressor,
 
 /* Sets the residual to zero and unbinds the compressor from its communicator (a new training
  * run over the same buckets, or a new communicator after a failure). strataInvalidArgument for
- * NULL. Not while a call using it is in flight. */
+ * NULL; strataInvalidUsage (logged, nothing changed) while a call using it is queued (on a stream,
+ * in an open group) or running. */
 STRATA_API strataResult_t strataCompressorReset(strataCompressor_t compressor);
 
 /* Copies the codec parameters of compressor into *params. strataInvalidArgument for NULL. */
 STRATA_API strataResult_t strataCompressorGetParams(strataCompressor_t compressor,
                                                     strataCompressParams_t *params);
 
-/* Frees the state. NULL is a no-op. No call using it may be in flight. */
+/* Frees the state. NULL is a no-op. strataInvalidUsage (logged, nothing freed) while a call using
+ * it is queued (on a stream, in an open group) or running: synchronize the stream or end the
+ * group first; after a call that failed, its communicator may hold the call until
+ * strataCommDestroy or strataCommAbort. */
 STRATA_API strataResult_t strataCompressorDestroy(strataCompressor_t compressor);
 
 /* strataAllReduce (sum or avg of floating data on host buffers) with the inter-node phase

@@ -61,6 +61,8 @@ struct strataCompressor {
     strataDataType_t       dtype;
     float                 *residual; /* [count], or NULL without error feedback */
     void                  *comm;     /* the communicator it is bound to (first use), or NULL */
+    int                    refs;     /* calls queued (kept args) or running (hier's op) that use
+                                      * it: Destroy and Reset refuse while any */
 };
 typedef struct strataCompressor st_compressor_t;
 

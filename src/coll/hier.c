@@ -1295,6 +1295,9 @@ static void st_hier_free(void *arg)
 {
     st_hier_t *h = arg;
 
+    if (h->cz != NULL) {
+        __atomic_sub_fetch(&h->cz->refs, 1, __ATOMIC_ACQ_REL);
+    }
     free(h->ring_mem);
     free(h->net_mem);
     free(h->tmp_mem);
@@ -1443,6 +1446,7 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
     default: /* all-reduce; compressed: two steps of messages to every other node */
         if (args->compress != NULL && h->nnodes > 1) {
             h->cz        = args->compress;
+            __atomic_add_fetch(&h->cz->refs, 1, __ATOMIC_ACQ_REL); /* dropped by st_hier_free */
             h->inter     = ST_HIER_CODED;
             h->step_end  = 2;
             h->tag_steps = 2 * h->nnodes;

@@ -160,6 +160,12 @@ STRATA_API strataResult_t strataCompressorReset(strataCompressor_t compressor)
         st_error(ST_SUB_COLL, "strataCompressorReset: compressor is NULL");
         return strataInvalidArgument;
     }
+    if (__atomic_load_n(&compressor->refs, __ATOMIC_ACQUIRE) > 0) {
+        st_error(ST_SUB_COLL, "strataCompressorReset: %d calls using the compressor are queued "
+                 "or running (synchronize their stream, or end their group, first)",
+                 __atomic_load_n(&compressor->refs, __ATOMIC_ACQUIRE));
+        return strataInvalidUsage;
+    }
     if (compressor->residual != NULL) {
         memset(compressor->residual, 0, compressor->count * sizeof(float));
     }
@@ -183,6 +189,14 @@ STRATA_API strataResult_t strataCompressorGetParams(strataCompressor_t compresso
 STRATA_API strataResult_t strataCompressorDestroy(strataCompressor_t compressor)
 {
     if (compressor != NULL) {
+        int refs = __atomic_load_n(&compressor->refs, __ATOMIC_ACQUIRE);
+
+        if (refs > 0) {
+            st_error(ST_SUB_COLL, "strataCompressorDestroy: %d calls using the compressor are "
+                     "queued or running (synchronize their stream, or end their group, first); "
+                     "nothing freed", refs);
+            return strataInvalidUsage;
+        }
         free(compressor->residual);
         free(compressor);
     }

@@ -225,6 +225,7 @@ static st_stream_item_t *st_stream_item_new(const st_coll_args_t *args, int narg
     memcpy(item->args, args, (size_t)nargs * sizeof(*args));
     for (int i = 0; i < nargs; i++) {
         item->args[i].v_owned = NULL; /* the caller's copy stays the caller's */
+        item->args[i].cz_held = 0;
         if (st_coll_args_keep(&item->args[i]) != ST_OK) {
             st_error(ST_SUB_COLL, "out of memory queueing %d calls", nargs);
             st_stream_item_free(item);

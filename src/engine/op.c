@@ -10,6 +10,8 @@
 
 #include "engine/op.h"
 
+#include "codec/codec.h"
+
 #include "engine/comm.h"
 
 /* The bus-bandwidth factors are nccl-tests' (doc/PERFORMANCE.md, "Bus bandwidth"): all-reduce
@@ -91,6 +93,10 @@ st_status_t st_coll_args_keep(st_coll_args_t *args)
     size_t  n = (size_t)args->comm->nranks;
     size_t *v;
 
+    if (args->compress != NULL && !args->cz_held) {
+        __atomic_add_fetch(&args->compress->refs, 1, __ATOMIC_ACQ_REL);
+        args->cz_held = 1;
+    }
     if (args->type != ST_COLL_ALLTOALLV || args->v_owned != NULL) {
         return ST_OK;
     }
@@ -112,6 +118,10 @@ st_status_t st_coll_args_keep(st_coll_args_t *args)
 
 void st_coll_args_drop(st_coll_args_t *args)
 {
+    if (args->cz_held) {
+        __atomic_sub_fetch(&args->compress->refs, 1, __ATOMIC_ACQ_REL);
+        args->cz_held = 0;
+    }
     if (args->v_owned != NULL) {
         free(args->v_owned);
         args->v_owned = NULL;

@@ -88,13 +88,18 @@ typedef struct st_coll_args {
     /* strataAllReduceCompressed: the bucket's compression state (codec/codec.h), borrowed from
      * the caller for the call's life; NULL otherwise. hier compresses its inter-node step. */
     struct strataCompressor *compress;
+    int              cz_held;    /* st_coll_args_keep took a reference on compress (its refs):
+                                  * strataCompressorDestroy refuses while a kept call holds one */
     size_t          *v_owned;    /* the copy st_coll_args_keep made (4 x nranks), or NULL */
 } st_coll_args_t;
 
 /* Makes args own its AlltoAllv arrays (one heap copy; nothing for other collectives, or when it
- * owns them already): call before keeping args past the call that made it. ST_ERR_NO_MEMORY. */
+ * owns them already) and hold a reference on its compressor (a compressed all-reduce): call
+ * before keeping args past the call that made it. ST_ERR_NO_MEMORY. A copy of kept args is not
+ * kept: clear its v_owned and cz_held first (as a stream's queue does). */
 st_status_t st_coll_args_keep(st_coll_args_t *args);
-/* Frees what st_coll_args_keep made (args' arrays are then invalid). NULL-safe, idempotent. */
+/* Frees what st_coll_args_keep made (args' arrays are then invalid) and drops its compressor
+ * reference. NULL-safe, idempotent. */
 void st_coll_args_drop(st_coll_args_t *args);
 
 /* The row of collective `type`; for a value out of range, a row named "unknown" with no

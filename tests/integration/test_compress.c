@@ -365,8 +365,24 @@ static int cz_refusals(it_ctx_t *c)
         IT_OK(strataAllReduceCompressed(in, out, 64, strataFloat32, strataSum, cz, sub, NULL));
         strataCommDestroy(sub);
     }
-    strataCompressorDestroy(cz);
-    strataCompressorDestroy(half);
+    /* calls queued on a stream hold the compressor: Reset and Destroy refuse until they are done */
+    {
+        strataStream_t s = NULL;
+
+        IT_OK(strataCompressorReset(cz)); /* bound to sub above: back to c->comm */
+        if (IT_OK(strataStreamCreate(&s))) {
+            for (int k = 0; k < 4; k++) {
+                IT_OK(strataAllReduceCompressed(in, out, 64, strataFloat32, strataSum, cz, c->comm,
+                                                s));
+            }
+            IT_RES(strataCompressorDestroy(cz), strataInvalidUsage);
+            IT_RES(strataCompressorReset(cz), strataInvalidUsage);
+            IT_OK(strataStreamSynchronize(s));
+            IT_OK(strataStreamDestroy(s));
+        }
+    }
+    IT_OK(strataCompressorDestroy(cz));
+    IT_OK(strataCompressorDestroy(half));
     return 0;
 }
 

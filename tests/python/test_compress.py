@@ -321,7 +321,7 @@ class TestOneNode(unittest.TestCase):
                 with self.assertRaises(strata.StrataError) as cm:
                     two.all_reduce_compressed(y, compressor=c)
                 self.assertEqual(cm.exception.result, Result.INVALID_ARGUMENT)
-                self.assertIn("first used on another communicator", cm.exception.message)
+                self.assertIn("is bound to another communicator", cm.exception.message)
             finally:
                 one.destroy()
                 two.destroy()
