@@ -69,12 +69,13 @@ struct st_check {
     int             round;          /* rounds merged so far */
     st_status_t     result;         /* ST_INPROGRESS until decided */
     st_check_msg_t  cur;
-    st_check_msg_t  out[ST_CHECK_MAX_ROUNDS];
-    st_check_msg_t  in[ST_CHECK_MAX_ROUNDS];
-    st_request_t    sreq[ST_CHECK_MAX_ROUNDS];
-    st_request_t    rreq[ST_CHECK_MAX_ROUNDS];
-    int             sposted[ST_CHECK_MAX_ROUNDS];
-    int             rposted[ST_CHECK_MAX_ROUNDS];
+    /* [nrounds] each, in the check's own allocation (st_check_attach): sized by the rounds the
+     * communicator needs, not by ST_CHECK_MAX_ROUNDS, since every collective makes and zeroes
+     * one (callgrind, 2 ranks, 4 KiB all-reduce: 13.5k instructions per call in calloc before,
+     * of about 20k per call) */
+    st_check_msg_t *out, *in;
+    st_request_t   *sreq, *rreq;
+    int            *sposted, *rposted;
     /* stall notices: rank != 0 sends one; rank 0 receives up to n-1 */
     int                notice_state;  /* 0 none; 1 sent / collecting; 2 reported */
     double             notice_since;
@@ -514,9 +515,22 @@ st_status_t st_check_attach(const st_coll_args_t *args, st_op_t **op_p)
     while ((1L << nrounds) < comm->nranks) {
         nrounds++;
     }
-    check = calloc(1, sizeof(*check));
-    if (check == NULL) {
-        goto err_nomem;
+    {
+        size_t r = (size_t)nrounds;
+        char  *p = calloc(1, sizeof(*check) + r * (2 * sizeof(st_check_msg_t) +
+                                                   2 * sizeof(st_request_t) + 2 * sizeof(int)));
+
+        if (p == NULL) {
+            goto err_nomem;
+        }
+        check = (st_check_t *)(void *)p;
+        p += sizeof(*check); /* the arrays after it, the 8-byte-aligned ones first */
+        check->out     = (st_check_msg_t *)(void *)p;
+        check->in      = check->out + r;
+        check->sreq    = (st_request_t *)(void *)(check->in + r);
+        check->rreq    = check->sreq + r;
+        check->sposted = (int *)(void *)(check->rreq + r);
+        check->rposted = check->sposted + r;
     }
     if (*op_p == NULL) {
         st_op_t *op = calloc(1, sizeof(*op));
