@@ -85,8 +85,9 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_agree_fn agree, st_mem_typ
     /* Across nodes, twice the default slots when they are 1 MiB or less (windows of 16 MiB at
      * most): the compressed inter-node step (hier.c, docs/compression.md) sends each chunk's
      * shards smaller by the codec's ratio, so it needs more chunks in flight to keep a link full
-     * (bench/compress.sh, 2 x 2 ranks at 1 Gbit/s: fp16 1.67x -> 2.00x, sign 5.9x -> 6.3x over
-     * the uncompressed call; the uncompressed call is the same, 0.178 GB/s busbw either way).
+     * (bench/compress.sh --reps 3, 2 x 2 ranks at 1 Gbit/s, against STRATA_PIPELINE_DEPTH=4:
+     * fp16 1.91x -> 1.99x, sign 6.33x -> 7.42x over the uncompressed call, which stays at
+     * 0.178-0.179 GB/s busbw either way; docs/compression.md "Pipeline depth").
      * The same on every rank: the layout and the agreed tuning decide it. */
     if (comm->tune != NULL && comm->tune->depth_auto && comm->nnodes > 1 &&
         intra->chunk_bytes <= ((size_t)1 << 20) && 2 * intra->depth <= ST_PIPE_MAX_DEPTH) {
