@@ -178,6 +178,8 @@ typedef struct st_hier {
      * encoding's bytes */
     st_compressor_t *cz;
     size_t           block_max, wire_max;
+    size_t           wire_stride, dec_stride; /* of the areas (st_hier_coded_t): wire_max and
+                                               * block_max elements, on 64-byte lines */
 } st_hier_t;
 
 /* Splits len elements into parts even pieces on multiples of unit; piece i's offset and length
@@ -672,14 +674,12 @@ static st_hier_coded_t st_hier_coded_areas(const st_hier_t *h, const st_hier_rin
 {
     st_hier_coded_t c;
     size_t          others = (size_t)h->nnodes - 1;
-    size_t          w = ST_DIV_ROUND_UP(h->wire_max, 64) * 64;
-    size_t          d = ST_DIV_ROUND_UP(h->block_max * h->es, 64) * 64;
 
     c.out     = r->tmp;
-    c.in      = c.out + others * w;
-    c.sum     = c.in + others * w;
-    c.dec     = c.sum + w;
-    c.scratch = (float *)(void *)(c.dec + others * d);
+    c.in      = c.out + others * h->wire_stride;
+    c.sum     = c.in + others * h->wire_stride;
+    c.dec     = c.sum + h->wire_stride;
+    c.scratch = (float *)(void *)(c.dec + others * h->dec_stride);
     return c;
 }
 
@@ -687,10 +687,8 @@ static st_hier_coded_t st_hier_coded_areas(const st_hier_t *h, const st_hier_rin
 static size_t st_hier_coded_bytes(const st_hier_t *h)
 {
     size_t others = (size_t)h->nnodes - 1;
-    size_t w = ST_DIV_ROUND_UP(h->wire_max, 64) * 64;
-    size_t d = ST_DIV_ROUND_UP(h->block_max * h->es, 64) * 64;
 
-    return (2 * others + 1) * w + others * d +
+    return (2 * others + 1) * h->wire_stride + others * h->dec_stride +
            st_codec_scratch(&h->cz->params, h->block_max) * sizeof(float);
 }
 
@@ -712,8 +710,7 @@ static st_status_t st_hier_coded_post(st_hier_t *h, st_hier_slot_t *s, st_hier_r
     st_hier_coded_t               c = st_hier_coded_areas(h, r);
     const strataCompressParams_t *p = &h->cz->params;
     size_t                        mine_off, mine = st_hier_block(h, s->k, r, h->node, &mine_off);
-    size_t                        w = ST_DIV_ROUND_UP(h->wire_max, 64) * 64;
-    size_t                        dsz = ST_DIV_ROUND_UP(h->block_max * h->es, 64) * 64;
+    size_t                        w = h->wire_stride, dsz = h->dec_stride;
     size_t                        gbase = s->k * h->chunk; /* elements before the chunk */
     size_t                        sum_bytes = st_codec_wire_bytes(p, h->args.dtype, mine);
     uint64_t base = ((uint64_t)(s->k * (size_t)h->nshards + (size_t)r->j) * 2 + (uint64_t)r->step) *
@@ -768,7 +765,7 @@ static void st_hier_coded_sum(st_hier_t *h, st_hier_slot_t *s, st_hier_ring_t *r
     char            *res = st_hier_ring_res(h, s->k);
     st_hier_coded_t  c = st_hier_coded_areas(h, r);
     size_t           off, cnt = st_hier_block(h, s->k, r, h->node, &off);
-    size_t           dsz = ST_DIV_ROUND_UP(h->block_max * h->es, 64) * 64;
+    size_t           dsz = h->dec_stride;
     const char      *acc;
 
     if (cnt == 0) {
@@ -1540,6 +1537,8 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
         if (h->inter == ST_HIER_CODED) { /* a block: a shard's N-th, + 1 unit (st_hier_split) */
             h->block_max = ST_DIV_ROUND_UP(shard_max, (size_t)h->nnodes) + 2 * h->unit;
             h->wire_max  = st_codec_wire_bytes(&h->cz->params, args->dtype, h->block_max);
+            h->wire_stride = ST_DIV_ROUND_UP(h->wire_max, 64) * 64;
+            h->dec_stride  = ST_DIV_ROUND_UP(h->block_max * h->es, 64) * 64;
             tmp_bytes = ST_DIV_ROUND_UP(st_hier_coded_bytes(h), 64) * 64;
         }
         size_t nrings = (size_t)h->nowned * (size_t)h->depth;
