@@ -2,22 +2,26 @@
 # intra_node.sh: one node, 2 and 4 ranks, float sum all-reduce, 4 KiB to 256 MiB: strata against
 # Open MPI's MPI_Allreduce (btl vader) and Gloo (tcp), and against the memory-bandwidth ceiling
 # of this machine, measured in the same run (memcpy_bw.c with one thread per rank; the traffic
-# model is in bench/README.md). Columns, busbw in GB/s from the median time of --reps runs:
+# model is in bench/README.md). The output starts with the machine (CPU, cores, hypervisor, L3,
+# memory, kernel, Open MPI, oversubscription). Columns, busbw in GB/s from the median time of
+# --reps runs:
 #   strata   collbench -np N (default algorithm)
 #   s.hier   the same with STRATA_ALGO=hier (unavailable where strata has no such algorithm)
 #   s.mem    collbench with buffers from strataMemAlloc (HOOK: see --memalloc-args below)
 #   ompi     mpirun -np N --mca btl self,vader mpi_allreduce
-#   gloo     gloo_allreduce (unavailable without libgloo-dev)
+#   gloo     gloo_allreduce (unavailable without libgloo-dev: --install-gloo)
 #   x/ompi   ratio of busbw; ceiling: busbw the memory bandwidth allows; x/ceil: fraction of it
 # Every run checks its results (-c 1); a variant with #wrong != 0 gets no number.
 #
 #   bench/intra_node.sh [--np "2 4"] [-b 4K] [-e 256M] [-f 4] [-n 2] [-w 1] [--small-max 1M]
-#                       [--small-iters 20] [--no-mpi] [--no-gloo] [--memalloc-args "ARGS"]
-#                       [common options]
+#                       [--small-iters 20] [--no-mpi] [--no-gloo] [--install-gloo]
+#                       [--memalloc-args "ARGS"] [common options]
 #     --small-max      every run is two sweeps of the same program: sizes up to this one with
 #                      --small-iters timed calls (5 warmup), the larger ones with -n and -w (few
 #                      calls: at 256 MiB the runtime goes into the calls and collbench's checks);
 #                      0: one sweep, -n and -w for every size
+#     --install-gloo   when libgloo-dev is missing, apt-get install -y libgloo-dev first (root);
+#                      without it a missing Gloo makes the column unavailable, with the reason
 #     --memalloc-args  collbench's option(s) that put its buffers in strataMemAlloc memory; by
 #                      default taken from `collbench --help` (the first help line that starts
 #                      with an option and names strataMemAlloc: today's working tree gives
@@ -27,7 +31,7 @@ set -u
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 nps="2 4" minb=4K maxb=256M factor=4 iters=2 warmup=1 use_mpi=1 use_gloo=1 memalloc_args=unset
-small_max=1M small_iters=20
+small_max=1M small_iters=20 install_gloo=""
 argv=("$@")
 while [ $# -gt 0 ]; do
     case $1 in
@@ -41,6 +45,7 @@ while [ $# -gt 0 ]; do
         --small-iters) small_iters=$2; shift 2 ;;
         --no-mpi) use_mpi=0; shift ;;
         --no-gloo) use_gloo=0; shift ;;
+        --install-gloo) install_gloo=install; shift ;;
         --memalloc-args) memalloc_args=$2; shift 2 ;;
         -h|--help) bench_help "$0"; exit 0 ;;
         *) bench_common_opt "$@" || { echo "intra_node: unknown argument $1 (--help)" >&2; exit 2; }
@@ -49,13 +54,15 @@ while [ $# -gt 0 ]; do
 done
 
 bench_begin intra_node "${argv[@]}"
+# shellcheck disable=SC2086
+bench_machine $nps
 bench_find_collbench
 
 bench_sweeps "$minb" "$maxb" "$factor" "$iters" "$warmup" "$small_max" "$small_iters" 5
 
 # ---- baselines and the memcpy probe, built here -------------------------------------------------
 if [ "$use_mpi" = 1 ]; then bench_build_mpi; else BENCH_MPI_WHY="left out (--no-mpi)"; fi
-if [ "$use_gloo" = 1 ]; then bench_build_gloo; else BENCH_GLOO_WHY="left out (--no-gloo)"; fi
+if [ "$use_gloo" = 1 ]; then bench_build_gloo "$install_gloo"; else BENCH_GLOO_WHY="left out (--no-gloo)"; fi
 cc -O2 -pthread -o "$BENCH_TMP/memcpy_bw" "$BENCH_HERE/memcpy_bw.c" ||
     bench_die "cannot build memcpy_bw.c with cc"
 

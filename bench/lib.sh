@@ -3,7 +3,8 @@
 # alltoall.sh share (sourced, not run): the rerunnable command line, the temporary folder and the
 # exit trap that removes everything (process groups, emulated nodes, /dev/shm leftovers), launching ranks
 # (forked here, or one per process inside emulated nodes), the honesty checks on each table
-# (sizes, iterations, #wrong), medians over repetitions and the side-by-side table with ratios.
+# (sizes, iterations, #wrong), medians over repetitions and the side-by-side table with ratios,
+# and the machine's description (bench_machine).
 #
 # A "variant" is one column of a table: a run function called once per repetition as
 #     RUNFN OUT            (writes the rank-0 table to OUT, returns the run's exit status)
@@ -75,6 +76,55 @@ bench_begin()
     trap 'echo "$BENCH_NAME: interrupted" >&2; exit 130' INT
     trap 'exit 143' TERM
 }
+
+# bench_machine [NP ...]: the machine the numbers come from, one '# machine:' line per item (CPU
+# model, cores, hypervisor, L3, memory, kernel, Open MPI) and whether NP ranks oversubscribe its
+# CPUs; then the same as a markdown header and row, to paste into a README table.
+bench_machine()
+{
+    local lc model cpus sock cps tpc hyp l3 mem kern ompi np ranks="" over="" quota cores
+    lc=$(LC_ALL=C lscpu 2>/dev/null)
+    model=$(bench_lscpu_field "$lc" "Model name")
+    [ -n "$model" ] || model=$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -n 1)
+    cpus=$(bench_lscpu_field "$lc" "CPU(s)") sock=$(bench_lscpu_field "$lc" "Socket(s)")
+    cps=$(bench_lscpu_field "$lc" "Core(s) per socket") tpc=$(bench_lscpu_field "$lc" "Thread(s) per core")
+    cores="${cpus:-?} CPUs (${sock:-?} socket(s) x ${cps:-?} core(s) x ${tpc:-?} thread(s) per core)"
+    [ "$(nproc)" = "$cpus" ] || cores="$cores, $(nproc) usable (affinity)"
+    quota=$(cat /sys/fs/cgroup/cpu.max 2>/dev/null)
+    case $quota in ""|max*) ;; *) cores="$cores, cgroup quota $(awk '{ printf "%.1f", $1 / $2 }' <<<"$quota") CPUs" ;; esac
+    hyp=$(bench_lscpu_field "$lc" "Hypervisor vendor")
+    [ -n "$hyp" ] || hyp=$(systemd-detect-virt 2>/dev/null | grep -v '^none$')
+    hyp=${hyp:-none detected}
+    l3=$(bench_lscpu_field "$lc" "L3 cache")
+    [ -n "$l3" ] || l3="$(( $(getconf LEVEL3_CACHE_SIZE 2>/dev/null || echo 0) / 1048576 )) MiB"
+    mem=$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
+    kern=$(uname -sr)
+    ompi=$(ompi_info --version 2>/dev/null | head -n 1)
+    [ -n "$ompi" ] || ompi=$(mpirun --version 2>/dev/null | head -n 1)
+    ompi=$(sed -e 's/^mpirun (Open MPI) /v/' -e 's/^Open MPI //' <<<"$ompi")
+    ompi=${ompi:-not installed}
+    for np in "$@"; do
+        if [ "$np" -gt "$(nproc)" ]; then
+            ranks="$ranks; $np ranks on $(nproc) CPUs: oversubscribed"
+            over="$over, $np oversubscribed"
+        else
+            ranks="$ranks; $np ranks on $(nproc) CPUs: not oversubscribed"
+            over="$over, $np fit"
+        fi
+    done
+    bench_log "machine: CPU: ${model:-unknown}"
+    bench_log "machine: cores: $cores"
+    bench_log "machine: hypervisor: $hyp"
+    bench_log "machine: L3: $l3"
+    bench_log "machine: memory: $mem"
+    bench_log "machine: kernel: $kern"
+    bench_log "machine: Open MPI: $ompi"
+    [ -n "$ranks" ] && bench_log "machine: ranks: ${ranks#; }"
+    bench_log "| CPU | cores | hypervisor | L3 | memory | kernel | Open MPI |$([ -n "$over" ] && echo " ranks |")"
+    bench_log "| ${model:-unknown} | $cores | $hyp | $l3 | $mem | $kern | $ompi |$([ -n "$over" ] && echo " ${over#, } |")"
+}
+
+bench_lscpu_field() { sed -n "s/^$2: *//p" <<<"$1" | head -n 1; }
 
 bench_kill_groups()
 {
@@ -367,15 +417,21 @@ bench_build_mpi()
     fi
 }
 
-# bench_build_gloo: $BENCH_TMP/gloo_allreduce, or BENCH_GLOO_WHY says why not.
+# bench_build_gloo [install]: $BENCH_TMP/gloo_allreduce, or BENCH_GLOO_WHY says why not. With
+# "install" (a script's --install-gloo), a missing libgloo-dev is installed first (apt-get, root).
 bench_build_gloo()
 {
     BENCH_GLOO="" BENCH_GLOO_WHY=""
-    local cxx=${CXX:-c++}
+    local cxx=${CXX:-c++} install=${1:-}
     if ! command -v "$cxx" >/dev/null 2>&1; then
         BENCH_GLOO_WHY="no C++ compiler ($cxx)"
-    elif ! echo '#include <gloo/allreduce.h>' | "$cxx" -std=c++17 -E -x c++ - >/dev/null 2>&1; then
-        BENCH_GLOO_WHY="libgloo-dev not installed (Debian 12: apt-get install libgloo-dev)"
+        return 0
+    fi
+    if ! bench_have_gloo "$cxx" && [ "$install" = install ]; then
+        bench_install_gloo "$cxx" || return 0
+    fi
+    if ! bench_have_gloo "$cxx"; then
+        BENCH_GLOO_WHY="libgloo-dev not installed (Debian 12: apt-get install libgloo-dev, or --install-gloo)"
     elif ! "$cxx" -O2 -std=c++17 -o "$BENCH_TMP/gloo_allreduce" "$BENCH_HERE/gloo_allreduce.cc" \
             -lgloo -pthread >"$BENCH_TMP/gloo-build.log" 2>&1; then
         BENCH_GLOO_WHY="building gloo_allreduce.cc failed: $(grep -m1 -i error "$BENCH_TMP/gloo-build.log")"
@@ -384,6 +440,32 @@ bench_build_gloo()
         bench_log "Gloo: $(dpkg-query -W -f '${Package} ${Version}' libgloo-dev 2>/dev/null || echo libgloo),"\
                   "tcp transport, FileStore rendezvous"
     fi
+}
+bench_have_gloo() { echo '#include <gloo/allreduce.h>' | "$1" -std=c++17 -E -x c++ - >/dev/null 2>&1; }
+
+# bench_install_gloo CXX: apt-get install -y libgloo-dev (root only; apt-get update once when the
+# package is not found). Returns 1 with BENCH_GLOO_WHY set when it could not.
+bench_install_gloo()
+{
+    local log=$BENCH_TMP/gloo-install.log
+    if [ "$(id -u)" != 0 ]; then
+        BENCH_GLOO_WHY="--install-gloo: installing libgloo-dev needs root (apt-get)"; return 1
+    fi
+    if ! command -v apt-get >/dev/null 2>&1; then
+        BENCH_GLOO_WHY="--install-gloo: no apt-get here (install Gloo's headers and library by hand)"; return 1
+    fi
+    bench_log "--install-gloo: libgloo-dev missing, apt-get install -y libgloo-dev ..."
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y libgloo-dev >"$log" 2>&1; then
+        # stale or missing package lists: update them once and try again
+        DEBIAN_FRONTEND=noninteractive apt-get update >>"$log" 2>&1
+        if ! DEBIAN_FRONTEND=noninteractive apt-get install -y libgloo-dev >>"$log" 2>&1; then
+            BENCH_GLOO_WHY="--install-gloo: apt-get install -y libgloo-dev failed: $(tail -n 1 "$log")"
+            return 1
+        fi
+    fi
+    bench_have_gloo "$1" ||
+        { BENCH_GLOO_WHY="--install-gloo: libgloo-dev installed, but $1 does not find <gloo/allreduce.h>"; return 1; }
+    bench_log "--install-gloo: installed $(dpkg-query -W -f '${Package} ${Version}' libgloo-dev 2>/dev/null)"
 }
 
 # ---- checking and summarizing runs --------------------------------------------------------------
