@@ -1,16 +1,23 @@
 #!/bin/bash
 # intra_node.sh: one node, 2 and 4 ranks, float sum all-reduce, 4 KiB to 256 MiB: strata against
-# Open MPI's MPI_Allreduce (btl vader) and Gloo (tcp), and against the memory-bandwidth ceiling
+# Open MPI's MPI_Allreduce (btl vader) and Gloo (tcp), and against the memory-bandwidth ceilings
 # of this machine, measured in the same run (memcpy_bw.c with one thread per rank; the traffic
-# model is in bench/README.md). The output starts with the machine (CPU, cores, hypervisor, L3,
+# models are in bench/README.md). The output starts with the machine (CPU, cores, hypervisor, L3,
 # memory, kernel, Open MPI, oversubscription). Columns, busbw in GB/s from the median time of
 # --reps runs:
-#   strata   collbench -np N (default algorithm)
+#   strata   collbench -np N (default algorithm: whichever path strata takes for malloc buffers)
+#   s.copy   the same with STRATA_CMA=0: the copying path forced (once strata has cross-memory
+#            attach; an older strata ignores the variable and s.copy runs what strata runs)
 #   s.hier   the same with STRATA_ALGO=hier (unavailable where strata has no such algorithm)
 #   s.mem    collbench with buffers from strataMemAlloc (HOOK: see --memalloc-args below)
 #   ompi     mpirun -np N --mca btl self,vader mpi_allreduce
 #   gloo     gloo_allreduce (unavailable without libgloo-dev: --install-gloo)
-#   x/ompi   ratio of busbw; ceiling: busbw the memory bandwidth allows; x/ceil: fraction of it
+#   x/y      ratio of busbw (above 1: x is faster)
+# Under it, the ceilings (busbw the memory bandwidth allows): ceil.copy for the copying path
+# (copy-in, reduce, copy-out: (5n+1) S bytes of traffic for the node), ceil.zc for the single-copy
+# one (strataMemAlloc buffers, or cross-memory attach: (3n-1) S), and the fraction of each reached:
+# strata against both (the script does not know which path it ran), s.copy and s.hier against
+# ceil.copy, s.mem against ceil.zc.
 # Every run checks its results (-c 1); a variant with #wrong != 0 gets no number.
 #
 #   bench/intra_node.sh [--np "2 4"] [-b 4K] [-e 256M] [-f 4] [-n 2] [-w 1] [--small-max 1M]
@@ -89,6 +96,7 @@ bench_log "strataMemAlloc buffers: ${memalloc_args:-no collbench option (s.mem u
 # Each is called once per sweep with the sweep's flags in BENCH_SW.
 cb_flags=(-d float -o sum -z 1)
 strata1() { bench_exec "$1" "$BENCH_COLLBENCH" -np "$NP" all_reduce "${BENCH_SW[@]}" "${cb_flags[@]}"; }
+copy1()   { bench_exec "$1" env STRATA_CMA=0 "$BENCH_COLLBENCH" -np "$NP" all_reduce "${BENCH_SW[@]}" "${cb_flags[@]}"; }
 hier1()   { bench_exec "$1" env STRATA_ALGO=hier "$BENCH_COLLBENCH" -np "$NP" all_reduce "${BENCH_SW[@]}" "${cb_flags[@]}"; }
 # shellcheck disable=SC2086
 mem1()    { bench_exec "$1" "$BENCH_COLLBENCH" -np "$NP" $memalloc_args all_reduce "${BENCH_SW[@]}" "${cb_flags[@]}"; }
@@ -101,6 +109,7 @@ ompi1()
 gloo1() { BENCH_ARGS=("${BENCH_SW[@]}"); bench_gloo "$1"; }
 
 run_strata() { bench_run_sweeps "$1" strata1; }
+run_copy()   { bench_run_sweeps "$1" copy1; }
 run_hier()   { bench_run_sweeps "$1" hier1; }
 run_mem()
 {
@@ -112,8 +121,14 @@ run_ompi() { [ -n "$BENCH_MPI" ] || { bench_unavail "$1" "$BENCH_MPI_WHY"; retur
 run_gloo() { [ -n "$BENCH_GLOO" ] || { bench_unavail "$1" "$BENCH_GLOO_WHY"; return; }; bench_run_sweeps "$1" gloo1; }
 
 bench_log_sweeps
-bench_log "strata: collbench -np N all_reduce <sweep> ${cb_flags[*]}   (s.hier: STRATA_ALGO=hier;" \
-          "s.mem: ${memalloc_args:-<option>})"
+bench_log "strata: collbench -np N all_reduce <sweep> ${cb_flags[*]}   (s.copy: STRATA_CMA=0;" \
+          "s.hier: STRATA_ALGO=hier; s.mem: ${memalloc_args:-<option>})"
+if timeout 60 "$BENCH_COLLBENCH" --print-config 2>/dev/null </dev/null | grep -q '^STRATA_CMA='; then
+    bench_log "s.copy: this strata lists STRATA_CMA (collbench --print-config): =0 forces the copying path"
+else
+    bench_log "s.copy: this strata does not list STRATA_CMA (collbench --print-config): s.copy runs" \
+              "what strata runs"
+fi
 bench_log "ompi:   mpirun --oversubscribe --bind-to none -np N --mca btl self,vader mpi_allreduce <sweep>"
 bench_log "gloo:   N x gloo_allreduce --rank r --size N --store DIR --host 127.0.0.1 <sweep>"
 bench_log "median of $BENCH_REPS runs per variant; busbw = algbw * 2(n-1)/n; $BENCH_COL half of each row"
@@ -132,6 +147,7 @@ for NP in $nps; do
     [ "$NP" -gt "$(nproc)" ] &&
         bench_log "note: $NP ranks on $(nproc) CPUs: every side is oversubscribed the same way"
     bench_variant "n${NP}_strata" strata run_strata
+    bench_variant "n${NP}_copy" s.copy run_copy
     bench_variant "n${NP}_hier" s.hier run_hier
     bench_variant "n${NP}_mem" s.mem run_mem
     bench_variant "n${NP}_ompi" ompi run_ompi
@@ -140,14 +156,24 @@ for NP in $nps; do
     M2=$(echo "$mc" | awk '{ for (i = 1; i < NF; i++) if ($i == "max") print $(i + 1) }')
     bench_log "memcpy after: best $M2 GB/s copied (median ${mc#*GB/s })"
     M=$(awk -v a="$M1" -v b="$M2" 'BEGIN { print (a > b) ? a : b }')
-    ceil=$(awk -v M="$M" -v n="$NP" 'BEGIN { printf "%.4f", 2 * (n - 1) / n * 2 * M / (5 * n + 1) }')
-    bench_log "ceiling: M = $M GB/s copied (best of both); per rank (5 + 1/n) S bytes of memory" \
-              "traffic (copy-in 2S, reduce S + S/n, copy-out 2S), the node moving 2M bytes/s:"
-    bench_log "  algbw <= 2M / (5n + 1) = $(awk -v M="$M" -v n="$NP" 'BEGIN { printf "%.3f", 2 * M / (5 * n + 1) }')," \
-              "busbw <= 2(n-1)/n * 2M/(5n+1) = $ceil GB/s"
-    echo "# $NP ranks: busbw (GB/s), ratios, memory-bandwidth ceiling"
-    bench_table "$NP" "$ceil" "n${NP}_strata n${NP}_hier n${NP}_mem n${NP}_ompi n${NP}_gloo" \
-        "n${NP}_strata/n${NP}_ompi n${NP}_hier/n${NP}_ompi n${NP}_mem/n${NP}_ompi n${NP}_strata/n${NP}_gloo" \
-        "n${NP}_strata n${NP}_hier n${NP}_mem"
+    ceil_copy=$(awk -v M="$M" -v n="$NP" 'BEGIN { printf "%.4f", 2 * (n - 1) / n * 2 * M / (5 * n + 1) }')
+    ceil_zc=$(awk -v M="$M" -v n="$NP" 'BEGIN { printf "%.4f", 2 * (n - 1) / n * 2 * M / (3 * n - 1) }')
+    bench_log "ceilings: M = $M GB/s copied (best of both), the node moving 2M bytes/s of memory traffic:"
+    bench_log "  ceil.copy, the copying path: per rank (5 + 1/n) S bytes (copy-in 2S, reduce S + S/n," \
+              "copy-out 2S): algbw <= 2M / (5n + 1) =" \
+              "$(awk -v M="$M" -v n="$NP" 'BEGIN { printf "%.3f", 2 * M / (5 * n + 1) }')," \
+              "busbw <= 2(n-1)/n * 2M/(5n+1) = $ceil_copy GB/s"
+    bench_log "  ceil.zc, the single-copy path (strataMemAlloc buffers, or cross-memory attach): per rank" \
+              "(3 - 1/n) S (reduce-scatter S + S/n, all-gather 2(n-1)/n S): algbw <= 2M / (3n - 1) =" \
+              "$(awk -v M="$M" -v n="$NP" 'BEGIN { printf "%.3f", 2 * M / (3 * n - 1) }')," \
+              "busbw <= 2(n-1)/n * 2M/(3n-1) = $ceil_zc GB/s"
+    echo "# $NP ranks: busbw (GB/s) and ratios of busbw"
+    bench_table "$NP" "" "n${NP}_strata n${NP}_copy n${NP}_hier n${NP}_mem n${NP}_ompi n${NP}_gloo" \
+        "n${NP}_strata/n${NP}_ompi n${NP}_copy/n${NP}_ompi n${NP}_hier/n${NP}_ompi n${NP}_mem/n${NP}_ompi n${NP}_strata/n${NP}_gloo n${NP}_strata/n${NP}_copy" \
+        ""
+    echo "# $NP ranks: memory-bandwidth ceilings (busbw, GB/s) and the fraction of them reached"
+    bench_ceil_table "$NP" "ceil.copy=$ceil_copy ceil.zc=$ceil_zc" \
+        "n${NP}_strata@ceil.copy n${NP}_strata@ceil.zc n${NP}_copy@ceil.copy n${NP}_hier@ceil.copy n${NP}_mem@ceil.zc"
+
 done
 bench_end

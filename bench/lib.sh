@@ -4,7 +4,7 @@
 # exit trap that removes everything (process groups, emulated nodes, /dev/shm leftovers), launching ranks
 # (forked here, or one per process inside emulated nodes), the honesty checks on each table
 # (sizes, iterations, #wrong), medians over repetitions and the side-by-side table with ratios,
-# and the machine's description (bench_machine).
+# the machine's description (bench_machine) and tables of fractions of ceilings.
 #
 # A "variant" is one column of a table: a run function called once per repetition as
 #     RUNFN OUT            (writes the rank-0 table to OUT, returns the run's exit status)
@@ -716,6 +716,38 @@ bench_table()
             }
         }'
     bench_table_status "$keys"
+}
+
+# bench_ceil_table NP "NAME=CEIL ..." "KEY@NAME ...": ceilings (busbw, GB/s) and the fraction of
+# its ceiling NAME that each KEY reached (busbw / ceiling) per size; keys that did not run are left
+# out (bench_table lists them). Columns: size, every ceiling, then KEY/NAME.
+bench_ceil_table()
+{
+    local np=$1 ceils=$2 fracs=$3 c k n sizes s hdr line v x
+    local -A cval=()
+    for c in $ceils; do cval[${c%%=*}]=${c#*=}; done
+    local ok=()
+    for k in $fracs; do bench_ok "${k%@*}" && ok+=("$k"); done
+    if [ ${#ok[@]} -eq 0 ]; then echo "# no variant ran; no fractions of a ceiling"; return 0; fi
+    sizes=$(for k in "${ok[@]}"; do cut -d' ' -f1 "$BENCH_TMP/${k%@*}.med"; done | sort -n -u)
+    hdr=$(printf '%10s' "size (B)")
+    for c in $ceils; do hdr="$hdr$(printf '  %9s' "${c%%=*}")"; done
+    for k in "${ok[@]}"; do
+        n="$(tr -d ' ' <"$BENCH_TMP/${k%@*}.label")/${k#*@}"
+        hdr="$hdr$(printf "  %${#n}s" "$n")"
+    done
+    echo "  $hdr"
+    for s in $sizes; do
+        line=$(printf '%10d' "$s")
+        for c in $ceils; do line="$line$(printf '  %9.4f' "${c#*=}")"; done
+        for k in "${ok[@]}"; do
+            n="$(tr -d ' ' <"$BENCH_TMP/${k%@*}.label")/${k#*@}"
+            x=$(bench_busbw "${k%@*}" "$s" "$np")
+            v=$(awk -v x="$x" -v c="${cval[${k#*@}]}" 'BEGIN { if (x > 0 && c > 0) printf "%.2f", x / c; else print "-" }')
+            line="$line$(printf "  %${#n}s" "$v")"
+        done
+        echo "  $line"
+    done
 }
 
 # One line per key that did not run, with the reason.
