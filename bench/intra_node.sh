@@ -2,7 +2,8 @@
 # intra_node.sh: one node, 2 and 4 ranks, float sum all-reduce, 4 KiB to 256 MiB: strata against
 # Open MPI's MPI_Allreduce (btl vader) and Gloo (tcp), and against the memory-bandwidth ceilings
 # of this machine, measured in the same run (memcpy_bw.c with one thread per rank; the traffic
-# models are in bench/README.md). The output starts with the machine (CPU, cores, hypervisor, L3,
+# models are in bench/README.md); then the 8-byte latency of each, and the issue's acceptance
+# targets as PASS/FAIL lines. The output starts with the machine (CPU, cores, hypervisor, L3,
 # memory, kernel, Open MPI, oversubscription). Columns, busbw in GB/s from the median time of
 # --reps runs:
 #   strata   collbench -np N (default algorithm: whichever path strata takes for malloc buffers)
@@ -17,28 +18,42 @@
 # (copy-in, reduce, copy-out: (5n+1) S bytes of traffic for the node), ceil.zc for the single-copy
 # one (strataMemAlloc buffers, or cross-memory attach: (3n-1) S), and the fraction of each reached:
 # strata against both (the script does not know which path it ran), s.copy and s.hier against
-# ceil.copy, s.mem against ceil.zc.
+# ceil.copy, s.mem against ceil.zc. Then the 8-byte latency: time per call (us), median of --reps
+# runs of -b 8 -e 8 -n <--lat-iters> -w 100 -c 1, for every column but s.copy and s.hier, each
+# with its time over ompi's (below 1: faster than Open MPI). Then, per rank count, the targets:
+#   (a) strata/ompi >= 1.0 at every size
+#   (b) strata/ompi >= 1.5 from 4 MiB
+#   (c) from 4 MiB: strata >= 0.75 of ceil.copy and s.mem >= 0.9 of ceil.zc
+#   (lat) 8 B latency: strata <= ompi
+# each "PASS (lowest ...)" or "FAIL (...)" naming the sizes below; a target whose column did not
+# run FAILs as not measured. A FAIL is a measurement: the exit status says only whether the runs ran.
 # Every run checks its results (-c 1); a variant with #wrong != 0 gets no number.
 #
 #   bench/intra_node.sh [--np "2 4"] [-b 4K] [-e 256M] [-f 4] [-n 2] [-w 1] [--small-max 1M]
-#                       [--small-iters 20] [--no-mpi] [--no-gloo] [--install-gloo]
-#                       [--memalloc-args "ARGS"] [common options]
+#                       [--small-iters 20] [--lat-iters 2000] [--no-mpi] [--no-gloo]
+#                       [--install-gloo] [--memalloc-args "ARGS"] [common options]
 #     --small-max      every run is two sweeps of the same program: sizes up to this one with
 #                      --small-iters timed calls (5 warmup), the larger ones with -n and -w (few
 #                      calls: at 256 MiB the runtime goes into the calls and collbench's checks);
 #                      0: one sweep, -n and -w for every size
+#     --lat-iters      timed calls of each 8-byte latency run (100 warmup)
 #     --install-gloo   when libgloo-dev is missing, apt-get install -y libgloo-dev first (root);
 #                      without it a missing Gloo makes the column unavailable, with the reason
 #     --memalloc-args  collbench's option(s) that put its buffers in strataMemAlloc memory; by
 #                      default taken from `collbench --help` (the first help line that starts
 #                      with an option and names strataMemAlloc: today's working tree gives
 #                      --mem-alloc), the column is unavailable when there is none
-# Exit: 0 it ran (unavailable columns included), 1 a run failed or had #wrong != 0, 2 setup.
+# Exit: 0 it ran (unavailable columns included, targets PASS or FAIL), 1 a run failed or had
+# #wrong != 0, 2 setup.
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 nps="2 4" minb=4K maxb=256M factor=4 iters=2 warmup=1 use_mpi=1 use_gloo=1 memalloc_args=unset
-small_max=1M small_iters=20 install_gloo=""
+small_max=1M small_iters=20 lat_iters=2000 install_gloo=""
+# the acceptance targets: (a) strata/ompi at every size, (b) from tgt_from, (c) fractions of the
+# ceilings from tgt_from
+tgt_a=1.0 tgt_b=1.5 tgt_from=4M tgt_copy=0.75 tgt_zc=0.9
+from_h="4 MiB"    # tgt_from, as printed
 argv=("$@")
 while [ $# -gt 0 ]; do
     case $1 in
@@ -50,6 +65,7 @@ while [ $# -gt 0 ]; do
         -w) warmup=$2; shift 2 ;;
         --small-max) small_max=$2; shift 2 ;;
         --small-iters) small_iters=$2; shift 2 ;;
+        --lat-iters) lat_iters=$2; shift 2 ;;
         --no-mpi) use_mpi=0; shift ;;
         --no-gloo) use_gloo=0; shift ;;
         --install-gloo) install_gloo=install; shift ;;
@@ -120,6 +136,58 @@ run_mem()
 run_ompi() { [ -n "$BENCH_MPI" ] || { bench_unavail "$1" "$BENCH_MPI_WHY"; return; }; bench_run_sweeps "$1" ompi1; }
 run_gloo() { [ -n "$BENCH_GLOO" ] || { bench_unavail "$1" "$BENCH_GLOO_WHY"; return; }; bench_run_sweeps "$1" gloo1; }
 
+# The 8-byte latency: one run of each program with these flags instead of the sweeps.
+lat_sw=(-b 8 -e 8 -n "$lat_iters" -w 100 -c 1)
+lat_strata() { BENCH_SW=("${lat_sw[@]}"); strata1 "$1"; }
+lat_mem()
+{
+    [ -n "$memalloc_args" ] ||
+        { bench_unavail "$1" "this collbench has no option for strataMemAlloc buffers (--memalloc-args)"; return; }
+    BENCH_SW=("${lat_sw[@]}"); mem1 "$1"
+}
+lat_ompi() { [ -n "$BENCH_MPI" ] || { bench_unavail "$1" "$BENCH_MPI_WHY"; return; }; BENCH_SW=("${lat_sw[@]}"); ompi1 "$1"; }
+lat_gloo() { [ -n "$BENCH_GLOO" ] || { bench_unavail "$1" "$BENCH_GLOO_WHY"; return; }; BENCH_SW=("${lat_sw[@]}"); gloo1 "$1"; }
+
+# ---- acceptance --------------------------------------------------------------------------------
+# why_not KEY...: "not measured: LABEL STATUS" for the first key that did not run, else nothing.
+why_not()
+{
+    local k
+    for k in "$@"; do
+        bench_ok "$k" || { echo "not measured: $(cat "$BENCH_TMP/$k.label") $(bench_status "$k")"; return; }
+    done
+}
+# ratio_lines A B MIN / frac_lines A CEIL MIN: "value size" per size from MIN (busbw of A over
+# B's, or over CEIL; value empty where one has no number at that size).
+ratio_lines()
+{
+    local s x y
+    for s in $(bench_sizes_from "$3" "$1" "$2"); do
+        x=$(bench_busbw "$1" "$s" "$NP") y=$(bench_busbw "$2" "$s" "$NP")
+        awk -v x="$x" -v y="$y" -v s="$s" 'BEGIN { if (x > 0 && y > 0) printf "%.4f %s\n", x / y, s; else print s }'
+    done
+}
+frac_lines()
+{
+    local s x
+    for s in $(bench_sizes_from "$3" "$1"); do
+        x=$(bench_busbw "$1" "$s" "$NP")
+        awk -v x="$x" -v c="$2" -v s="$s" 'BEGIN { if (x > 0 && c > 0) printf "%.4f %s\n", x / c, s; else print s }'
+    done
+}
+# check FROM LIMIT KEY... < "value size" lines: the verdict (bench_verdict_of), FAIL when a key
+# did not run or no size from FROM was measured.
+check()
+{
+    local from=$1 lim=$2 why lines
+    shift 2
+    lines=$(cat)
+    why=$(why_not "$@")
+    if [ -n "$why" ]; then echo "FAIL ($why)"
+    elif [ -z "$lines" ]; then echo "FAIL (not measured: no size from $from in this sweep)"
+    else bench_verdict_of "$lim" <<<"$lines"; fi
+}
+
 bench_log_sweeps
 bench_log "strata: collbench -np N all_reduce <sweep> ${cb_flags[*]}   (s.copy: STRATA_CMA=0;" \
           "s.hier: STRATA_ALGO=hier; s.mem: ${memalloc_args:-<option>})"
@@ -132,6 +200,7 @@ fi
 bench_log "ompi:   mpirun --oversubscribe --bind-to none -np N --mca btl self,vader mpi_allreduce <sweep>"
 bench_log "gloo:   N x gloo_allreduce --rank r --size N --store DIR --host 127.0.0.1 <sweep>"
 bench_log "median of $BENCH_REPS runs per variant; busbw = algbw * 2(n-1)/n; $BENCH_COL half of each row"
+bench_log "8-byte latency: strata, s.mem, ompi, gloo with ${lat_sw[*]} instead of the sweeps"
 
 for NP in $nps; do
     BENCH_NP=$NP BENCH_NODES=1
@@ -175,5 +244,50 @@ for NP in $nps; do
     bench_ceil_table "$NP" "ceil.copy=$ceil_copy ceil.zc=$ceil_zc" \
         "n${NP}_strata@ceil.copy n${NP}_strata@ceil.zc n${NP}_copy@ceil.copy n${NP}_hier@ceil.copy n${NP}_mem@ceil.zc"
 
+    # ---- 8-byte latency
+    echo "#"
+    bench_log "$NP ranks, 8-byte latency: ${lat_sw[*]} (strata, s.mem, ompi, gloo)"
+    bench_variant "n${NP}_lat_strata" strata lat_strata
+    bench_variant "n${NP}_lat_mem" s.mem lat_mem
+    bench_variant "n${NP}_lat_ompi" ompi lat_ompi
+    bench_variant "n${NP}_lat_gloo" gloo lat_gloo
+    echo "# $NP ranks: 8-byte all-reduce latency, ${lat_sw[*]}: time per call (us), median of $BENCH_REPS" \
+         "runs; x/ompi: its time over ompi's (below 1: faster than Open MPI)"
+    printf '  %-10s %12s %12s\n' "8 B" "time (us)" "x/ompi"
+    t_ompi=$(bench_time "n${NP}_lat_ompi" 8)
+    for k in strata mem ompi gloo; do
+        k=n${NP}_lat_$k
+        if bench_ok "$k"; then
+            t=$(bench_time "$k" 8)
+            printf '  %-10s %12.2f %12s\n' "$(cat "$BENCH_TMP/$k.label")" "$t" \
+                "$(awk -v a="$t" -v b="${t_ompi:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "-" }')"
+        else
+            printf '  %-10s %12s  %s\n' "$(cat "$BENCH_TMP/$k.label")" "-" "$(bench_status "$k")"
+        fi
+    done
+
+    # ---- acceptance
+    echo "#"
+    echo "# $NP ranks: acceptance (the medians of $BENCH_REPS runs above):"
+    s_=n${NP}_strata o_=n${NP}_ompi
+    echo "target (a) strata/ompi >= $tgt_a at every size, $NP ranks:" \
+         "$(ratio_lines "$s_" "$o_" 0 | check "$minb" "$tgt_a" "$s_" "$o_")"
+    echo "target (b) strata/ompi >= $tgt_b from $from_h, $NP ranks:" \
+         "$(ratio_lines "$s_" "$o_" "$tgt_from" | check "$from_h" "$tgt_b" "$s_" "$o_")"
+    c1=$(frac_lines "$s_" "$ceil_copy" "$tgt_from" | check "$from_h" "$tgt_copy" "$s_")
+    c2=$(frac_lines "n${NP}_mem" "$ceil_zc" "$tgt_from" | check "$from_h" "$tgt_zc" "n${NP}_mem")
+    v=FAIL
+    case $c1 in PASS*) case $c2 in PASS*) v=PASS ;; esac ;; esac
+    echo "target (c) from $from_h strata/ceil.copy >= $tgt_copy and s.mem/ceil.zc >= $tgt_zc, $NP ranks:" \
+         "$v (strata/ceil.copy: $c1; s.mem/ceil.zc: $c2)"
+    why=$(why_not "n${NP}_lat_strata" "n${NP}_lat_ompi")
+    if [ -n "$why" ]; then
+        v="FAIL ($why)"
+    else
+        v=$(awk -v a="$(bench_time "n${NP}_lat_strata" 8)" -v b="$t_ompi" 'BEGIN {
+            printf "%s (strata %.2f us, ompi %.2f us: strata/ompi %.2f, time ratio, below 1: strata is faster)",
+                   (a <= b) ? "PASS" : "FAIL", a, b, a / b }')
+    fi
+    echo "target (lat) 8 B latency: strata <= ompi, $NP ranks: $v"
 done
 bench_end

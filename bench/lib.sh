@@ -4,7 +4,7 @@
 # exit trap that removes everything (process groups, emulated nodes, /dev/shm leftovers), launching ranks
 # (forked here, or one per process inside emulated nodes), the honesty checks on each table
 # (sizes, iterations, #wrong), medians over repetitions and the side-by-side table with ratios,
-# the machine's description (bench_machine) and tables of fractions of ceilings.
+# the machine's description (bench_machine), tables of fractions of ceilings and PASS/FAIL verdicts.
 #
 # A "variant" is one column of a table: a run function called once per repetition as
 #     RUNFN OUT            (writes the rank-0 table to OUT, returns the run's exit status)
@@ -748,6 +748,31 @@ bench_ceil_table()
         done
         echo "  $line"
     done
+}
+
+# bench_sizes_from MIN KEY...: the sizes (bytes) of the keys' medians from MIN (k/M/G) on, over
+# the keys that ran, one per line.
+bench_sizes_from()
+{
+    local min k
+    min=$(bench_to_bytes "$1")
+    shift
+    for k in "$@"; do bench_ok "$k" && cut -d' ' -f1 "$BENCH_TMP/$k.med"; done |
+        awk -v m="$min" '$1 >= m' | sort -n -u
+}
+
+# bench_verdict_of LIMIT < lines "value size" (value empty: not measured at that size): PASS when
+# every size was measured and every value is at least LIMIT, with the lowest value and where;
+# FAIL naming the sizes below LIMIT (or not measured).
+bench_verdict_of()
+{
+    awk -v lim="$1" '
+        NF == 0 { next }
+        NF < 2 { miss = miss " " $1; next }
+        { n++; if (min == "" || $1 < min) { min = $1; at = $2 } if ($1 < lim) { bad++; where = where " " $2 } }
+        END {
+            if (miss != "" || n == 0) { printf "FAIL (not measured at%s)", (miss == "" ? " any size" : miss); exit }
+            printf "%s (lowest %.2f at %d B%s)", bad ? "FAIL" : "PASS", min, at, bad ? ", below " lim " at" where " B" : "" }'
 }
 
 # One line per key that did not run, with the reason.
