@@ -1,9 +1,10 @@
 /*
- * sys.c - monotonic clock, FNV-1a hash, %h/%p file name expansion (sys.h).
+ * sys.c - monotonic clock, FNV-1a hash, %h/%p file name expansion, usable CPUs (sys.h).
  */
 #include "config.h"
 #include "base/sys.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,4 +53,14 @@ void st_path_expand(const char *pattern, const char *host, char *out, size_t len
         }
     }
     out[o] = '\0';
+}
+
+int st_cpus_usable(void)
+{
+    cpu_set_t set;
+
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+        return 1;
+    }
+    return CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : 1;
 }

@@ -22,4 +22,20 @@ uint64_t st_hash(uint64_t h, const void *data, size_t len);
  * STRATA_DEBUG_FILE and STRATA_TOPO_DUMP_FILE. */
 void st_path_expand(const char *pattern, const char *host, char *out, size_t len);
 
+/* Tells the core a spin-wait is running (x86 pause, arm yield): cheaper for the sibling thread
+ * and the memory system than an empty loop. */
+static inline void st_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+/* CPUs this process may run on (its affinity mask; 1 when it cannot be read). */
+int st_cpus_usable(void);
+
 #endif

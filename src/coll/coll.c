@@ -256,6 +256,9 @@ st_status_t st_coll_run(const st_coll_args_t *args, int nargs)
     double                 wait_start = 0;
     int                    warned = 0;
 
+    if (nargs == 1 && (s = st_small_run_fast(args)) != ST_ERR_UNSUPPORTED) {
+        return s; /* the latency path (small.c) */
+    }
     batch = (nargs <= 8) ? stack_batch : malloc(2 * (size_t)nargs * sizeof(*batch));
     if (batch == NULL) {
         for (int i = 0; i < nargs; i++) {

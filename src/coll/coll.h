@@ -103,6 +103,18 @@ st_status_t st_small_create(const st_coll_args_t *args, st_op_t **op_p);  /* all
 st_status_t st_a2a_create(const st_coll_args_t *args, st_op_t **op_p);
 /* 1 when the small algorithm can take args (all-reduce, bytes within the windows' small area). */
 int st_small_fits(const st_coll_args_t *args);
+/* The latency path of one blocking call (st_coll_run with one call): an all-reduce of host
+ * memory that the small algorithm takes, on a communicator of one node whose windows are idle,
+ * runs here without an op, a check object or the engine: it writes its contribution, the
+ * mismatch check's words and its flag, waits a few microseconds for the other ranks' flags
+ * (no system call), reduces and returns; a peer that is not there by then, or calls that differ,
+ * hand the call to the engine as an op in the same state. ST_ERR_UNSUPPORTED (nothing done)
+ * when the call does not qualify; else the call's result, its collective marked finished. */
+st_status_t st_small_run_fast(const st_coll_args_t *args);
+/* All-reduces of at most this many bytes take the small algorithm when nothing else (a tuning
+ * table, STRATA_ALGO other than auto and small, a call's own algorithm) decides: what
+ * st_coll_op_create would choose; 0 when something else decides. Cached in comm. */
+size_t st_coll_small_fast_max(struct st_comm *comm);
 /* Among ops run together, makes receives whose buffer overlaps a send's land in staging until
  * those sends completed (in-place exchanges). */
 st_status_t st_p2p_link_overlaps(st_op_t **ops, int nops);

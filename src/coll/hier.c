@@ -85,6 +85,7 @@
 #include "coll/intra.h"
 #include "coll/rail.h"
 #include "codec/codec.h"
+#include "engine/mismatch.h"
 #include "device/dev.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
@@ -1161,6 +1162,9 @@ static st_status_t st_hier_progress(st_op_t *op)
     }
     bell = st_intra_doorbell(intra);
     op->wait_peer = -1;
+    if (op->check != NULL) {
+        (void)st_check_post(op->check); /* one node: rides on this op's first publish */
+    }
     if (h->zc.state < 2) {
         st_status_t status = st_hier_zc_negotiate(h, &lag);
 
@@ -1576,7 +1580,9 @@ st_status_t st_hier_create(const st_coll_args_t *args, st_op_t **op_p)
     h->op.destroy      = st_hier_destroy;
     h->op.sleep_on     = intra;
     h->op.sleep        = st_intra_sleep_hook;
+    h->op.arm          = st_intra_arm_hook;
     h->op.algo         = "hier";
+    h->op.local_only   = (h->nnodes == 1);
     *op_p = &h->op;
     return ST_OK;
 

@@ -24,6 +24,56 @@
 /* network bytes per rail shard of a chunk under STRATA_HIER_CHUNK_SIZE=auto */
 #define ST_INTRA_NET_SHARD_BYTES ((size_t)256 << 10)
 
+/* The mismatch check's board (engine/comm.h): ST_INTRA_BOARD_SLOTS entries per rank in its
+ * window's control area, after the zero-copy descriptor's part. */
+#define ST_INTRA_BOARD_OFF   2560
+#define ST_INTRA_BOARD_SLOTS 8
+_Static_assert(ST_INTRA_BOARD_OFF + ST_INTRA_BOARD_SLOTS * ST_BOARD_ENTRY_BYTES <=
+                   ST_INTRA_CTRL_BYTES, "the board fits in the control area");
+
+static void st_intra_wake(st_intra_t *intra);
+
+static void st_intra_ring(void *arg)
+{
+    st_intra_wake(arg);
+}
+
+static uint32_t st_intra_bell(void *arg)
+{
+    return st_intra_doorbell(arg);
+}
+
+/* One node of several ranks: the board in the windows; local rank = rank (one node). */
+static st_status_t st_intra_board_init(st_comm_t *comm, st_intra_t *intra)
+{
+    st_board_t *b = &intra->board;
+    int         m = intra->local_size;
+
+    for (int lr = 0; lr < m; lr++) {
+        if (st_topo_node_rank(comm->topo, 0, lr) != lr) {
+            return ST_OK; /* ranks numbered otherwise on the node: the network check stays */
+        }
+    }
+    b->entries = calloc((size_t)m, sizeof(*b->entries));
+    if (b->entries == NULL) {
+        return ST_ERR_NO_MEMORY;
+    }
+    for (int lr = 0; lr < m; lr++) {
+        b->entries[lr] = intra->base[lr] + ST_INTRA_BOARD_OFF;
+    }
+    b->me       = intra->local_rank;
+    b->n        = m;
+    b->nslots   = ST_INTRA_BOARD_SLOTS;
+    b->ring     = st_intra_ring;
+    b->ring_arg = intra;
+    b->sleep_on = intra;
+    b->sleep    = st_intra_sleep_hook;
+    b->arm      = st_intra_arm_hook;
+    b->bell     = st_intra_bell;
+    comm->board = b;
+    return ST_OK;
+}
+
 st_status_t st_intra_create(st_comm_t *comm, st_intra_agree_fn agree, st_mem_type_t mem_type,
                             st_intra_t **intra_p)
 {
@@ -145,6 +195,12 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_agree_fn agree, st_mem_typ
 done:
     intra->doorbell = (uint32_t *)(intra->base[0] + 64 * ST_INTRA_NCNT);
     intra->sleepers = intra->doorbell + 16;
+    if (comm->nnodes == 1 && intra->local_size > 1) {
+        status = st_intra_board_init(comm, intra);
+        if (status != ST_OK) {
+            goto err_ctx;
+        }
+    }
     st_info(ST_SUB_SHM, "%s: rank %d: windows of %zu B x %d local ranks (%d slots of %zu B)",
             comm->name, comm->rank, intra->win_bytes, intra->local_size, intra->depth,
             intra->chunk_bytes);
@@ -259,6 +315,8 @@ void st_intra_destroy(st_intra_t *intra)
         return;
     }
     st_intra_destroy_device(intra);
+    free(intra->board.entries);
+    free(intra->small_spare);
     if (intra->ctx != NULL) {
         intra->win->destroy(intra->ctx);
     }
@@ -267,15 +325,33 @@ void st_intra_destroy(st_intra_t *intra)
     free(intra);
 }
 
+/* Wakes the node's sleepers, if any, after a store they may wait for. The fence orders that
+ * store before the load of the sleepers' count; a sleeper counts itself (st_intra_arm) before
+ * its last look at the counters and reads the doorbell between the two (the engine's pass after
+ * arming), so either that look sees the store or this load sees the sleeper, which then finds
+ * the doorbell changed or is woken. No sleeper (the latency path): no write to the shared line. */
+static void st_intra_wake(st_intra_t *intra)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(intra->sleepers, __ATOMIC_RELAXED) != 0) {
+        __atomic_add_fetch(intra->doorbell, 1, __ATOMIC_SEQ_CST);
+        intra->win->wake(intra->ctx, intra->doorbell);
+    }
+}
+
 void st_intra_publish(st_intra_t *intra, st_intra_cnt_t c, uint64_t value)
 {
     __atomic_store_n(st_intra_cnt_ptr(intra, intra->local_rank, c), value, __ATOMIC_RELEASE);
-    if (intra->local_size == 1) {
-        return;
+    if (intra->local_size > 1) {
+        st_intra_wake(intra);
     }
-    __atomic_add_fetch(intra->doorbell, 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(intra->sleepers, __ATOMIC_SEQ_CST) != 0) {
-        intra->win->wake(intra->ctx, intra->doorbell);
+}
+
+void st_intra_publish_at(st_intra_t *intra, uint64_t *word, uint64_t value)
+{
+    __atomic_store_n(word, value, __ATOMIC_RELEASE);
+    if (intra->local_size > 1) {
+        st_intra_wake(intra);
     }
 }
 
@@ -303,14 +379,19 @@ uint32_t st_intra_doorbell(const st_intra_t *intra)
     return __atomic_load_n(intra->doorbell, __ATOMIC_SEQ_CST);
 }
 
+void st_intra_arm(st_intra_t *intra, int delta)
+{
+    if (intra->local_size > 1) {
+        __atomic_add_fetch(intra->sleepers, (uint32_t)delta, __ATOMIC_SEQ_CST);
+    }
+}
+
 void st_intra_sleep(st_intra_t *intra, uint32_t seen, long timeout_us)
 {
     if (intra->local_size == 1) {
         return;
     }
-    __atomic_add_fetch(intra->sleepers, 1, __ATOMIC_SEQ_CST);
     intra->win->wait(intra->ctx, intra->doorbell, seen, timeout_us);
-    __atomic_sub_fetch(intra->sleepers, 1, __ATOMIC_SEQ_CST);
 }
 
 /* A local rank's zero-copy descriptor for one operation, in its window's control area. */
@@ -434,4 +515,9 @@ void st_intra_reduce(const st_redop_t *redop, void *dst, const void *const *srcs
 void st_intra_sleep_hook(void *intra, uint32_t seen, long timeout_us)
 {
     st_intra_sleep(intra, seen, timeout_us);
+}
+
+void st_intra_arm_hook(void *intra, int delta)
+{
+    st_intra_arm(intra, delta);
 }

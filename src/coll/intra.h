@@ -23,12 +23,14 @@
 
 #include "base/status.h"
 #include "reduce/reduce.h"
+#include "engine/comm.h"
 #include "transports/transport.h"
 
 struct st_comm;
 
 #define ST_INTRA_SMALL_BYTES (256 * 1024) /* per small area: an in half and a res half */
 #define ST_INTRA_SMALL_MAX   (ST_INTRA_SMALL_BYTES / 2)
+#define ST_INTRA_SMALL_FAST_RANKS 64 /* local ranks the small algorithm's fast path serves */
 
 typedef enum {
     ST_INTRA_IN = 0,    /* chunks copied into the in slots */
@@ -76,6 +78,10 @@ typedef struct st_intra {
     struct st_dev_stream   *dstream;
     int                     dev_id;
     char                    win_name[80]; /* the host windows' name (the device ones add "-d") */
+    /* One node of several ranks: the mismatch check's board (engine/comm.h) in the host
+     * windows' control areas, which comm->board points to; board.entries == NULL otherwise. */
+    st_board_t              board;
+    void                   *small_spare; /* small.c's op, kept for the next small call */
 } st_intra_t;
 
 /* The caller's agreement (core's st_comm_agree): every rank of comm passes its status and gets
@@ -101,8 +107,11 @@ static inline uint64_t *st_intra_cnt_ptr(const st_intra_t *intra, int lr, st_int
 {
     return (uint64_t *)(intra->base[lr] + 64 * (size_t)c);
 }
-/* Publishes the own counter c = value (release) and rings the doorbell. */
+/* Publishes the own counter c = value (release) and, when a local rank sleeps, rings the
+ * doorbell and wakes it. */
 void st_intra_publish(st_intra_t *intra, st_intra_cnt_t c, uint64_t value);
+/* The same for a word of the own window outside the counters (a flag next to its data). */
+void st_intra_publish_at(st_intra_t *intra, uint64_t *word, uint64_t value);
 /* 1 when every local rank's counter c is >= value; else 0 with *laggard_p (may be NULL) the first
  * local rank behind. */
 int st_intra_all_reached(const st_intra_t *intra, st_intra_cnt_t c, uint64_t value,
@@ -111,10 +120,16 @@ int st_intra_all_reached(const st_intra_t *intra, st_intra_cnt_t c, uint64_t val
 int st_intra_reached(const st_intra_t *intra, int lr, st_intra_cnt_t c, uint64_t value);
 /* The doorbell's value: read before checking counters, pass to st_intra_sleep. */
 uint32_t st_intra_doorbell(const st_intra_t *intra);
-/* Sleeps until the doorbell differs from seen or timeout_us passed. */
+/* Counts the caller among the node's sleepers (delta +1), or no longer (-1). A publish rings
+ * the doorbell only while some rank is counted, so a rank that means to sleep arms first, then
+ * reads the doorbell and looks at the counters once more, and only then sleeps (exec.c). */
+void st_intra_arm(st_intra_t *intra, int delta);
+/* Sleeps until the doorbell differs from seen or timeout_us passed; the caller is armed. */
 void st_intra_sleep(st_intra_t *intra, uint32_t seen, long timeout_us);
-/* st_intra_sleep as the engine's sleep hook (st_op_t's sleep, sleep_on = the st_intra_t). */
+/* st_intra_sleep and st_intra_arm as the engine's hooks (st_op_t's sleep and arm, sleep_on =
+ * the st_intra_t). */
 void st_intra_sleep_hook(void *intra, uint32_t seen, long timeout_us);
+void st_intra_arm_hook(void *intra, int delta);
 
 /* Start of local rank lr's small area `which` (0 or 1), in slot `slot` and res slot. */
 static inline char *st_intra_small(const st_intra_t *intra, int lr, int which)

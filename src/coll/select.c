@@ -284,6 +284,28 @@ static st_algo_t st_coll_choose_any(st_coll_args_t *args)
     return algo;
 }
 
+size_t st_coll_small_fast_max(st_comm_t *comm)
+{
+    if (!comm->small_fast_known) {
+        st_algo_t algo = st_algo_parse(st_core_config.algo); /* checked at init */
+        size_t    max = 0;
+
+        /* what st_coll_choose_any gives an all-reduce of host memory with no algorithm of its
+         * own; a tuning table or model decides per size itself (the normal path asks it) */
+        if (comm->nranks > 1 && comm->intra != NULL &&
+            (comm->tune == NULL || !comm->tune->have_table)) {
+            if (algo == ST_ALGO_SMALL) {
+                max = ST_INTRA_SMALL_MAX;
+            } else if (algo == ST_ALGO_AUTO) {
+                max = ST_MIN(st_core_config.small_threshold, (size_t)ST_INTRA_SMALL_MAX);
+            }
+        }
+        comm->small_fast_max   = max;
+        comm->small_fast_known = 1;
+    }
+    return comm->small_fast_max;
+}
+
 int st_coll_device_native(const st_coll_args_t *args)
 {
     st_coll_args_t copy = *args;

@@ -33,6 +33,7 @@
 #include "core/enqueue.h"
 #include "device/dev.h"
 #include "engine/exec.h"
+#include "engine/mismatch.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
 
@@ -703,6 +704,14 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
                                     strncmp(recs[r]->pidns, recs[comm->rank]->pidns,
                                             sizeof(recs[r]->pidns)) == 0;
     }
+    {
+        int host = 0; /* ranks on this host, emulated nodes included (they share its cores) */
+
+        for (int r = 0; r < comm->nranks; r++) {
+            host += comm->peers[r].same_pidns || r == comm->rank;
+        }
+        comm->intra_oversub = host > st_cpus_usable();
+    }
     for (int r = 0; r < comm->nranks; r++) {
         /* every rank sees every record, so all of them fail here alike */
         if (strncmp(recs[r]->net, comm->net->name, sizeof(recs[r]->net)) != 0) {
@@ -986,6 +995,8 @@ void st_comm_free(st_comm_t *comm, int force)
     if (comm->net != NULL) {
         st_comm_notice_stop(comm);
     }
+    comm->board = NULL; /* in the windows */
+    st_check_drop_spare(comm);
     st_intra_destroy(comm->intra);
     st_tune_policy_free(comm->tune);
     comm->tune = NULL;

@@ -39,6 +39,24 @@ typedef struct st_peer_info {
 
 struct st_intra;
 
+/* The node's fingerprint board: on a communicator whose ranks all share one node (and its
+ * windows, coll/intra.h), the mismatch check (engine/mismatch.c) agrees through shared memory
+ * instead of network messages. Each rank has nslots entries of ST_BOARD_ENTRY_BYTES in its
+ * window; entry (seq mod nslots) holds collective #seq's fingerprint once its first 8 bytes (a
+ * stamp) read seq + 1 (a release store after the fingerprint). Filled by the windows' creation
+ * (coll/intra.c); NULL on communicators of several nodes or of one rank. */
+#define ST_BOARD_ENTRY_BYTES 128
+typedef struct st_board {
+    char     **entries; /* [n] rank r's first entry, as mapped here */
+    int        me, n, nslots;
+    void     (*ring)(void *arg); /* wakes the node's ranks asleep on their windows' doorbell */
+    void      *ring_arg;
+    void      *sleep_on; /* the engine's sleep hook on that doorbell (st_op_t's sleep_on, sleep) */
+    void     (*sleep)(void *on, uint32_t seen, long timeout_us);
+    void     (*arm)(void *on, int delta);
+    uint32_t (*bell)(void *on); /* the doorbell's value, read before a check of the entries */
+} st_board_t;
+
 typedef struct st_premul_slot {
     int        used;
     st_redop_t redop;
@@ -93,6 +111,14 @@ struct st_comm {
     uint64_t             uid;          /* equal on all ranks, differs between communicators:
                                           names of the node's shared memory */
     struct st_intra     *intra;        /* the node's windows (coll/intra.h) */
+    st_board_t          *board;        /* one node: the mismatch check's board (above), or NULL */
+    size_t               small_fast_max; /* all-reduces up to this many bytes take the small
+                                          * algorithm's fast path (coll/small.c); set at the
+                                          * first call (small_fast_known) */
+    int                  small_fast_known;
+    int                  intra_oversub; /* more ranks share this host's pid namespace than this
+                                         * process has CPUs: waits yield the core at once */
+    struct st_check     *spare_check;  /* a board check kept for the next collective (mismatch.c) */
     struct st_tune_policy *tune;       /* where its choices come from (tune/policy.h) */
     char                *tune_file;    /* strataConfig_t.tuneFile, or NULL */
     strataPhaseTimes_t   times;        /* of the last completed collective (strataCommGetPhaseTimes) */

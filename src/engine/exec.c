@@ -36,6 +36,13 @@
  * "Endpoint timeout" instead of the mismatch) */
 #define ST_EXEC_CANCEL_GRACE_S 1.0
 #define ST_EXEC_MAX_FDS     64
+/* Turns between two net progress calls while every op is local_only and busy (not yet idle for
+ * STRATA_SPIN_TIME): a UCX progress costs about as much as a whole small all-reduce through the
+ * windows (docs/performance.md); an idle engine progresses the network on every turn, for the
+ * stall notices and failure notices that arrive there */
+#define ST_EXEC_NET_EVERY   32
+/* How long an idle engine pauses in user space before it yields the core (not oversubscribed) */
+#define ST_EXEC_PAUSE_S     1e-6
 /* A peer's failure notice fails a waiting operation once it is this old and the operation has
  * made no progress for as long: a rank that can still finish (a mismatch all ranks see, a
  * transfer that completes) ends with its own, more precise error. */
@@ -55,11 +62,12 @@ static int st_exec_comm_aborted(const st_comm_t *comm)
  * only on window counters, sleeps on the first one's doorbell instead (a futex: woken by the
  * peer's publish); when some wait on windows and others on the network, polls the network with a
  * short timeout so that window progress is not held up long. */
-static void st_exec_block(st_op_t **ops, int nops, int timeout_ms)
+/* The op whose doorbell the engine would sleep on: when every unfinished op waits on window
+ * counters only, the first; else NULL. *nwin_p: the ops that wait on windows. */
+static st_op_t *st_exec_window_sleeper(st_op_t **ops, int nops, int *nwin_p)
 {
-    struct pollfd fds[ST_EXEC_MAX_FDS];
-    int           nfds = 0, nwin = 0, nnet = 0;
-    st_op_t      *win_op = NULL;
+    int      nwin = 0, nnet = 0;
+    st_op_t *win_op = NULL;
 
     for (int i = 0; i < nops; i++) {
         if (ops[i]->finished) {
@@ -73,10 +81,22 @@ static void st_exec_block(st_op_t **ops, int nops, int timeout_ms)
             nwin += ops[i]->win_wait; /* a local peer's publish wakes no fd: poll briefly */
         }
     }
-    if (nnet == 0 && win_op != NULL) {
-        /* several window ops (of different communicators) may wait on different doorbells */
+    *nwin_p = nwin;
+    return nnet == 0 ? win_op : NULL;
+}
+
+static void st_exec_block(st_op_t **ops, int nops, int timeout_ms, const void *armed_on)
+{
+    struct pollfd fds[ST_EXEC_MAX_FDS];
+    int           nfds = 0, nwin;
+    st_op_t      *win_op = st_exec_window_sleeper(ops, nops, &nwin);
+
+    if (win_op != NULL) {
+        /* several window ops (of different communicators) may wait on different doorbells; a
+         * doorbell this rank is not armed on may never ring (st_intra_arm): short sleeps */
         win_op->sleep(win_op->sleep_on, win_op->sleep_seen,
-                      (nwin == 1) ? (long)timeout_ms * 1000 : 1000);
+                      (nwin == 1 && win_op->sleep_on == armed_on) ? (long)timeout_ms * 1000
+                                                                  : 1000);
         return;
     }
     if (nwin > 0) {
@@ -361,6 +381,11 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
     double      now = st_time_now();
     double      idle_since = now;
     double      spin = st_core_config.spin_time;
+    unsigned    turn = 0;
+    int         oversub = 0, nwin;
+    st_op_t    *cand;
+    void       *armed_on = NULL; /* the doorbell this rank is counted a sleeper of */
+    void      (*armed_fn)(void *on, int delta) = NULL;
 
     for (int i = 0; i < nops; i++) {
         ops[i]->last_progress = now;
@@ -372,11 +397,14 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
         ops[i]->last_probe    = 0;
         ops[i]->stall_after   = st_exec_stall_after(ops[i]->comm); /* warns at once when off */
         __atomic_add_fetch(&ops[i]->comm->active, 1, __ATOMIC_SEQ_CST);
+        oversub |= ops[i]->comm->intra_oversub;
     }
     while (remaining > 0) {
         int any = 0;
 
-        now = st_time_now();
+        if (turn > 0) {
+            now = st_time_now(); /* the first pass, which usually completes a small op: t_start */
+        }
         for (int i = 0; i < nops; i++) {
             st_op_t    *op = ops[i];
             st_comm_t  *comm = op->comm;
@@ -391,10 +419,13 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
                 status = ST_ERR_REMOTE;
             } else {
                 pthread_mutex_lock(&comm->lock);
-                if (st_comm_progress(comm) == ST_OK) {
-                    any = 1;
+                if (!op->local_only || turn % ST_EXEC_NET_EVERY == ST_EXEC_NET_EVERY - 1 ||
+                    now - idle_since >= spin) { /* idle: every turn sleeps anyway */
+                    if (st_comm_progress(comm) == ST_OK) {
+                        any = 1;
+                    }
+                    st_comm_notice_poll(comm);
                 }
-                st_comm_notice_poll(comm);
                 op->progressed = 0;
                 status = st_exec_step(op);
                 pthread_mutex_unlock(&comm->lock);
@@ -445,13 +476,37 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
         if (remaining == 0) {
             break;
         }
+        turn++;
+        if (any && armed_on != NULL) {
+            armed_fn(armed_on, -1);
+            armed_on = NULL;
+        }
         if (any) {
             idle_since = now;
         } else if (now - idle_since < spin) {
-            sched_yield();
+            /* a peer that is running arrives within a microsecond or two: wait for it without a
+             * syscall; one that needs this core (oversubscribed) gets it at once */
+            if (!oversub && now - idle_since < ST_EXEC_PAUSE_S) {
+                st_cpu_relax(); /* one: a pause is about 140 cycles on recent x86 */
+            } else {
+                sched_yield();
+            }
+        } else if (armed_on == NULL && (cand = st_exec_window_sleeper(ops, nops, &nwin)) != NULL &&
+                   cand->arm != NULL) {
+            /* count as a sleeper first, then one more pass (reading the doorbell afresh) */
+            armed_on = cand->sleep_on;
+            armed_fn = cand->arm;
+            armed_fn(armed_on, +1);
         } else {
-            st_exec_block(ops, nops, ST_EXEC_MAX_POLL_MS);
+            st_exec_block(ops, nops, ST_EXEC_MAX_POLL_MS, armed_on);
+            if (armed_on != NULL) {
+                armed_fn(armed_on, -1);
+                armed_on = NULL;
+            }
         }
+    }
+    if (armed_on != NULL) {
+        armed_fn(armed_on, -1);
     }
     for (int i = 0; i < nops; i++) {
         st_comm_t *comm = ops[i]->comm;

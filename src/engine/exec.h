@@ -41,9 +41,17 @@ struct st_op {
      * (the algorithm's: the node windows' doorbell; NULL for ops without windows). */
     int          sleepable;
     int          win_wait;    /* waits on a window counter (also while network transfers run) */
+    /* Set at creation by an algorithm that moves nothing over the network (one node): the engine
+     * then progresses the network only every ST_EXEC_NET_EVERY turns (for failure notices and
+     * stall reports), not on every turn of the latency path. */
+    int          local_only;
     uint32_t     sleep_seen;
     void        *sleep_on;
     void        (*sleep)(void *on, uint32_t seen, long timeout_us);
+    /* Counts this rank among the sleepers of sleep_on (+1) or no longer (-1): the engine arms,
+     * runs one more pass over its ops (which reads sleep_seen afresh), and sleeps only if that
+     * pass found nothing to do (a publisher rings the doorbell only for counted sleepers). */
+    void        (*arm)(void *on, int delta);
     /* Set by progress() when it filled comm->times itself; else the engine records the whole
      * operation there as one phase. */
     int          times_set;

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "engine/mismatch.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,14 +40,20 @@ typedef struct st_check_fp {
     int32_t  dtype;
     int32_t  op;    /* st_check_op_code; -1 for collectives without one */
     int32_t  root;  /* -1 for collectives without one */
-    int32_t  rank;  /* who made this call (not part of the comparison) */
-    int32_t  name;  /* st_check_op_names index for messages (not part of the comparison) */
     int32_t  mem;   /* 1: run on the device windows (hier on device buffers): such a call and a
                      * host one would read different windows */
     int32_t  codec; /* compressed all-reduce: the codec + 1 (st_check_codec); 0 uncompressed */
     uint64_t codec_density; /* its topk density's bits, else 0 */
     uint64_t codec_block;   /* its int8 or sign block, else 0 */
+    /* the fields above are the call (ST_CHECK_KEY_BYTES, compared as bytes on the board); the
+     * two below are not part of the comparison */
+    int32_t  rank;  /* who made this call */
+    int32_t  name;  /* st_check_op_names index for messages */
 } st_check_fp_t;
+
+/* The compared part of a fingerprint: with the board's 8-byte stamp, one cache line. */
+#define ST_CHECK_KEY_BYTES offsetof(st_check_fp_t, rank)
+_Static_assert(ST_CHECK_KEY_BYTES == 56, "a fingerprint's call is 56 bytes, without padding");
 
 typedef struct st_check_msg {
     st_check_fp_t min;
@@ -61,8 +68,10 @@ typedef struct st_check_notice {
 
 struct st_check {
     st_comm_t      *comm;
-    char            failure[512]; /* why a transfer of the check failed; logged by exec only
-                                   * when it is the error that stands (st_check_report) */
+    /* One node (comm->board): the agreement runs on the node's board (engine/comm.h) instead of
+     * the network; posted once the own entry is written. */
+    const st_board_t *board;
+    int             posted;
     uint64_t        seq;
     int             nrounds;
     int             started;
@@ -82,6 +91,9 @@ struct st_check {
     st_check_notice_t  notice_out;
     st_check_notice_t *notice_in;     /* [nranks] (rank 0) */
     st_request_t      *notice_req;    /* [nranks] (rank 0) or [1] */
+    /* last, so that a board check is reset without it (st_check_attach) */
+    char            failure[512]; /* why a transfer of the check failed; logged by exec only
+                                   * when it is the error that stands (st_check_report) */
 };
 
 /* Ops named as users name them; "avg" is what st_redop_init makes of strataAvg. */
@@ -129,6 +141,26 @@ static void st_check_codec(const st_compressor_t *cz, st_check_fp_t *fp)
     if (cz->params.codec == strataCodecInt8 || cz->params.codec == strataCodecSign) {
         fp->codec_block = (uint64_t)cz->params.block;
     }
+}
+
+/* The fingerprint of this rank's call. */
+static void st_check_fp_fill(const st_coll_args_t *args, st_check_fp_t *fp)
+{
+    int name;
+
+    memset(fp, 0, sizeof(*fp));
+    fp->seq   = args->seq;
+    /* an all-to-all-v's count is what this rank sends, which differs between ranks: its counts
+     * are agreed pair by pair by the algorithm (coll/a2a.c) */
+    fp->count = (args->type == ST_COLL_ALLTOALLV) ? 0 : args->count;
+    fp->type  = (int32_t)args->type;
+    fp->dtype = (int32_t)args->dtype;
+    fp->op    = st_check_op_code(args, &name);
+    fp->name  = name;
+    fp->root  = st_coll_info(args->type)->rooted ? args->root : -1;
+    fp->mem   = (args->mem == ST_MEM_CUDA);
+    st_check_codec(args->compress, fp);
+    fp->rank  = args->comm->rank;
 }
 
 /* Compares the calls, not who made them. */
@@ -336,6 +368,156 @@ static void st_check_notice_report(st_check_t *check, st_op_t *op)
     free(flag);
 }
 
+/* ---- the node's board (one-node communicators) ---------------------------------------------- */
+
+/* An entry: the stamp (collective # + 1) and the fingerprint's call in its first cache line,
+ * which is all a peer reads when the calls agree; who made it in the second. */
+_Static_assert(8 + sizeof(st_check_fp_t) <= ST_BOARD_ENTRY_BYTES && 8 + ST_CHECK_KEY_BYTES == 64,
+               "a board entry holds a stamp and a fingerprint, the compared part in one line");
+
+static inline char *st_check_entry(const st_board_t *b, int r, uint64_t seq)
+{
+    return b->entries[r] + (size_t)(seq % (uint64_t)b->nslots) * ST_BOARD_ENTRY_BYTES;
+}
+
+static inline uint64_t st_check_stamp(const st_board_t *b, int r, uint64_t seq)
+{
+    return __atomic_load_n((uint64_t *)(void *)st_check_entry(b, r, seq), __ATOMIC_ACQUIRE);
+}
+
+int st_check_post(st_check_t *check)
+{
+    const st_board_t *b = check->board;
+    uint64_t          seq = check->seq;
+    char             *e;
+
+    if (b == NULL || check->posted) {
+        return b != NULL;
+    }
+    /* The entry held #seq - nslots, which every rank has read if it needed to: one
+     * communicator's collectives run one after another, and none completes before its check saw
+     * every rank's fingerprint (here, or next to the data: st_check_agreed). So no rank is more
+     * than one collective ahead of another, and nslots >= 2 entries never hold one still read. */
+    e = st_check_entry(b, b->me, seq);
+    memcpy(e + 8, &check->cur.min, sizeof(check->cur.min));
+    __atomic_store_n((uint64_t *)(void *)e, seq + 1, __ATOMIC_RELEASE);
+    check->posted = 1;
+    return 1;
+}
+
+static void st_check_fp_words(const st_check_fp_t *fp, uint64_t words[2])
+{
+    uint64_t key[ST_CHECK_KEY_BYTES / 8], h = 0;
+
+    memcpy(key, fp, sizeof(key));
+    for (size_t i = 0; i < sizeof(key) / sizeof(key[0]); i++) {
+        h = (h ^ key[i]) * UINT64_C(0x9e3779b97f4a7c15); /* Fibonacci hashing's multiplier */
+        h ^= h >> 29;
+    }
+    words[0] = fp->seq;
+    words[1] = h;
+}
+
+void st_check_words(const st_check_t *check, uint64_t words[2])
+{
+    st_check_fp_words(&check->cur.min, words);
+}
+
+int st_check_fast_post(const st_coll_args_t *args, uint64_t words[2])
+{
+    const st_board_t *b = args->comm->board;
+    st_check_fp_t     fp;
+    char             *e;
+
+    if (!st_core_config.check_mismatch || b == NULL) {
+        return 0;
+    }
+    st_check_fp_fill(args, &fp);
+    e = st_check_entry(b, b->me, args->seq);
+    memcpy(e + 8, &fp, sizeof(fp));
+    __atomic_store_n((uint64_t *)(void *)e, args->seq + 1, __ATOMIC_RELEASE);
+    st_check_fp_words(&fp, words);
+    return 1;
+}
+
+void st_check_set_posted(st_check_t *check)
+{
+    check->posted = check->board != NULL;
+}
+
+void st_check_agreed(st_check_t *check)
+{
+    if (check->result == ST_INPROGRESS) {
+        check->result = ST_OK;
+    }
+}
+
+void st_check_prefetch(const st_check_t *check)
+{
+    const st_board_t *b = check->board;
+
+    if (b != NULL) {
+        for (int r = 0; r < b->n; r++) {
+            __builtin_prefetch(st_check_entry(b, r, check->seq), 0, 3);
+        }
+    }
+}
+
+/* The board's agreement: post, then compare every rank's entry once all are there. */
+static st_status_t st_check_board_progress(st_check_t *check, st_op_t *op, int data_done)
+{
+    const st_board_t *b = check->board;
+    uint32_t          bell = b->bell(b->sleep_on);
+    const char       *own;
+    st_check_msg_t    in;
+    int               late = -1, differ = 0;
+
+    if (!check->posted) {
+        (void)st_check_post(check);
+        b->ring(b->ring_arg);
+        op->progressed = 1;
+    }
+    own = st_check_entry(b, b->me, check->seq) + 8;
+    for (int r = 0; r < b->n && late < 0; r++) {
+        if (r == b->me) {
+            continue;
+        }
+        if (st_check_stamp(b, r, check->seq) != check->seq + 1) {
+            late = r;
+        } else {
+            differ |= memcmp(st_check_entry(b, r, check->seq) + 8, own, ST_CHECK_KEY_BYTES);
+        }
+    }
+    if (late >= 0) {
+        op->win_wait = 1;
+        if (data_done) {
+            /* nothing else runs: sleep on the doorbell that the late rank's post rings */
+            op->phase      = "mismatch check";
+            op->step       = 1;
+            op->nsteps     = 1;
+            op->wait_peer  = late; /* one node: local rank = rank (st_intra_board_init) */
+            op->sleepable  = 1;
+            op->sleep_seen = bell;
+            op->sleep_on   = b->sleep_on;
+            op->sleep      = b->sleep;
+            op->arm        = b->arm;
+        }
+        return ST_INPROGRESS;
+    }
+    op->progressed = 1;
+    if (!differ) {
+        return check->result = ST_OK;
+    }
+    for (int r = 0; r < b->n; r++) { /* the same (min, max) pair on every rank */
+        if (r != b->me) {
+            memcpy(&in.min, st_check_entry(b, r, check->seq) + 8, sizeof(in.min));
+            in.max = in.min;
+            st_check_merge(&check->cur, &in);
+        }
+    }
+    return check->result = st_check_verdict(check);
+}
+
 st_status_t st_check_progress(st_check_t *check, st_op_t *op, int data_done)
 {
     st_comm_t *comm = check->comm;
@@ -345,6 +527,9 @@ st_status_t st_check_progress(st_check_t *check, st_op_t *op, int data_done)
     }
     if (check->result != ST_INPROGRESS) {
         return check->result;
+    }
+    if (check->board != NULL) {
+        return st_check_board_progress(check, op, data_done);
     }
     if (!check->started) {
         st_status_t status = st_check_start(check);
@@ -411,7 +596,7 @@ void st_check_stall(st_check_t *check, st_op_t *op)
     int         n = comm->nranks;
     st_status_t status = ST_OK;
 
-    if (check->notice_state != 0 || !check->started) {
+    if (check->notice_state != 0 || !(check->started || check->posted)) {
         return;
     }
     check->notice_state = 1;
@@ -456,7 +641,17 @@ static void st_check_free(void *arg)
 
     free(check->notice_in);
     free(check->notice_req);
+    if (check->board != NULL && check->comm->board != NULL && check->comm->spare_check == NULL) {
+        check->comm->spare_check = check; /* the next collective's (st_check_attach) */
+        return;
+    }
     free(check);
+}
+
+void st_check_drop_spare(st_comm_t *comm)
+{
+    free(comm->spare_check);
+    comm->spare_check = NULL;
 }
 
 void st_check_destroy(st_check_t *check, st_op_t *op)
@@ -507,7 +702,7 @@ st_status_t st_check_attach(const st_coll_args_t *args, st_op_t **op_p)
 {
     st_comm_t  *comm = args->comm;
     st_check_t *check;
-    int         nrounds = 0, name;
+    int         nrounds = 0;
 
     if (!st_core_config.check_mismatch || comm->nranks < 2 || st_coll_info(args->type)->p2p) {
         return ST_OK;
@@ -515,7 +710,18 @@ st_status_t st_check_attach(const st_coll_args_t *args, st_op_t **op_p)
     while ((1L << nrounds) < comm->nranks) {
         nrounds++;
     }
-    {
+    if (comm->board != NULL) {
+        /* one node: no messages, so no rounds; the last one's memory when free */
+        check = comm->spare_check != NULL ? comm->spare_check : malloc(sizeof(*check));
+        comm->spare_check = NULL;
+        if (check == NULL) {
+            goto err_nomem;
+        }
+        memset(check, 0, offsetof(st_check_t, failure));
+        check->failure[0] = '\0';
+        check->board = comm->board;
+        nrounds      = 0;
+    } else {
         size_t r = (size_t)nrounds;
         char  *p = calloc(1, sizeof(*check) + r * (2 * sizeof(st_check_msg_t) +
                                                    2 * sizeof(st_request_t) + 2 * sizeof(int)));
@@ -554,19 +760,8 @@ st_status_t st_check_attach(const st_coll_args_t *args, st_op_t **op_p)
     check->seq         = args->seq;
     check->nrounds     = nrounds;
     check->result      = ST_INPROGRESS;
-    check->cur.min.seq   = args->seq;
-    /* an all-to-all-v's count is what this rank sends, which differs between ranks: its counts
-     * are agreed pair by pair by the algorithm (coll/a2a.c) */
-    check->cur.min.count = (args->type == ST_COLL_ALLTOALLV) ? 0 : args->count;
-    check->cur.min.type  = (int32_t)args->type;
-    check->cur.min.dtype = (int32_t)args->dtype;
-    check->cur.min.op    = st_check_op_code(args, &name);
-    check->cur.min.name  = name;
-    check->cur.min.root  = st_coll_info(args->type)->rooted ? args->root : -1;
-    check->cur.min.mem   = (args->mem == ST_MEM_CUDA);
-    st_check_codec(args->compress, &check->cur.min);
-    check->cur.min.rank  = comm->rank;
-    check->cur.max       = check->cur.min;
+    st_check_fp_fill(args, &check->cur.min);
+    check->cur.max     = check->cur.min;
     (*op_p)->check       = check;
     return ST_OK;
 

@@ -15,6 +15,11 @@
  * for bytes that never come. The engine (exec.c) completes an operation only when its data and its
  * agreement both completed.
  *
+ * On a communicator of one node (comm->board) the same fingerprints meet on the node's board in
+ * shared memory instead (engine/comm.h): each rank writes its own into its window, reads every
+ * other rank's once all are there, and takes the same (min, max) pair; no network message, and
+ * the same messages.
+ *
  * Stall notices: when a rank's operation stalls (STRATA_STALL_WARN), every rank but 0 tells rank 0
  * that it is inside collective #k; rank 0, stalled too, collects these notices for a moment and
  * names the ranks that sent none: those have not entered collective #k (or are not stalled in it).
@@ -48,6 +53,34 @@ void        st_check_report(const st_check_t *check);
  * collecting notices and, a moment later (from st_check_progress), logs at WARN the ranks that sent
  * none. Caller holds the comm's lock. */
 void st_check_stall(st_check_t *check, st_op_t *op);
+
+/* One node (comm->board): writes the call's fingerprint into the own board entry, without
+ * waking anyone; 1 when it is there (now or before), 0 when the check does not use a board. An
+ * algorithm that publishes a window counter next calls it first: its publish rings the doorbell
+ * for both, and a peer that sees the counter sees the fingerprint (the mismatch fingerprint
+ * folded into the data round). st_check_progress posts it otherwise, and rings. */
+int         st_check_post(st_check_t *check);
+
+/* One node: the call (the fingerprint's compared part) in two words, its sequence number and a
+ * 64-bit mix of the rest, for an algorithm that carries them in the cache line of its data (the
+ * small all-reduce): when every rank's words equal this rank's, it calls st_check_agreed and no
+ * board entry is read; when any differ, it leaves the check to the board, which names both
+ * calls. The board entry is still posted (st_check_post): a rank in another algorithm reads it. */
+void        st_check_words(const st_check_t *check, uint64_t words[2]);
+void        st_check_agreed(st_check_t *check);
+/* The same for a call run without a check object (coll/small.c's fast path): when the call
+ * needs the check and comm has a board, posts args' fingerprint there, sets words and returns 1;
+ * else 0. st_check_set_posted then tells a check attached later (a hand-over to the engine) that
+ * the entry is there. */
+int         st_check_fast_post(const st_coll_args_t *args, uint64_t words[2]);
+void        st_check_set_posted(st_check_t *check);
+
+/* One node: starts loading the peers' board entries of the check's collective into the cache
+ * (an algorithm that saw their data arrive: the fingerprints were posted before it). */
+void        st_check_prefetch(const st_check_t *check);
+
+/* Frees the board check comm keeps for its next collective (comm's destruction). */
+void        st_check_drop_spare(st_comm_t *comm);
 
 /* Cancels what is in flight (bounded wait) and frees the agreement. Caller holds the comm's lock;
  * call before op->destroy. */

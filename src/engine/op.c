@@ -18,7 +18,7 @@
  * 2(n-1)/n, reduce-scatter, all-gather, all-to-all, gather and scatter (n-1)/n, broadcast and
  * reduce 1, sendrecv 1. The in-place rules are strata.h's ("In place"), which are NCCL's; an
  * all-to-all is never in place. */
-static const st_coll_info_t st_coll_table[ST_COLL_LAST] = {
+const st_coll_info_t st_coll_table[ST_COLL_LAST] = {
     [ST_COLL_ALLREDUCE]     = {.name = "AllReduce", .short_name = "all_reduce", .reduces = 1,
                                .busbw_mul = 2, .busbw_ring = 1, .in_place = ST_INPLACE_SAME},
     [ST_COLL_BROADCAST]     = {.name = "Broadcast", .short_name = "broadcast", .rooted = 1,
@@ -48,13 +48,8 @@ static const st_coll_info_t st_coll_table[ST_COLL_LAST] = {
                                .in_place = ST_INPLACE_RECV_AT_RANK},
 };
 
-static const st_coll_info_t st_coll_unknown = {.name = "unknown", .short_name = "unknown",
+const st_coll_info_t st_coll_unknown = {.name = "unknown", .short_name = "unknown",
                                                .busbw_mul = 1, .in_place = ST_INPLACE_NONE};
-
-const st_coll_info_t *st_coll_info(st_coll_type_t type)
-{
-    return ((unsigned)type < ST_COLL_LAST) ? &st_coll_table[type] : &st_coll_unknown;
-}
 
 const char *st_coll_name(st_coll_type_t type)
 {

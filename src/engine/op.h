@@ -103,8 +103,14 @@ st_status_t st_coll_args_keep(st_coll_args_t *args);
 void st_coll_args_drop(st_coll_args_t *args);
 
 /* The row of collective `type`; for a value out of range, a row named "unknown" with no
- * property set (busbw factor 1, never in place). Never NULL. */
-const st_coll_info_t *st_coll_info(st_coll_type_t type);
+ * property set (busbw factor 1, never in place). Never NULL. Inline: every call of the latency
+ * path asks it a dozen times. */
+extern const st_coll_info_t st_coll_table[ST_COLL_LAST];
+extern const st_coll_info_t st_coll_unknown;
+static inline const st_coll_info_t *st_coll_info(st_coll_type_t type)
+{
+    return ((unsigned)type < ST_COLL_LAST) ? &st_coll_table[type] : &st_coll_unknown;
+}
 /* The collective's name as the API spells it ("AllReduce"), or "unknown": st_coll_info's name. */
 const char *st_coll_name(st_coll_type_t type);
 /* nccl-tests' bus-bandwidth factor of `type` among nranks ranks: what the busiest link of a ring

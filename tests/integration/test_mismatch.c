@@ -210,6 +210,11 @@ static const mm_case_t mm_cases[] = {
      "sendcounts[2] on rank 1 is 9", "recvcounts[1] on rank 2 is 8", 17, 1},
     {"alltoall count 8 vs 10 unchecked", A2A(8, strataFloat32), 2, A2A(10, strataFloat32), "",
      "", 18, 0},
+    /* one node, auto: the small algorithm on rank 1, hier on the others (different windows,
+     * different counters: only the board's fingerprints meet) */
+    {"small vs hier (count 16 vs 262144)", AR(262144, strataFloat32, strataSum), 1,
+     AR(16, strataFloat32, strataSum), "count 262144 float sum on rank 0",
+     "count 16 float sum on rank 1", 19, 1},
 };
 
 static void mm_run(int which, const char *layout, const char *algo)
@@ -235,6 +240,12 @@ static void test_count_zero(void **state) { mm_run(8, "2x2", NULL); }
 static void test_b16a_1node_small(void **state) { mm_run(0, "1", "small"); }
 static void test_b16d_1node_hier(void **state) { mm_run(3, "1", "hier"); }
 static void test_b16e_1node_ring(void **state) { mm_run(4, "1", "ring"); }
+/* one node, auto: calls that run different algorithms (small and ring's all-gather; small and
+ * an agreement-only op; the chain's broadcast; small and hier) meet on the board only */
+static void test_b16c_1node(void **state) { mm_run(2, "1", NULL); }
+static void test_bcast_root_1node(void **state) { mm_run(7, "1", NULL); }
+static void test_count_zero_1node(void **state) { mm_run(8, "1", NULL); }
+static void test_small_hier_1node(void **state) { mm_run(19, "1", NULL); }
 static void test_b16a_unchecked(void **state) { mm_run(9, "2x2", NULL); }
 static void test_b16b_unchecked(void **state) { mm_run(10, "2x2", NULL); }
 static void test_b16c_unchecked(void **state) { mm_run(11, "2x2", NULL); }
@@ -503,6 +514,10 @@ int main(void)
         cmocka_unit_test(test_b16a_1node_small),
         cmocka_unit_test(test_b16d_1node_hier),
         cmocka_unit_test(test_b16e_1node_ring),
+        cmocka_unit_test(test_b16c_1node),
+        cmocka_unit_test(test_bcast_root_1node),
+        cmocka_unit_test(test_count_zero_1node),
+        cmocka_unit_test(test_small_hier_1node),
         cmocka_unit_test(test_b16a_unchecked),
         cmocka_unit_test(test_b16b_unchecked),
         cmocka_unit_test(test_b16c_unchecked),
