@@ -97,12 +97,12 @@ typedef struct st_intra {
 typedef st_status_t (*st_intra_agree_fn)(struct st_comm *comm, st_status_t status);
 
 /* Creates the node's windows for comm (collective over comm: its steps are agreed through
- * agree, three agreements on every rank, a node of one rank included) in memory of type mem_type,
- * over the window transport of comm's transports (comm->tl) that serves it. Sizes from
- * STRATA_HIER_CHUNK_SIZE and STRATA_PIPELINE_DEPTH. Segment names carry comm's id and node
- * identity. Probes cross-memory attach between the node's ranks (intra->cma, said at INFO; a
- * probe that fails only turns it off). ST_ERR_UNSUPPORTED (logged) when no window transport
- * serves mem_type, ST_ERR_NO_MEMORY, ST_ERR_IO (logged). */
+ * agree, three agreements, which a node of one rank makes too where other nodes have windows) in
+ * memory of type mem_type, over the window transport of comm's transports (comm->tl) that serves
+ * it. Sizes from STRATA_HIER_CHUNK_SIZE and STRATA_PIPELINE_DEPTH. Segment names carry comm's id
+ * and node identity. Probes cross-memory attach between the node's ranks (intra->cma, said at
+ * INFO; a probe that fails only turns it off). ST_ERR_UNSUPPORTED (logged) when no window
+ * transport serves mem_type, ST_ERR_NO_MEMORY, ST_ERR_IO (logged). */
 st_status_t st_intra_create(struct st_comm *comm, st_intra_agree_fn agree, st_mem_type_t mem_type,
                             st_intra_t **intra_p);
 void        st_intra_destroy(st_intra_t *intra);
@@ -202,8 +202,8 @@ void        st_intra_zc_fini(st_intra_zc_t *zc);
  * one negotiation on these windows to the next (hier passes its first chunk's sequence, h->base):
  * the ST_INTRA_ZC counter is compared with >=, so a smaller one would find stale descriptors.
  * ST_INPROGRESS until every local rank published (*lag_p then names the first local rank
- * missing); ST_OK once decided (zc->on); ST_ERR_IO when a peer's buffer cannot be mapped (*lag_p
- * names that local rank; the transport logged why). */
+ * missing); ST_OK once decided (zc->on, zc->cma); ST_ERR_IO when a peer's buffer cannot be mapped
+ * (*lag_p names that local rank; the transport logged why). */
 st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t op_id, int want,
                                   const void *send, void *recv, size_t bytes, int *lag_p);
 
