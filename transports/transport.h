@@ -230,6 +230,18 @@ typedef struct st_win_ops {
     void       *(*mem_map)(const st_win_memh_t *memh);
     /* Drops every mapping mem_map made (when no communicator is left). */
     void        (*mem_unmap_all)(void);
+
+    /* Cross-memory attach (Linux process_vm_readv): copies len bytes at address remote in process
+     * pid (a node peer's; remote is an address there, never dereferenced here, and may be any
+     * memory of that process, shareable or not) into dst (len bytes of the caller's), with one or
+     * more process_vm_readv calls (a partial read continues where it stopped). Blocking, any
+     * thread, no state. The kernel allows it where the caller may ptrace pid (same user; Yama's
+     * ptrace_scope; seccomp). ST_OK (also for len 0); ST_ERR_UNSUPPORTED when the kernel refuses
+     * (EPERM, ENOSYS: ptrace rules, seccomp, no such call), ST_ERR_IO otherwise (ESRCH: no such
+     * process; EFAULT: [remote, remote+len) not mapped there; a read that moves nothing); logged
+     * at debug only: the caller knows whose buffer it read and says so. A transport whose memory
+     * the host cannot read this way (cuda_ipc) returns ST_ERR_UNSUPPORTED. */
+    st_status_t (*peer_read)(int pid, void *dst, const void *remote, size_t len);
 } st_win_ops_t;
 
 /* Builtin window transports, NULL-terminated (transport.c): one per memory type at most. */

@@ -71,6 +71,12 @@ static const st_config_field_t st_core_config_fields[] = {
     {"SMALL_THRESHOLD", "64k", "all-reduces up to this many bytes take the small-message "
      "algorithm under STRATA_ALGO=auto (at most 128k: the windows' small area)",
      offsetof(st_core_config_t, small_threshold), ST_CFG_SIZE},
+    {"CMA", "auto", "cross-memory attach (Linux process_vm_readv) for the hierarchical "
+     "all-reduce on buffers not from strataMemAlloc: the owner of a shard reads it straight from "
+     "its node peers' buffers instead of through copies in the windows; auto: where a probe at "
+     "init shows every local rank can read every other's memory (ptrace rules, Yama, seccomp); "
+     "0: never; 1: as auto, a node where it does not work said at WARN",
+     offsetof(st_core_config_t, cma), ST_CFG_STRING},
     {"RAIL_IFNAMES", "", "network interfaces of the rails, comma-separated (rail l uses the "
      "l-th, modulo their number); empty: every rail uses the transport's default devices",
      offsetof(st_core_config_t, rail_ifnames), ST_CFG_STRING},

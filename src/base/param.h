@@ -71,6 +71,7 @@ typedef struct st_core_config {
     char  *algo;              /* algorithm choice */
     size_t hier_chunk_size;   /* bytes of the buffer per hierarchical pipeline chunk */
     size_t small_threshold;   /* all-reduce bytes up to which auto takes the small algorithm */
+    char  *cma;               /* cross-memory attach: auto, 0, 1 (coll/intra.h) */
     char  *rail_ifnames;      /* comma-separated interfaces, one per rail */
     char  *net;               /* net transport choice */
     char  *tune_file;         /* tuning table (tune/policy.h) */

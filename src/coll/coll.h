@@ -124,7 +124,8 @@ st_status_t st_p2p_link_overlaps(st_op_t **ops, int nops);
  * makes their ops and drives them with st_exec_run. Returns the first error. */
 st_status_t st_coll_run(const st_coll_args_t *args, int nargs);
 
-/* Checks the algorithm parameters (STRATA_ALGO). ST_ERR_INVALID, logged, for unknown values. */
+/* Checks the algorithm parameters (STRATA_ALGO, the chunk sizes, STRATA_CMA). ST_ERR_INVALID,
+ * logged, for unknown values. */
 st_status_t st_coll_config_check(void);
 
 /* 1 when a call on device buffers runs as it is, on the GPU: the algorithm chosen for it is hier

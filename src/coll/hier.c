@@ -65,6 +65,21 @@
  * order (local ranks in order, then around the rail's ring from the block's first sender) and
  * copied from there.
  *
+ * Zero-copy all-reduce (coll/intra.h; negotiated per call, the same decision on every local rank;
+ * in place too, st_hier_zc_negotiate says why that is safe): no copy-in, and no in or res slots.
+ * The owner of shard j reduces it from every local rank's send buffer straight into its own
+ * receive buffer, the inter-node ring works there in place, and every rank copies the other
+ * owners' shards from their receive buffers into its own. Mapped (every buffer from
+ * strataMemAlloc): the peers' buffers are mapped and loaded from. cma (ordinary host buffers, the
+ * node has cross-memory attach): they are read with the window transport's peer_read
+ * (process_vm_readv); the owner reads each peer's part of its shard in pieces of up to 256 KiB
+ * into a staging area in its own window's (unused) in slots, which stays in cache, and reduces
+ * from there in local rank order (the same bits as every other path), and the all-gather reads
+ * each owner's shard straight into the own receive buffer. Per rank and S bytes on n local ranks
+ * either moves about S + S/n bytes of memory in the reduce-scatter and 2 S (n-1)/n in the
+ * all-gather, against (5 + 1/n) S for the copying path; cma adds a system call per piece. The
+ * call returns only when every local peer finished reading this rank's buffers.
+ *
  * Device buffers (args.mem == ST_MEM_CUDA, run from the communicator's device queue) take the same
  * pipeline over the node's device windows (intra.h): copy-in, the reduce-scatter over the local
  * ranks' in slots (one multi-source kernel, reduce/kernel.h, local ranks in order: the host's
@@ -266,7 +281,9 @@ static int st_hier_owner(const st_hier_t *h, int node, int j)
 }
 
 /* Where chunk k's reduced shards of local rank lr live (offsets relative to the chunk): its res
- * slot (in the device windows for device buffers), or with zero-copy its receive buffer. */
+ * slot (in the device windows for device buffers), or with zero-copy its receive buffer. With
+ * cma (h->zc.cma) that is an address in local rank lr's process: for lr != h->l NOT
+ * DEREFERENCEABLE here, read only through h->zc.win->peer_read (st_hier_deliver). */
 static char *st_hier_res(const st_hier_t *h, int lr, size_t k)
 {
     if (h->zc.on) {
@@ -513,6 +530,87 @@ static st_status_t st_hier_a2a_gather(st_hier_t *h, size_t k)
     return ST_OK;
 }
 
+/* cma: a peer_read of local rank lr's buffer failed (the transport said which error at debug).
+ * A buffer that cannot be read is the peer's failure: it exited, or it left the call (its own
+ * failure) and its buffer went, or (a misuse) it freed its buffer during the call; ST_ERR_REMOTE,
+ * which also makes the engine name every rank known to have exited. The kernel refusing what the
+ * probe at init allowed (the peer made itself undumpable) is this rank's: ST_ERR_IO. */
+static st_status_t st_hier_cma_fail(st_hier_t *h, int lr, const char *phase, const char *what,
+                                    st_status_t status)
+{
+    int r = st_topo_node_rank(h->topo, h->node, lr);
+    const char *why = status == ST_ERR_UNSUPPORTED
+                          ? "the kernel no longer allows it (ptrace rules: did that process "
+                            "become undumpable?)"
+                      : st_comm_peer_exited(h->comm, r)
+                          ? "that rank has exited"
+                          : "its buffer is not there (did that rank leave the call after a failure "
+                            "of its own, or free its buffer during the call?)";
+
+    st_error(ST_SUB_COLL, "%s #%llu (%s) rank %d: %s: cannot read rank %d's %s buffer (local rank "
+             "%d, pid %d) by cross-memory attach (process_vm_readv): %s", h->op.coll,
+             (unsigned long long)h->args.seq, h->comm->name, h->comm->rank, phase, r, what, lr,
+             h->zc.pid[lr], why);
+    return status == ST_ERR_UNSUPPORTED ? ST_ERR_IO : ST_ERR_REMOTE;
+}
+
+/* Zero-copy, host buffers: reduces cnt elements at element pos of V over every local rank's send
+ * buffer into res (this rank's receive buffer), in local rank order (the copying path's order, so
+ * the same bits). Mapped out of place: straight from the mapped buffers. cma: in pieces of
+ * intra->zc_piece bytes, each peer's piece read with peer_read into this rank's staging (in
+ * cache: every byte of the inputs is read from memory once, by the kernel's copy) and reduced
+ * from there; the own piece straight from the own send buffer. In place on local rank 2 or
+ * higher (either flavour) the own piece is staged too: st_intra_reduce writes dst after the first
+ * two sources, so dst may be srcs[0] or srcs[1], never a later one. */
+static st_status_t st_hier_zc_reduce(st_hier_t *h, char *res, size_t pos, size_t cnt, int post)
+{
+    const void **srcs = h->srcs;
+    int          stage_own = (h->src == h->dst && h->l >= 2);
+    size_t       piece = h->intra->zc_piece / h->es;
+    st_status_t  status;
+
+    if (!h->zc.cma && !stage_own) {
+        for (int lr = 0; lr < h->m; lr++) {
+            srcs[lr] = h->zc.send[lr] + pos * h->es;
+        }
+        st_intra_reduce(&h->args.redop, res, srcs, h->m, cnt);
+        if (post) {
+            st_reduce_post(&h->args.redop, res, cnt);
+        }
+        return ST_OK;
+    }
+    for (size_t done = 0, n; done < cnt; done += n) {
+        size_t at = (pos + done) * h->es;
+
+        n = ST_MIN(piece, cnt - done);
+        for (int lr = 0; lr < h->m; lr++) {
+            char *stage = st_intra_zc_stage(h->intra, lr);
+
+            if (lr == h->l) {
+                srcs[lr] = h->src + at;
+                if (stage_own) {
+                    memcpy(stage, h->src + at, n * h->es);
+                    srcs[lr] = stage;
+                }
+            } else if (h->zc.cma) {
+                status = h->zc.win->peer_read(h->zc.pid[lr], stage, h->zc.send[lr] + at,
+                                              n * h->es);
+                if (status != ST_OK) {
+                    return st_hier_cma_fail(h, lr, h->phases[1], "send", status);
+                }
+                srcs[lr] = stage;
+            } else {
+                srcs[lr] = h->zc.send[lr] + at;
+            }
+        }
+        st_intra_reduce(&h->args.redop, res + done * h->es, srcs, h->m, n);
+        if (post) {
+            st_reduce_post(&h->args.redop, res + done * h->es, n);
+        }
+    }
+    return ST_OK;
+}
+
 static st_status_t st_hier_reduce_scatter(st_hier_t *h, size_t k)
 {
     int          slot = (int)(k % (size_t)h->depth);
@@ -544,6 +642,10 @@ static st_status_t st_hier_reduce_scatter(st_hier_t *h, size_t k)
 
                     ST_CHECK(st_hier_put(h, res, st_hier_in(h, rl, slot) + off * h->es, cnt, 0));
                 }
+                continue;
+            }
+            if (h->zc.on && h->dev == NULL) {
+                ST_CHECK(st_hier_zc_reduce(h, res, k * h->chunk + off, cnt, post));
                 continue;
             }
             for (int lr = 0; lr < h->m; lr++) {
@@ -1099,6 +1201,15 @@ static st_status_t st_hier_deliver(st_hier_t *h, size_t k)
         if (h->dev != NULL) {
             ST_CHECK(st_hier_dcopy(h, h->dst + (a - h->own_first) * h->es,
                                    st_hier_res(h, lr, k) + (a - first) * h->es, (b - a) * h->es));
+        } else if (h->zc.cma) { /* straight from the owner's receive buffer into the own */
+            st_status_t status = h->zc.win->peer_read(h->zc.pid[lr],
+                                                      h->dst + (a - h->own_first) * h->es,
+                                                      st_hier_res(h, lr, k) + (a - first) * h->es,
+                                                      (b - a) * h->es);
+
+            if (status != ST_OK) {
+                return st_hier_cma_fail(h, lr, h->phases[3], "receive", status);
+            }
         } else {
             memcpy(h->dst + (a - h->own_first) * h->es,
                    st_hier_res(h, lr, k) + (a - first) * h->es, (b - a) * h->es);
@@ -1109,11 +1220,26 @@ static st_status_t st_hier_deliver(st_hier_t *h, size_t k)
 
 /* ---- the op --------------------------------------------------------------------------------- */
 
-/* Zero-copy (coll/intra.h): out of place only: in place, an owner's reduction would overwrite
- * inputs it still reads; premul needs the scaled copy that copy-in makes. */
+/* Zero-copy (coll/intra.h), mapped or cma. Not with premul, which needs the scaled copy that
+ * copy-in makes. In place too: rank p's buffer holds, for each shard j of a chunk, p's input to j
+ * and then j's result, and
+ *   - the only reader of p's input to shard j is j's owner o, in its reduce-scatter of the chunk;
+ *   - the only writer of that region is p itself: as o (p = o), the reduce-scatter writes the
+ *     result over its own input (st_hier_zc_reduce stages the own piece first where the
+ *     reduction would read it after writing) and the inter-node ring works on it in place; as a
+ *     non-owner, its all-gather copies the result there only once o published RES for the chunk,
+ *     which o does after its reduce-scatter read everyone's inputs to j;
+ *   - the result in o's buffer is read by the peers' all-gather only after RES, and the call
+ *     returns only when every peer finished its all-gather (the final wait of st_hier_progress).
+ * So no region is written while another rank may still read what it held. In place on local rank
+ * 2 or higher needs the staging (intra->zc_piece > 0), which a rank without it does not want.
+ * Device buffers stay out of place: their reduction is the device's chained multi-source job,
+ * whose second job would read an own input the first already overwrote. */
 static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
 {
-    int         want = h->args.sendbuff != h->args.recvbuff && !h->args.redop.premul;
+    int         in_place = h->args.sendbuff == h->args.recvbuff;
+    int         want = !h->args.redop.premul &&
+                       (!in_place || (h->dev == NULL && (h->l < 2 || h->intra->zc_piece > 0)));
     int         was = h->zc.state;
     st_status_t status;
 
@@ -1125,9 +1251,17 @@ static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
     if (status == ST_ERR_IO) {
         st_error(ST_SUB_COLL, "%s #%llu rank %d: cannot map local rank %d's strataMemAlloc "
                  "buffers", h->op.coll, (unsigned long long)h->args.seq, h->comm->rank, *lag_p);
+    } else if (status == ST_OK && h->zc.on && h->zc.cma) {
+        st_debug(ST_SUB_COLL, "%s #%llu rank %d: zero-copy by cross-memory attach (every local "
+                 "rank's buffers are host memory, not all shareable)%s", h->op.coll,
+                 (unsigned long long)h->args.seq, h->comm->rank, in_place ? ", in place" : "");
     } else if (status == ST_OK && h->zc.on) {
         st_debug(ST_SUB_COLL, "%s #%llu rank %d: zero-copy (every local rank's buffers are "
-                 "shareable)", h->op.coll, (unsigned long long)h->args.seq, h->comm->rank);
+                 "shareable)%s", h->op.coll, (unsigned long long)h->args.seq, h->comm->rank,
+                 in_place ? ", in place" : "");
+    } else if (status == ST_OK && h->zc.state == 2 && h->m > 1) {
+        st_debug(ST_SUB_COLL, "%s #%llu rank %d: copying through the windows", h->op.coll,
+                 (unsigned long long)h->args.seq, h->comm->rank);
     }
     return status;
 }

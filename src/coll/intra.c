@@ -4,13 +4,20 @@
  *
  * Creation is collective: every local rank creates its window, a barrier, every rank maps its
  * peers', a barrier, every rank removes its name. From then on nothing is left in /dev/shm even if
- * a rank is killed. A node of one rank needs no shared memory: its window is private.
+ * a rank is killed. A node of one rank needs no shared memory: its window is private. Then the
+ * cross-memory attach probe: before the second barrier every rank wrote, in its control area, its
+ * pid and where a magic word lies in its private memory; after it each reads every local peer's
+ * word with peer_read and writes what it found; after a third barrier all take the same decision
+ * from the same records (intra->cma).
  */
 #include "config.h"
 #include "coll/intra.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "base/param.h"
@@ -25,7 +32,8 @@
 #define ST_INTRA_NET_SHARD_BYTES ((size_t)256 << 10)
 
 /* The mismatch check's board (engine/comm.h): ST_INTRA_BOARD_SLOTS entries per rank in its
- * window's control area, after the zero-copy descriptor's part. */
+ * window's control area, after the zero-copy descriptor and the cross-memory attach probe's
+ * record (ST_INTRA_CTRL_FREE below). */
 #define ST_INTRA_BOARD_OFF   2560
 #define ST_INTRA_BOARD_SLOTS 8
 _Static_assert(ST_INTRA_BOARD_OFF + ST_INTRA_BOARD_SLOTS * ST_BOARD_ENTRY_BYTES <=
@@ -71,6 +79,207 @@ static st_status_t st_intra_board_init(st_comm_t *comm, st_intra_t *intra)
     b->arm      = st_intra_arm_hook;
     b->bell     = st_intra_bell;
     comm->board = b;
+    return ST_OK;
+}
+
+/* A local rank's zero-copy descriptor for one operation, in its window's control area. */
+typedef struct st_intra_zc_desc {
+    uint64_t      op_id;    /* the operation it describes */
+    uint32_t      want;     /* 1: this rank's call may run zero-copy (either flavour) */
+    uint32_t      ok;       /* 1: both buffers below are shareable (send, recv, offsets) */
+    st_win_memh_t send, recv;
+    uint64_t      send_off, recv_off;
+    uint64_t      send_addr, recv_addr; /* the buffers' addresses in the rank's process (cma) */
+    uint32_t      pid;                  /* the rank's process (cma) */
+    uint32_t      pad;
+} st_intra_zc_desc_t;
+
+/* A local rank's record for the cross-memory attach probe of st_intra_create. */
+typedef struct st_intra_cma_rec {
+    uint64_t magic;  /* the value at addr */
+    uint64_t addr;   /* of the rank's intra->cma_magic: private memory of its process */
+    uint32_t pid;    /* the rank's process */
+    int32_t  result; /* after its probe: an st_intra_cma_result_t */
+    int32_t  peer;   /* the local rank whose read failed, or -1 */
+    int32_t  pad;
+} st_intra_cma_rec_t;
+
+#define ST_INTRA_ZC_DESC_OFF 2048 /* in the control area, after the counters and doorbell */
+#define ST_INTRA_CMA_REC_OFF 2304 /* the probe's record, after the descriptor */
+#define ST_INTRA_CTRL_FREE   2560 /* from here: the mismatch check's board (ST_INTRA_BOARD_OFF) */
+/* after the counters (64 B each), the doorbell's line and the sleepers' line */
+_Static_assert(ST_INTRA_ZC_DESC_OFF >= 64 * (ST_INTRA_NCNT + 2) &&
+               ST_INTRA_ZC_DESC_OFF + sizeof(st_intra_zc_desc_t) <= ST_INTRA_CMA_REC_OFF,
+               "the zero-copy descriptor fits before the probe's record");
+_Static_assert(ST_INTRA_CMA_REC_OFF + sizeof(st_intra_cma_rec_t) <= ST_INTRA_CTRL_FREE &&
+               ST_INTRA_CTRL_FREE <= ST_INTRA_CTRL_BYTES,
+               "the cross-memory attach probe's record fits below the control area's free part");
+_Static_assert(ST_INTRA_BOARD_OFF == ST_INTRA_CTRL_FREE, "the board starts where the probe's record ends");
+
+static st_intra_zc_desc_t *st_intra_zc_desc(const st_intra_t *intra, int lr)
+{
+    return (st_intra_zc_desc_t *)(intra->base[lr] + ST_INTRA_ZC_DESC_OFF);
+}
+
+static st_intra_cma_rec_t *st_intra_cma_rec(const st_intra_t *intra, int lr)
+{
+    return (st_intra_cma_rec_t *)(intra->base[lr] + ST_INTRA_CMA_REC_OFF);
+}
+
+/* ---- the cross-memory attach probe ----------------------------------------------------------- */
+
+/* What a rank's probe found (its record's result). */
+typedef enum {
+    ST_INTRA_CMA_OK          = 1,  /* it read every local peer's magic */
+    ST_INTRA_CMA_OFF         = 0,  /* STRATA_CMA=0 on this rank */
+    ST_INTRA_CMA_REFUSED     = -1, /* the kernel refused a read (EPERM, ENOSYS) */
+    ST_INTRA_CMA_FAILED      = -2, /* a read failed otherwise (ESRCH, EFAULT) */
+    ST_INTRA_CMA_WRONG       = -3, /* a read brought other bytes than the peer's magic */
+    ST_INTRA_CMA_PIDNS       = -4, /* a local peer is in another pid namespace */
+    ST_INTRA_CMA_NO_READ     = -5, /* the window transport has no peer_read */
+    ST_INTRA_CMA_NO_STAGING  = -6  /* the in slots cannot hold local_size pieces of 64 B */
+} st_intra_cma_result_t;
+
+/* Why the node has no cross-memory attach: local rank lr's record rec says what it found. */
+static void st_intra_cma_why(const st_intra_t *intra, int lr, const st_intra_cma_rec_t *rec,
+                             char *buf, size_t len)
+{
+    int p = (int)rec->peer;
+
+    switch ((st_intra_cma_result_t)rec->result) {
+    case ST_INTRA_CMA_OFF:
+        snprintf(buf, len, "local rank %d has STRATA_CMA=0", lr);
+        break;
+    case ST_INTRA_CMA_REFUSED:
+        snprintf(buf, len, "the kernel does not let local rank %d read local rank %d's memory "
+                 "(ptrace rules, Yama's ptrace_scope, seccomp; STRATA_DEBUG=DEBUG on it says "
+                 "which error)", lr, p);
+        break;
+    case ST_INTRA_CMA_FAILED:
+        snprintf(buf, len, "local rank %d could not read local rank %d's memory "
+                 "(STRATA_DEBUG=DEBUG on it says why)", lr, p);
+        break;
+    case ST_INTRA_CMA_WRONG:
+        snprintf(buf, len, "local rank %d read other bytes than local rank %d wrote", lr, p);
+        break;
+    case ST_INTRA_CMA_PIDNS:
+        snprintf(buf, len, "local rank %d is in another pid namespace than local rank %d", p, lr);
+        break;
+    case ST_INTRA_CMA_NO_READ:
+        snprintf(buf, len, "the window transport %s has no cross-memory attach", intra->win->name);
+        break;
+    case ST_INTRA_CMA_NO_STAGING:
+        snprintf(buf, len, "the windows' in slots (%d x %zu B) cannot stage %d pieces of 64 B",
+                 intra->depth, intra->chunk_bytes, intra->local_size);
+        break;
+    default:
+        snprintf(buf, len, "local rank %d's probe said %d", lr, (int)rec->result);
+        break;
+    }
+}
+
+st_status_t st_intra_cma_param(int *mode_p)
+{
+    const char *v = st_core_config.cma != NULL ? st_core_config.cma : "auto";
+    int         on;
+
+    if (strcmp(v, "auto") == 0) {
+        *mode_p = -1;
+        return ST_OK;
+    }
+    if (st_config_parse_value(ST_CFG_BOOL, v, &on) != ST_OK) {
+        st_error(ST_SUB_COLL, "STRATA_CMA '%s' is not auto, 0 or 1", v);
+        return ST_ERR_INVALID;
+    }
+    *mode_p = on;
+    return ST_OK;
+}
+
+/* This rank's part of the probe, before the barrier of the attach agreement: its record says
+ * where its magic word lies in its own (private) memory. */
+static void st_intra_cma_publish(const st_comm_t *comm, st_intra_t *intra)
+{
+    st_intra_cma_rec_t *rec = st_intra_cma_rec(intra, intra->local_rank);
+    uint64_t            who[2] = {comm->uid, (uint64_t)getpid()};
+
+    intra->cma_magic = st_hash(ST_HASH_SEED, who, sizeof(who)) | 1;
+    rec->magic       = intra->cma_magic;
+    rec->addr        = (uint64_t)(uintptr_t)&intra->cma_magic;
+    rec->pid         = (uint32_t)getpid();
+    rec->peer        = -1;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* before the agreement the peers wait for */
+}
+
+/* After every local rank published (the attach agreement): reads every local peer's magic with
+ * peer_read, publishes the result, waits for the others' (one agreement over comm, which every
+ * rank makes, a node of one rank too) and sets intra->cma when all succeeded. Every local rank
+ * probes every other, not only a neighbour: ptrace rules may allow some pairs and not others
+ * (Yama's ptrace_scope 1 lets a process read its descendants only). A failed probe is no error:
+ * only a failed agreement is returned. */
+static st_status_t st_intra_cma_probe(st_comm_t *comm, st_intra_agree_fn agree, st_intra_t *intra)
+{
+    st_intra_cma_rec_t *own = st_intra_cma_rec(intra, intra->local_rank);
+    int32_t             result = ST_INTRA_CMA_OK, peer = -1;
+    st_status_t         status;
+    int                 mode = -1, bad = -1;
+
+    (void)st_intra_cma_param(&mode); /* checked at init (st_coll_config_check) */
+    if (mode == 0) {
+        result = ST_INTRA_CMA_OFF;
+    } else if (intra->win->peer_read == NULL) { /* a test's fake leaves it out */
+        result = ST_INTRA_CMA_NO_READ;
+    } else if (intra->zc_piece == 0) {
+        result = ST_INTRA_CMA_NO_STAGING;
+    }
+    for (int lr = 0; lr < intra->local_size && result == ST_INTRA_CMA_OK; lr++) {
+        const st_intra_cma_rec_t *rec = st_intra_cma_rec(intra, lr);
+        int                       r = st_topo_node_rank(comm->topo, comm->node, lr);
+        uint64_t                  got = 0;
+
+        if (lr == intra->local_rank) {
+            continue;
+        }
+        peer = lr;
+        if (!comm->peers[r].same_pidns) {
+            result = ST_INTRA_CMA_PIDNS;
+            break;
+        }
+        status = intra->win->peer_read((int)rec->pid, &got, (const void *)(uintptr_t)rec->addr,
+                                       sizeof(got));
+        if (status != ST_OK) {
+            result = status == ST_ERR_UNSUPPORTED ? ST_INTRA_CMA_REFUSED : ST_INTRA_CMA_FAILED;
+        } else if (got != rec->magic) {
+            result = ST_INTRA_CMA_WRONG;
+        } else {
+            peer = -1;
+        }
+    }
+    own->result = result;
+    own->peer   = peer;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    ST_CHECK(agree(comm, ST_OK)); /* a barrier: every local rank's result is written */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    intra->cma = 1;
+    for (int lr = 0; lr < intra->local_size && intra->cma; lr++) {
+        if (st_intra_cma_rec(intra, lr)->result != ST_INTRA_CMA_OK) {
+            intra->cma = 0;
+            bad        = lr;
+        }
+    }
+    if (intra->cma) {
+        st_info(ST_SUB_SHM, "%s: rank %d: the %d local ranks read each other's ordinary buffers "
+                "by cross-memory attach (zero-copy all-reduce with process_vm_readv; STRATA_CMA)",
+                comm->name, comm->rank, intra->local_size);
+    } else {
+        char why[256];
+
+        st_intra_cma_why(intra, bad, st_intra_cma_rec(intra, bad), why, sizeof(why));
+        st_log(mode == 1 && st_intra_cma_rec(intra, bad)->result != ST_INTRA_CMA_OFF
+                   ? ST_LOG_WARN : ST_LOG_INFO,
+               ST_SUB_SHM, "%s: rank %d: no cross-memory attach on this node (all-reduces on "
+               "buffers not from strataMemAlloc copy through the windows): %s", comm->name,
+               comm->rank, why);
+    }
     return ST_OK;
 }
 
@@ -145,6 +354,9 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_agree_fn agree, st_mem_typ
     }
     intra->win_bytes   = ST_INTRA_CTRL_BYTES + 2 * ST_INTRA_SMALL_BYTES +
                          2 * (size_t)intra->depth * intra->chunk_bytes;
+    /* the zero-copy reduce-scatter's staging: local_size pieces in the in slots, whole lines */
+    intra->zc_piece    = ST_MIN((size_t)intra->depth * intra->chunk_bytes /
+                                (size_t)intra->local_size, ST_INTRA_ZC_PIECE) / 64 * 64;
     intra->base        = calloc((size_t)intra->local_size, sizeof(*intra->base));
     if (intra->base == NULL) {
         status = ST_ERR_NO_MEMORY;
@@ -160,9 +372,11 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_agree_fn agree, st_mem_typ
         }
         memset(intra->private_mem, 0, intra->win_bytes);
         intra->base[0] = intra->private_mem;
-        /* the agreements below are all-reduces over the whole communicator: a node of one rank
-         * takes part when other nodes have windows to make */
+        /* the agreements below (create, attach, the cross-memory attach probe) are all-reduces
+         * over the whole communicator: a node of one rank takes part when other nodes have
+         * windows to make */
         if (st_topo_nrails(topo) > 1) {
+            ST_CHECK_GOTO(agree(comm, ST_OK), status, err_free);
             ST_CHECK_GOTO(agree(comm, ST_OK), status, err_free);
             ST_CHECK_GOTO(agree(comm, ST_OK), status, err_free);
         }
@@ -187,11 +401,15 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_agree_fn agree, st_mem_typ
     status = intra->win->create(&cfg, &intra->ctx);
     ST_CHECK_GOTO(agree(comm, status), status, err_ctx);
     status = intra->win->attach(intra->ctx);
+    if (status == ST_OK) {
+        for (int lr = 0; lr < intra->local_size; lr++) {
+            intra->base[lr] = intra->win->base(intra->ctx, lr);
+        }
+        st_intra_cma_publish(comm, intra); /* the agreement is the probe's first barrier */
+    }
     ST_CHECK_GOTO(agree(comm, status), status, err_ctx);
     intra->win->unlink(intra->ctx);
-    for (int lr = 0; lr < intra->local_size; lr++) {
-        intra->base[lr] = intra->win->base(intra->ctx, lr);
-    }
+    ST_CHECK_GOTO(st_intra_cma_probe(comm, agree, intra), status, err_ctx);
 done:
     intra->doorbell = (uint32_t *)(intra->base[0] + 64 * ST_INTRA_NCNT);
     intra->sleepers = intra->doorbell + 16;
@@ -394,26 +612,6 @@ void st_intra_sleep(st_intra_t *intra, uint32_t seen, long timeout_us)
     intra->win->wait(intra->ctx, intra->doorbell, seen, timeout_us);
 }
 
-/* A local rank's zero-copy descriptor for one operation, in its window's control area. */
-typedef struct st_intra_zc_desc {
-    uint64_t      op_id;    /* the operation it describes */
-    uint32_t      ok;       /* 1: both buffers below are shareable */
-    uint32_t      pad;
-    st_win_memh_t send, recv;
-    uint64_t      send_off, recv_off;
-} st_intra_zc_desc_t;
-
-#define ST_INTRA_ZC_DESC_OFF 2048 /* in the control area, after the counters and doorbell */
-/* after the counters (64 B each), the doorbell's line and the sleepers' line */
-_Static_assert(ST_INTRA_ZC_DESC_OFF >= 64 * (ST_INTRA_NCNT + 2) &&
-               ST_INTRA_ZC_DESC_OFF + sizeof(st_intra_zc_desc_t) <= ST_INTRA_CTRL_BYTES,
-               "the zero-copy descriptor fits in the control area");
-
-static st_intra_zc_desc_t *st_intra_zc_desc(const st_intra_t *intra, int lr)
-{
-    return (st_intra_zc_desc_t *)(intra->base[lr] + ST_INTRA_ZC_DESC_OFF);
-}
-
 st_status_t st_intra_zc_init(const st_intra_t *intra, st_intra_zc_t *zc, int may,
                              st_mem_type_t mem)
 {
@@ -424,9 +622,12 @@ st_status_t st_intra_zc_init(const st_intra_t *intra, st_intra_zc_t *zc, int may
         zc->state = 2; /* no negotiation: the others never look */
         return ST_OK;
     }
-    zc->send = calloc((size_t)intra->local_size, sizeof(*zc->send));
-    zc->recv = calloc((size_t)intra->local_size, sizeof(*zc->recv));
-    if (zc->send == NULL || zc->recv == NULL) {
+    /* cma: host buffers read with the host window transport (the device one has no peer_read) */
+    zc->may_cma = intra->cma && mem == ST_MEM_HOST && zc->win == intra->win;
+    zc->send    = calloc((size_t)intra->local_size, sizeof(*zc->send));
+    zc->recv    = calloc((size_t)intra->local_size, sizeof(*zc->recv));
+    zc->pid     = calloc((size_t)intra->local_size, sizeof(*zc->pid));
+    if (zc->send == NULL || zc->recv == NULL || zc->pid == NULL) {
         st_intra_zc_fini(zc);
         return ST_ERR_NO_MEMORY;
     }
@@ -437,14 +638,16 @@ void st_intra_zc_fini(st_intra_zc_t *zc)
 {
     free(zc->send);
     free(zc->recv);
+    free(zc->pid);
     zc->send = NULL;
     zc->recv = NULL;
+    zc->pid  = NULL;
 }
 
 st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t op_id, int want,
                                   const void *send, void *recv, size_t bytes, int *lag_p)
 {
-    int all = 1;
+    int all = 1, all_want = 1;
 
     if (zc->state == 0) {
         st_intra_zc_desc_t *d = st_intra_zc_desc(intra, intra->local_rank);
@@ -453,10 +656,14 @@ st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t
 
         ok = want && zc->win->mem_pack(send, bytes, &d->send, &soff) &&
              zc->win->mem_pack(recv, bytes, &d->recv, &roff);
-        d->op_id    = op_id;
-        d->ok       = (uint32_t)ok;
-        d->send_off = ok ? soff : 0;
-        d->recv_off = ok ? roff : 0;
+        d->op_id     = op_id;
+        d->want      = (uint32_t)(want != 0);
+        d->ok        = (uint32_t)ok;
+        d->send_off  = ok ? soff : 0;
+        d->recv_off  = ok ? roff : 0;
+        d->send_addr = (uint64_t)(uintptr_t)send;
+        d->recv_addr = (uint64_t)(uintptr_t)recv;
+        d->pid       = (uint32_t)getpid();
         st_intra_publish(intra, ST_INTRA_ZC, op_id + 1);
         zc->state = 1;
     }
@@ -469,9 +676,23 @@ st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t
     for (int lr = 0; lr < intra->local_size; lr++) {
         const st_intra_zc_desc_t *d = st_intra_zc_desc(intra, lr);
 
-        all &= (d->op_id == op_id && d->ok);
+        all      &= (d->op_id == op_id && d->ok);
+        all_want &= (d->op_id == op_id && d->want);
     }
     zc->state = 2;
+    if (!all && all_want && zc->may_cma) {
+        /* cma: the peers' raw addresses, read only through peer_read (intra.h) */
+        for (int lr = 0; lr < intra->local_size; lr++) {
+            const st_intra_zc_desc_t *d = st_intra_zc_desc(intra, lr);
+
+            zc->send[lr] = (const char *)(uintptr_t)d->send_addr;
+            zc->recv[lr] = (char *)(uintptr_t)d->recv_addr;
+            zc->pid[lr]  = (int)d->pid;
+        }
+        zc->on  = 1;
+        zc->cma = 1;
+        return ST_OK;
+    }
     if (!all) {
         return ST_OK;
     }

@@ -14,6 +14,10 @@
  * Ordering: a writer fills data, then publishes a counter with a release store; a reader loads the
  * counter with acquire before it reads the data. A rank that finds nothing to do sleeps on the
  * doorbell (st_intra_sleep) instead of spinning: a late peer costs no CPU.
+ *
+ * The control area's 4096 bytes: the counters (64 B each from offset 0), the doorbell's and the
+ * sleepers' lines; at 2048 the zero-copy descriptor, after it the cross-memory attach probe's
+ * record (intra.c); 2560 .. 4095 are free.
  */
 #ifndef ST_COLL_INTRA_H
 #define ST_COLL_INTRA_H
@@ -56,6 +60,16 @@ typedef struct st_intra {
     char              **base;        /* [local_size] windows as mapped here */
     uint32_t           *doorbell;    /* in local rank 0's window */
     uint32_t           *sleepers;
+    /* Cross-memory attach (the zero-copy section below): 1 when at create every local rank read
+     * every other's private memory with the window transport's peer_read and none had
+     * STRATA_CMA=0; the same on every rank of the node. zc_piece: bytes of each of the local_size
+     * pieces of the zero-copy reduce-scatter's staging (st_intra_zc_stage), a multiple of 64 of
+     * at most ST_INTRA_ZC_PIECE; 0 when the in slots are too small for local_size pieces of 64 B
+     * (then neither cma nor an in-place zero-copy call on local rank 2 or higher). cma_magic:
+     * the private word the node peers read in the probe. */
+    int                 cma;
+    size_t              zc_piece;
+    uint64_t            cma_magic;
     uint64_t            chunk_seq;   /* pipeline chunks this rank started so far (all ops) */
     uint64_t            small_seq;   /* small operations so far */
     /* Operations on the windows run one after another on each rank (their counters would mix
@@ -89,10 +103,12 @@ typedef struct st_intra {
 typedef st_status_t (*st_intra_agree_fn)(struct st_comm *comm, st_status_t status);
 
 /* Creates the node's windows for comm (collective over comm: its steps are agreed through
- * agree) in memory of type mem_type, over the window transport of comm's transports (comm->tl)
- * that serves it. Sizes from STRATA_HIER_CHUNK_SIZE and STRATA_PIPELINE_DEPTH. Segment names
- * carry comm's id and node identity. ST_ERR_UNSUPPORTED (logged) when no window transport serves
- * mem_type, ST_ERR_NO_MEMORY, ST_ERR_IO (logged). */
+ * agree, three agreements, which a node of one rank makes too where other nodes have windows) in
+ * memory of type mem_type, over the window transport of comm's transports (comm->tl) that serves
+ * it. Sizes from STRATA_HIER_CHUNK_SIZE and STRATA_PIPELINE_DEPTH. Segment names carry comm's id
+ * and node identity. Probes cross-memory attach between the node's ranks (intra->cma, said at
+ * INFO; a probe that fails only turns it off). ST_ERR_UNSUPPORTED (logged) when no window
+ * transport serves mem_type, ST_ERR_NO_MEMORY, ST_ERR_IO (logged). */
 st_status_t st_intra_create(struct st_comm *comm, st_intra_agree_fn agree, st_mem_type_t mem_type,
                             st_intra_t **intra_p);
 void        st_intra_destroy(st_intra_t *intra);
@@ -155,18 +171,39 @@ static inline char *st_intra_dres(const st_intra_t *intra, int lr, int slot)
 }
 
 /* ---- zero-copy --------------------------------------------------------------------------------
- * When every local rank's send and receive buffers are shareable (the window transport's
- * mem_pack: strataMemAlloc memory), ranks read each other's buffers directly instead of copying
- * through the window slots. Each rank publishes a descriptor of its buffers (a packed handle and
- * offset each) in its window's control area; once every local rank's is there, all decide alike:
- * zero-copy only if every one of them is shareable. */
+ * Ranks read each other's send and receive buffers directly instead of copying through the window
+ * slots, in one of two flavours:
+ *   mapped  every local rank's buffers are shareable (the window transport's mem_pack:
+ *           strataMemAlloc memory): each is mapped into every peer, which loads from it;
+ *   cma     they are not, but every local rank wants zero-copy, the buffers are host memory and
+ *           the node has cross-memory attach (intra->cma): a peer's buffer is read with the window
+ *           transport's peer_read (process_vm_readv) into this rank's memory, never mapped.
+ * Each rank publishes a descriptor of its call (whether it wants zero-copy; for each buffer a
+ * packed handle and offset, its address and the rank's pid) in its window's control area; once
+ * every local rank's is there, all decide alike from the same descriptors: mapped when every one
+ * is shareable, else cma when every one wants it and the node has it, else off.
+ * Memory traffic per rank for S bytes on n local ranks (all-reduce): the copying path about
+ * (5 + 1/n) S (copy-in read + write, the reduce's reads of n in slots for S/n, the all-gather's
+ * read + write); zero-copy, either flavour, about S + S/n for the reduce-scatter (read the own
+ * shard of every input once, write it) + 2 S (n-1)/n for the all-gather. cma reads through the
+ * kernel (a system call and page pinning per read), so it reads pieces of up to ST_INTRA_ZC_PIECE
+ * per peer into a staging area that stays in cache (st_intra_zc_stage) and reduces from there. */
+#define ST_INTRA_ZC_PIECE ((size_t)256 << 10)
+
 typedef struct st_intra_zc {
     const st_win_ops_t *win; /* the window transport of the buffers' memory type */
     int          state; /* 0: own descriptor not yet published; 1: waiting for the peers';
                          * 2: decided */
-    int          on;    /* decided 1: every local rank's buffers are mapped below */
-    const char **send;  /* [local_size] each local rank's send buffer as mapped here */
-    char       **recv;  /* [local_size] each local rank's receive buffer as mapped here */
+    int          may_cma; /* cma is possible for this call (host memory, intra->cma) */
+    int          on;    /* decided 1: zero-copy, with the buffers below */
+    int          cma;   /* decided 1 (with on): the cma flavour */
+    /* [local_size] each local rank's send and receive buffer: mapped, as mapped here; cma, the
+     * RAW ADDRESSES IN THAT RANK'S PROCESS (pid[lr]): NOT DEREFERENCEABLE HERE for any lr but
+     * the own local rank (whose are its own buffers); read them only with win->peer_read(pid[lr],
+     * ...). Pointer arithmetic on them is fine; loads and stores are not. */
+    const char **send;
+    char       **recv;
+    int         *pid;   /* [local_size] cma: each local rank's process id */
 } st_intra_zc_t;
 
 /* Prepares zc for one operation on buffers of memory type mem. may = 0: the operation cannot run
@@ -176,14 +213,27 @@ st_status_t st_intra_zc_init(const st_intra_t *intra, st_intra_zc_t *zc, int may
                              st_mem_type_t mem);
 void        st_intra_zc_fini(st_intra_zc_t *zc);
 /* Runs the negotiation of operation op_id for bytes bytes at send and recv; want = 0 when this
- * rank's call cannot run zero-copy (in place, a scaled copy needed). op_id must grow strictly from
+ * rank's call cannot run zero-copy (a scaled copy needed). op_id must grow strictly from
  * one negotiation on these windows to the next (hier passes its first chunk's sequence, h->base):
  * the ST_INTRA_ZC counter is compared with >=, so a smaller one would find stale descriptors.
  * ST_INPROGRESS until every local rank published (*lag_p then names the first local rank
- * missing); ST_OK once decided (zc->on); ST_ERR_IO when a peer's buffer cannot be mapped (*lag_p
- * names that local rank; the transport logged why). */
+ * missing); ST_OK once decided (zc->on, zc->cma); ST_ERR_IO when a peer's buffer cannot be mapped
+ * (*lag_p names that local rank; the transport logged why). */
 st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t op_id, int want,
                                   const void *send, void *recv, size_t bytes, int *lag_p);
+
+/* Staging piece i (0 .. local_size-1) of intra->zc_piece bytes for the zero-copy reduce-scatter:
+ * in the own window's in slots, which zero-copy leaves unused (no peer reads them during a
+ * zero-copy call; the next call's copy-in is this rank's own). Valid when intra->zc_piece > 0. */
+static inline char *st_intra_zc_stage(const st_intra_t *intra, int i)
+{
+    return st_intra_in(intra, intra->local_rank, 0) + (size_t)i * intra->zc_piece;
+}
+
+/* STRATA_CMA into *mode_p: -1 auto, 0 off, 1 on (auto, but a node where cross-memory attach does
+ * not work is said at WARN instead of INFO). ST_ERR_INVALID (logged, naming the value) for
+ * anything but auto and the boolean spellings. */
+st_status_t st_intra_cma_param(int *mode_p);
 
 /* The intra-node kernels, written once for any window transport. */
 /* dst = srcs[0] (+) srcs[1] (+) ... (+) srcs[n-1], combined in that order, count elements. */

@@ -105,6 +105,8 @@ static int st_coll_algo_fits(st_algo_t algo, const st_coll_args_t *args)
 
 st_status_t st_coll_config_check(void)
 {
+    int cma;
+
     if (st_algo_parse(st_core_config.algo) == ST_ALGO_LAST) {
         st_error(ST_SUB_COLL, "STRATA_ALGO '%s' is unknown (auto, ring, hier, small)",
                  st_core_config.algo);
@@ -143,7 +145,7 @@ st_status_t st_coll_config_check(void)
                  st_core_config.pipeline_depth, ST_PIPE_MAX_DEPTH);
         return ST_ERR_INVALID;
     }
-    return ST_OK;
+    return st_intra_cma_param(&cma); /* STRATA_CMA: auto, 0 or 1 */
 }
 
 /* The size of a call as nccl-tests counts it (S, bytes). */

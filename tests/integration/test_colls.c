@@ -1034,8 +1034,10 @@ static int dtype_op_battery(it_ctx_t *c)
 
 /* Zero-copy: buffers from strataMemAlloc on every rank (the hierarchical all-reduce then reads
  * and writes them across processes), float and int64 sums at counts around the 4k chunks and
- * shards, out of place (zero-copy) and in place (the copying path), and a call where rank 0's
- * receive buffer is plain malloc'd memory (every rank must fall back to the copying path). */
+ * shards, out of place and in place (both zero-copy; in place, local ranks 2 and up stage their
+ * own input), and a call where rank 0's receive buffer is plain malloc'd memory (every rank must
+ * leave the mapped flavour: cross-memory attach where the kernel allows it, else the copying
+ * path; tests/integration/test_cma checks which). */
 static int zero_copy_battery(it_ctx_t *c)
 {
     static const strataDataType_t dts[] = {strataFloat32, strataInt64, strataFloat16};

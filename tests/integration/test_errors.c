@@ -716,6 +716,7 @@ static void test_bad_algo_params(void **state)
         {"STRATA_ALGO=tree", "STRATA_ALGO 'tree'"},
         {"STRATA_HIER_CHUNK_SIZE=0", "STRATA_HIER_CHUNK_SIZE"},
         {"STRATA_SMALL_THRESHOLD=1m", "STRATA_SMALL_THRESHOLD"},
+        {"STRATA_CMA=sometimes", "STRATA_CMA 'sometimes'"},
         /* a rail interface that does not exist: every rank of both nodes fails alike */
         {"STRATA_RAIL_IFNAMES=nonexistent0", "nonexistent0"},
         /* only separators, or an empty entry: refused naming the variable and the entry */

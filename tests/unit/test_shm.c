@@ -1,6 +1,7 @@
 /*
  * test_shm.c - unit tests of the shm window transport (transports/shm/shm_win.c) and of the
- * shareable host memory behind strataMemAlloc (transports/shm/shm_mem.c).
+ * shareable host memory behind strataMemAlloc (transports/shm/shm_mem.c), and of its cross-memory
+ * attach read (peer_read: process_vm_readv) of a process's private memory.
  *
  * Windows are shared between processes, so most tests fork the local ranks of one "node": each
  * child runs the create / barrier / attach / barrier / unlink sequence a communicator runs, then
@@ -831,6 +832,62 @@ static void test_mem_map_child(void **state)
     assert_int_equal(st_shm_win.mem_free(p), ST_OK);
 }
 
+/* peer_read: this process's own memory, a forked child's private copy of a buffer (the same
+ * address, other bytes), and the errors: a process that is gone and an unmapped address are
+ * ST_ERR_IO. A kernel that refuses process_vm_readv here (seccomp) skips the test. */
+static void test_peer_read(void **state)
+{
+    size_t   size = (1 << 20) + 13;
+    uint8_t *buf = malloc(size), *dst = malloc(size);
+    void    *hole;
+    pid_t    pid;
+    int      wstatus;
+
+    assert_non_null(buf);
+    assert_non_null(dst);
+    for (size_t i = 0; i < size; i++) {
+        buf[i] = pattern(1, 0, i);
+    }
+    assert_int_equal(st_shm_win.peer_read((int)getpid(), dst, buf, 0), ST_OK);
+    if (st_shm_win.peer_read((int)getpid(), dst, buf + 1, size - 1) == ST_ERR_UNSUPPORTED) {
+        free(buf);
+        free(dst);
+        skip(); /* cross-memory attach is off in this sandbox */
+    }
+    assert_memory_equal(dst, buf + 1, size - 1);
+
+    /* a child changes its copy of buf and waits; the parent reads the child's bytes */
+    memset(sh, 0, sizeof(*sh));
+    fflush(NULL);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(CHILD_ALARM);
+        for (size_t i = 0; i < size; i++) {
+            buf[i] = pattern(2, 1, i);
+        }
+        _exit(barrier(2) != 0 || barrier(2) != 0);
+    }
+    assert_int_equal(barrier(2), 0);
+    memset(dst, 0, size);
+    assert_int_equal(st_shm_win.peer_read((int)pid, dst, buf, size), ST_OK);
+    assert_true(has_pattern(dst, size, 2, 1));
+    assert_true(has_pattern(buf, size, 1, 0)); /* the own copy is untouched */
+    assert_int_equal(barrier(2), 0);
+    assert_int_equal(waitpid(pid, &wstatus, 0), pid);
+    assert_true(WIFEXITED(wstatus));
+    assert_int_equal(WEXITSTATUS(wstatus), 0);
+
+    /* the child is gone (ESRCH); an address with nothing mapped (EFAULT) */
+    assert_int_equal(st_shm_win.peer_read((int)pid, dst, buf, 64), ST_ERR_IO);
+    hole = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(hole != MAP_FAILED);
+    assert_int_equal(munmap(hole, 4096), 0);
+    assert_int_equal(st_shm_win.peer_read((int)getpid(), dst, hole, 64), ST_ERR_IO);
+    free(buf);
+    free(dst);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -852,6 +909,7 @@ int main(void)
         cmocka_unit_test_teardown(test_mem_alloc_lookup, cleanup),
         cmocka_unit_test_teardown(test_mem_invalid, cleanup),
         cmocka_unit_test_teardown(test_mem_map_child, cleanup),
+        cmocka_unit_test(test_peer_read),
     };
 
     sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

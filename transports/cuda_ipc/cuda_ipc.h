@@ -114,5 +114,7 @@ int         st_cipc_mem_pack(const void *ptr, size_t len, st_win_memh_t *memh_p,
                              size_t *offset_p);
 void       *st_cipc_mem_map(const st_win_memh_t *memh);
 void        st_cipc_mem_unmap_all(void);
+/* Device memory cannot be read with process_vm_readv: ST_ERR_UNSUPPORTED, always. */
+st_status_t st_cipc_peer_read(int pid, void *dst, const void *remote, size_t len);
 
 #endif

@@ -456,3 +456,9 @@ void st_cipc_mem_unmap_all(void)
     }
     pthread_mutex_unlock(&st_cipc_peer_lock);
 }
+
+st_status_t st_cipc_peer_read(int pid ST_UNUSED, void *dst ST_UNUSED,
+                              const void *remote ST_UNUSED, size_t len ST_UNUSED)
+{
+    return ST_ERR_UNSUPPORTED;
+}

@@ -12,6 +12,11 @@
  * keyed by (pid, id) can never confuse an allocation with one of a later process that got the
  * same pid. Allocations and the peers' mappings are kept in two short lists under one mutex; few
  * buffers are ever registered this way, so a list walk is cheaper than a tree's upkeep.
+ *
+ * Cross-memory attach (st_shm_peer_read) needs none of this: process_vm_readv copies straight out
+ * of any memory of a node peer whose address it was told, once the kernel allows the caller to
+ * ptrace that peer. It costs a system call and the kernel's pinning of the peer's pages (per
+ * page), so callers read pieces of tens of KiB or more at a time.
  */
 #include "config.h"
 #include "transports/shm/shm.h"
@@ -28,6 +33,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -485,4 +491,39 @@ void st_shm_mem_unmap_all(void)
         free(peer);
     }
     pthread_mutex_unlock(&st_mem_lock);
+}
+
+st_status_t st_shm_peer_read(int pid, void *dst, const void *remote, size_t len)
+{
+    char     *d = dst;
+    uintptr_t r = (uintptr_t)remote;
+
+    while (len > 0) {
+        /* one iovec each side: the kernel returns short only at a fault or a signal, and then
+         * the rest is asked for again (a fault then reports EFAULT) */
+        struct iovec local = {.iov_base = d, .iov_len = len};
+        struct iovec peer  = {.iov_base = (void *)r, .iov_len = len};
+        ssize_t      n     = process_vm_readv((pid_t)pid, &local, 1, &peer, 1, 0);
+
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            int unsupported = (errno == EPERM || errno == ENOSYS || errno == EACCES);
+
+            st_debug(ST_SUB_SHM, "process_vm_readv of %zu B at 0x%" PRIxPTR " in process %d: %m%s",
+                     len, r, pid, unsupported ? " (the kernel does not allow cross-memory attach "
+                     "to it: ptrace rules, Yama's ptrace_scope, seccomp)" : "");
+            return unsupported ? ST_ERR_UNSUPPORTED : ST_ERR_IO;
+        }
+        if (n == 0) {
+            st_debug(ST_SUB_SHM, "process_vm_readv of %zu B at 0x%" PRIxPTR " in process %d read "
+                     "nothing", len, r, pid);
+            return ST_ERR_IO;
+        }
+        d   += n;
+        r   += (uintptr_t)n;
+        len -= (size_t)n;
+    }
+    return ST_OK;
 }
