@@ -410,7 +410,7 @@ st_status_t st_small_create(const st_coll_args_t *args, st_op_t **op_p)
  * inside the same call arrives within a few hundred nanoseconds. With more ranks than cores
  * (comm->intra_oversub) the peers need this core: it yields between looks, for as long as the
  * engine would spin (STRATA_SPIN_TIME) before it sleeps. */
-#define ST_SMALL_FAST_WAIT_S 4e-6
+#define ST_SMALL_FAST_WAIT_S 1.5e-6
 
 st_status_t st_small_run_fast(const st_coll_args_t *args)
 {
@@ -433,7 +433,6 @@ st_status_t st_small_run_fast(const st_coll_args_t *args)
         intra->turn != intra->tickets || !st_comm_order_ready(comm, args->seq)) {
         return ST_ERR_UNSUPPORTED;
     }
-    t0     = st_time_now();
     sseq   = intra->small_seq++;
     ticket = intra->tickets++;
     own    = (uint64_t *)(void *)st_intra_small(intra, intra->local_rank, (int)(sseq & 1));
@@ -442,6 +441,7 @@ st_status_t st_small_run_fast(const st_coll_args_t *args)
     st_reduce_pre(redop, (char *)own + ST_SMALL_FLAG_BYTES, args->sendbuff, args->count);
     checked = st_check_fast_post(args, own + 1);
     st_intra_publish_at(intra, own, sseq + 1);
+    t0   = st_time_now(); /* after the publish: off the peers' critical path */
     wait = comm->intra_oversub ? st_core_config.spin_time : ST_SMALL_FAST_WAIT_S;
     for (unsigned spin = 0; !ready; spin++) {
         ready = 1;

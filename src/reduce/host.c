@@ -20,6 +20,9 @@
 #include "reduce/elem.h"
 
 #include <string.h>
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* ---------------------------------------------------------------------------------------- */
 /* Datatypes                                                                                */
@@ -368,4 +371,37 @@ void st_reduce_post(const st_redop_t *redop, void *dst, size_t count)
     if (fn != NULL) { /* floating types never get a postdiv from st_redop_init */
         fn(dst, count, redop->postdiv);
     }
+}
+
+void st_copy_stream(void *dst, const void *src, size_t bytes)
+{
+#if defined(__x86_64__) && defined(__SSE2__)
+    char       *d = dst;
+    const char *s = src;
+    size_t      head = (16 - ((uintptr_t)d & 15)) & 15;
+
+    if (bytes < 4096) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    bytes -= head;
+    for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)s);
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(s + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(s + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(const void *)(s + 48));
+
+        _mm_stream_si128((__m128i *)(void *)d, a);
+        _mm_stream_si128((__m128i *)(void *)(d + 16), b);
+        _mm_stream_si128((__m128i *)(void *)(d + 32), c);
+        _mm_stream_si128((__m128i *)(void *)(d + 48), e);
+    }
+    memcpy(d, s, bytes);
+    _mm_sfence();
+#else
+    memcpy(dst, src, bytes);
+#endif
 }

@@ -1352,6 +1352,41 @@ static void test_post_noop(void **state)
     assert_memory_equal(data, copy, sizeof(data));
 }
 
+/* st_copy_stream: every byte copied, nothing around the destination touched, for sizes below and
+ * above its 4 KiB threshold and every alignment of source and destination within 16 bytes. */
+static void test_copy_stream(void **state)
+{
+    static const size_t sizes[] = {0, 1, 15, 4095, 4096, 4097, 4096 + 63, 65536 + 17, 1 << 20};
+    size_t              max = (1 << 20) + 64;
+    unsigned char      *src = malloc(max), *dst = malloc(max + 64);
+
+    (void)state;
+    assert_non_null(src);
+    assert_non_null(dst);
+    for (size_t i = 0; i < max; i++) {
+        src[i] = (unsigned char)(i * 131 + 7);
+    }
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        for (size_t so = 0; so < 16; so += 5) {
+            for (size_t doff = 0; doff < 16; doff += 3) {
+                size_t n = sizes[k];
+
+                memset(dst, 0xee, max + 64);
+                st_copy_stream(dst + 16 + doff, src + so, n);
+                assert_memory_equal(dst + 16 + doff, src + so, n);
+                for (size_t i = 0; i < 16 + doff; i++) {
+                    assert_int_equal(dst[i], 0xee);
+                }
+                for (size_t i = 16 + doff + n; i < max + 64 && i < 16 + doff + n + 32; i++) {
+                    assert_int_equal(dst[i], 0xee);
+                }
+            }
+        }
+    }
+    free(src);
+    free(dst);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1379,6 +1414,7 @@ int main(void)
         cmocka_unit_test(test_premul_product_rounded),
         cmocka_unit_test(test_int_avg),
         cmocka_unit_test(test_post_noop),
+        cmocka_unit_test(test_copy_stream),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
