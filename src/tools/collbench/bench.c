@@ -1306,6 +1306,9 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
     if (res != strataSuccess) {
         cb_fatal(&b, NULL, "strataCommInitRank", res);
     }
+    if (cb_spread_rank >= 0) {
+        cb_spread(cb_spread_rank); /* init's wake-ups may have put the ranks on one CPU */
+    }
     cb_check_algo(&b);
     if (opts->phases || opts->compress != NULL) {
         int32_t node_max; /* --compress's bound: the ranks of the largest node */

@@ -161,6 +161,10 @@ typedef struct cb_device cb_device_t;
 /* The rank's index on its node, set by launch.c for forked ranks (-1: unknown, then a launcher's
  * LOCAL_RANK-like variable, else 0, chooses); the rank's device is it modulo the device count. */
 extern int cb_local_rank;
+/* launch.c: a rank forked by -np spreads itself over the CPUs (cb_spread) at fork and once its
+ * communicator is up; cb_spread_rank is its rank then, else -1. */
+extern int cb_spread_rank;
+void       cb_spread(int rank);
 
 /* "host", "sim", "cuda" to cb_device_kind_t; -1 for anything else. */
 int         cb_device_parse(const char *arg);
