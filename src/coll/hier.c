@@ -1177,6 +1177,13 @@ static st_status_t st_hier_deliver_a2a(st_hier_t *h, size_t k)
     return ST_OK;
 }
 
+/* All-reduces of at least this many bytes copy their result out with non-temporal stores
+ * (st_copy_stream). Measured (collbench -np 2|4 [--mem-alloc] all_reduce -b 1M -e 256M -f 4 -n 3
+ * -c 1 -z 1, STRATA_CMA=0, busbw GB/s, streaming at every size against never): copying path
+ * 2 ranks 1.14-1.24x from 4 MiB, 4 ranks 1.15-1.26x; mapped zero-copy 1.04-1.15x from 16 MiB,
+ * 0.88-1.10 at 1-4 MiB; below 4 MiB the result may still be read from the cache. */
+#define ST_HIER_STREAM_MIN ((size_t)4 << 20)
+
 static st_status_t st_hier_deliver(st_hier_t *h, size_t k)
 {
     size_t len = st_hier_chunk_len(h, k), first = k * h->chunk;
@@ -1210,6 +1217,10 @@ static st_status_t st_hier_deliver(st_hier_t *h, size_t k)
             if (status != ST_OK) {
                 return st_hier_cma_fail(h, lr, h->phases[3], "receive", status);
             }
+        } else if (h->total * h->es >= ST_HIER_STREAM_MIN) {
+            /* a large result is not read back soon: no read for ownership, no cache pollution */
+            st_copy_stream(h->dst + (a - h->own_first) * h->es,
+                           st_hier_res(h, lr, k) + (a - first) * h->es, (b - a) * h->es);
         } else {
             memcpy(h->dst + (a - h->own_first) * h->es,
                    st_hier_res(h, lr, k) + (a - first) * h->es, (b - a) * h->es);
@@ -1235,6 +1246,16 @@ static st_status_t st_hier_deliver(st_hier_t *h, size_t k)
  * 2 or higher needs the staging (intra->zc_piece > 0), which a rank without it does not want.
  * Device buffers stay out of place: their reduction is the device's chained multi-source job,
  * whose second job would read an own input the first already overwrote. */
+/* Under STRATA_CMA=auto, all-reduces up to this many bytes on a node that is not oversubscribed
+ * take cma; larger ones, and every one on an oversubscribed node, copy through the windows.
+ * Measured (collbench -np 2|4 all_reduce -b 256K -e 256M -f 4 -n 4 -c 1 -z 1, STRATA_CMA=auto
+ * against 0, two rounds, busbw GB/s, copy-out with st_copy_stream from 4 MiB): 2 ranks cma/copy
+ * 1.1-1.75 at 256 KiB, 1.03-1.11 at 1 MiB, 1.18-1.25 at 4 MiB, 1.02-1.05 at 16 MiB, 0.98 at 64 MiB,
+ * 0.87-0.89 at 256 MiB; 4 ranks on 2 cores 0.53-0.85 at every size: the kernel's copy (with its
+ * page pinning) costs 1.4-2x a user copy on this VM, more than the traffic it saves once the
+ * data leaves the cache, and its system calls cost most where ranks share cores. */
+#define ST_HIER_CMA_MAX ((size_t)8 << 20)
+
 static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
 {
     int         in_place = h->args.sendbuff == h->args.recvbuff;
@@ -1243,6 +1264,10 @@ static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
     int         was = h->zc.state;
     st_status_t status;
 
+    if (!h->intra->cma_forced &&
+        (h->comm->intra_oversub || h->total * h->es > ST_HIER_CMA_MAX)) {
+        h->zc.may_cma = 0; /* the same on every local rank: the layout and the size decide */
+    }
     status = st_intra_zc_negotiate(h->intra, &h->zc, h->base, want, h->args.sendbuff,
                                    h->args.recvbuff, h->total * h->es, lag_p);
     if (h->zc.state != was) {

@@ -224,6 +224,7 @@ static st_status_t st_intra_cma_probe(st_comm_t *comm, st_intra_agree_fn agree, 
     int                 mode = -1, bad = -1;
 
     (void)st_intra_cma_param(&mode); /* checked at init (st_coll_config_check) */
+    intra->cma_forced = (mode == 1);
     if (mode == 0) {
         result = ST_INTRA_CMA_OFF;
     } else if (intra->win->peer_read == NULL) { /* a test's fake leaves it out */

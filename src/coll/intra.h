@@ -68,6 +68,7 @@ typedef struct st_intra {
      * (then neither cma nor an in-place zero-copy call on local rank 2 or higher). cma_magic:
      * the private word the node peers read in the probe. */
     int                 cma;
+    int                 cma_forced; /* STRATA_CMA=1: every call that can (else by size, hier.c) */
     size_t              zc_piece;
     uint64_t            cma_magic;
     uint64_t            chunk_seq;   /* pipeline chunks this rank started so far (all ops) */

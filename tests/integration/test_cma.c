@@ -18,6 +18,7 @@
  * sandbox's seccomp, Yama), the log must say so and the results must still be right.
  * STRATA_CMA=0 must take the copying path, with the same results.
  */
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -134,7 +135,18 @@ static double rval(int r, size_t i)
 typedef struct {
     const char *layout;
     int         cma_off; /* the run has STRATA_CMA=0 */
+    int         cma_auto; /* STRATA_CMA=auto: by size and oversubscription (hier.c ST_HIER_CMA_MAX);
+                           * else the run has STRATA_CMA=1 or 0 */
 } run_t;
+
+/* CPUs this process may use (the library's own count, st_cpus_usable). */
+static int cpus_usable(void)
+{
+    cpu_set_t set;
+
+    return sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0 ? CPU_COUNT(&set)
+                                                                             : 1;
+}
 
 /* The sum of element i over the ranks in dt as the hierarchical path adds: each node's ranks in
  * rank order (the layouts here number a node's ranks contiguously), then the nodes' partial sums
@@ -245,8 +257,9 @@ static int reuse_calls(it_ctx_t *c, int iters)
 static int cma_battery(it_ctx_t *c)
 {
     const run_t *run = c->arg;
-    int          works = cma_works(c), calls = 0;
-    size_t       counts[] = {(3u << 20) / 4 + 13, (5u << 20) / 8 + 3, (1u << 20) + 7};
+    int          works = cma_works(c), calls = 0, big = 0;
+    /* all under 8 MiB (ST_HIER_CMA_MAX), the size up to which STRATA_CMA=auto takes cma */
+    size_t       counts[] = {(3u << 20) / 4 + 13, (5u << 20) / 8 + 3, (1u << 20) - 7};
     strataDataType_t dts[] = {strataFloat32, strataFloat64, strataInt64};
     char        *log;
     size_t       n_cma, n_copy;
@@ -258,6 +271,11 @@ static int cma_battery(it_ctx_t *c)
         }
     }
     calls += reuse_calls(c, 8);
+    if (run->cma_auto) {
+        /* above ST_HIER_CMA_MAX (8 MiB): auto copies through the windows */
+        one_call(c, strataFloat32, (9u << 20) / 4 + 1, 0);
+        big = 1;
+    }
 
     log = read_log();
     if (!IT_EXPECT(log != NULL, "cannot read this rank's log (STRATA_DEBUG_FILE)")) {
@@ -275,6 +293,18 @@ static int cma_battery(it_ctx_t *c)
                   "because of it:\n%.4000s", log);
         IT_EXPECT(n_cma == 0 && n_copy == (size_t)calls, "STRATA_CMA=0: %zu of %d all-reduces "
                   "ran by cross-memory attach, %zu copied", n_cma, calls, n_copy);
+    } else if (works && run->cma_auto) {
+        /* every rank of these runs shares this host: oversubscribed when more than its CPUs */
+        int oversub = c->nranks > cpus_usable();
+
+        IT_EXPECT(strstr(log, LOG_NODE_CMA) != NULL, "cross-memory attach works between the "
+                  "ranks, but the log does not say the node uses it:\n%.4000s", log);
+        IT_EXPECT(n_cma == (oversub ? 0 : (size_t)calls) && n_copy == (size_t)(oversub ? calls + big
+                                                                                 : big),
+                  "STRATA_CMA=auto, %d ranks on %d CPUs: %zu of %d all-reduces of at most 8 MiB "
+                  "ran by cross-memory attach, %zu of %d copied (expected: %s, and the one of "
+                  "9 MiB copied)", c->nranks, cpus_usable(), n_cma, calls, n_copy, calls + big,
+                  oversub ? "none by cma (oversubscribed)" : "all by cma");
     } else if (works) {
         IT_EXPECT(strstr(log, LOG_NODE_CMA) != NULL, "cross-memory attach works between the "
                   "ranks, but the log does not say the node uses it:\n%.4000s", log);
@@ -317,7 +347,8 @@ static void cma_run(int nranks, const char *layout, const char *settings, int cm
 {
     char  dir[] = "/tmp/strata_test_cma_XXXXXX";
     char  env[512];
-    run_t run = {.layout = layout, .cma_off = cma_off};
+    run_t run = {.layout = layout, .cma_off = cma_off,
+                 .cma_auto = strstr(settings, "STRATA_CMA=") == NULL};
     int   ret;
 
     assert_non_null(mkdtemp(dir));
@@ -328,16 +359,20 @@ static void cma_run(int nranks, const char *layout, const char *settings, int cm
     assert_int_equal(ret, 0);
 }
 
-/* default algorithm choice (auto: hier for these sizes on a node of several ranks) */
-static void test_cma_1x2(void **state)     { cma_run(2, "1", "", 0); }
-static void test_cma_1x4(void **state)     { cma_run(4, "1", "", 0); }
+/* default algorithm choice (auto: hier for these sizes on a node of several ranks); STRATA_CMA=1
+ * takes cma for every call it can, whatever the size and the cores */
+static void test_cma_1x2(void **state)     { cma_run(2, "1", "STRATA_CMA=1", 0); }
+static void test_cma_1x4(void **state)     { cma_run(4, "1", "STRATA_CMA=1", 0); }
 /* two nodes: the inter-node ring works in place in the owners' receive buffers */
-static void test_cma_2x2(void **state)     { cma_run(4, "2+2", "STRATA_ALGO=hier", 0); }
+static void test_cma_2x2(void **state)     { cma_run(4, "2+2", "STRATA_ALGO=hier STRATA_CMA=1", 0); }
 /* small chunks: many chunks and pieces per call, shards smaller than a staging piece */
 static void test_cma_1x4_4k(void **state)
 {
-    cma_run(4, "1", "STRATA_ALGO=hier STRATA_HIER_CHUNK_SIZE=4k", 0);
+    cma_run(4, "1", "STRATA_ALGO=hier STRATA_HIER_CHUNK_SIZE=4k STRATA_CMA=1", 0);
 }
+/* auto: cma up to 8 MiB where the ranks fit the cores, copying above and where they do not */
+static void test_cma_auto_1x2(void **state) { cma_run(2, "1", "", 0); }
+static void test_cma_auto_1x4(void **state) { cma_run(4, "1", "", 0); }
 static void test_cma_off_1x2(void **state) { cma_run(2, "1", "STRATA_CMA=0", 1); }
 static void test_cma_off_1x4(void **state) { cma_run(4, "1", "STRATA_CMA=0", 1); }
 
@@ -348,6 +383,8 @@ int main(void)
         cmocka_unit_test(test_cma_1x4),
         cmocka_unit_test(test_cma_2x2),
         cmocka_unit_test(test_cma_1x4_4k),
+        cmocka_unit_test(test_cma_auto_1x2),
+        cmocka_unit_test(test_cma_auto_1x4),
         cmocka_unit_test(test_cma_off_1x2),
         cmocka_unit_test(test_cma_off_1x4),
     };
