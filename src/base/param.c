@@ -69,7 +69,8 @@ static const st_config_field_t st_core_config_fields[] = {
      "twice; a value that is not a whole number of 64-byte lines is rounded up (said at WARN)",
      offsetof(st_core_config_t, hier_chunk_size), ST_CFG_SIZE},
     {"SMALL_THRESHOLD", "64k", "all-reduces up to this many bytes take the small-message "
-     "algorithm under STRATA_ALGO=auto (at most 128k: the windows' small area)",
+     "algorithm under STRATA_ALGO=auto (at most 128k: the windows' small area); unset, on a "
+     "communicator of one node with m ranks: the smaller of 64k and 128k/m",
      offsetof(st_core_config_t, small_threshold), ST_CFG_SIZE},
     {"CMA", "auto", "cross-memory attach (Linux process_vm_readv) for the hierarchical "
      "all-reduce on buffers not from strataMemAlloc: the owner of a shard reads it straight from "

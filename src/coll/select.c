@@ -220,6 +220,24 @@ static int st_coll_model_coll(st_coll_type_t type)
     }
 }
 
+/* Bytes up to which auto takes the small algorithm: STRATA_SMALL_THRESHOLD when set; by default
+ * 64 KiB, and on one node 128 KiB / local ranks (each rank reads every local rank's contribution,
+ * m x S bytes, where hier's traffic per rank does not grow with m). Measured with
+ * collbench -np 2|4 all_reduce -b 32K -e 128K -f 2 -n 200 -w 20 -c 1 -z 1, STRATA_ALGO=small
+ * against hier, medians of 5 runs, busbw GB/s: 2 ranks small 3.87 / 4.97 / 5.23 against hier
+ * 3.64 / 4.42 / 5.43 at 32 / 64 / 128 KiB; 4 ranks on 2 cores small 2.34 / 2.84 / 2.80 against
+ * hier 1.74 / 3.18 / 3.99 (bench/selection.sh checks auto against every forced algorithm). */
+static size_t st_coll_small_threshold(const st_comm_t *comm)
+{
+    size_t t = st_core_config.small_threshold;
+
+    if ((comm->tune == NULL || !comm->tune->env_small) && comm->nnodes == 1 &&
+        comm->intra != NULL && comm->intra->local_size > 1) {
+        t = ST_MIN(t, ((size_t)128 << 10) / (size_t)comm->intra->local_size);
+    }
+    return t;
+}
+
 /* The algorithm of a call; may set args->hier_chunk from the tuning. */
 static st_algo_t st_coll_choose_any(st_coll_args_t *args);
 
@@ -275,7 +293,7 @@ static st_algo_t st_coll_choose_any(st_coll_args_t *args)
     }
     if (algo == ST_ALGO_AUTO) {
         if (st_coll_algo_fits(ST_ALGO_SMALL, args) &&
-            st_coll_bytes(args) <= st_core_config.small_threshold) {
+            st_coll_bytes(args) <= st_coll_small_threshold(comm)) {
             algo = ST_ALGO_SMALL;
         } else if (st_topo_nrails(comm->topo) > 1 && st_coll_algo_fits(ST_ALGO_HIER, args)) {
             algo = ST_ALGO_HIER;
@@ -299,7 +317,7 @@ size_t st_coll_small_fast_max(st_comm_t *comm)
             if (algo == ST_ALGO_SMALL) {
                 max = ST_INTRA_SMALL_MAX;
             } else if (algo == ST_ALGO_AUTO) {
-                max = ST_MIN(st_core_config.small_threshold, (size_t)ST_INTRA_SMALL_MAX);
+                max = ST_MIN(st_coll_small_threshold(comm), (size_t)ST_INTRA_SMALL_MAX);
             }
         }
         comm->small_fast_max   = max;
