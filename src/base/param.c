@@ -64,7 +64,7 @@ static const st_config_field_t st_core_config_fields[] = {
      "(latency: one round through the windows, node leaders exchange directly)",
      offsetof(st_core_config_t, algo), ST_CFG_STRING},
     {"HIER_CHUNK_SIZE", "auto", "bytes of the buffer per chunk of the hierarchical pipeline "
-     "(auto: 512k on one node, where chunks should stay in cache; across nodes 256k per rail "
+     "(auto: 1m on one node, where chunks should stay in cache; across nodes 256k per rail "
      "(each rail's shard is one network message), within 512k..4m); each local rank's window holds PIPELINE_DEPTH chunks "
      "twice; a value that is not a whole number of 64-byte lines is rounded up (said at WARN)",
      offsetof(st_core_config_t, hier_chunk_size), ST_CFG_SIZE},

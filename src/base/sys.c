@@ -1,5 +1,5 @@
 /*
- * sys.c - monotonic clock, FNV-1a hash, %h/%p file name expansion, usable CPUs (sys.h).
+ * sys.c - monotonic clock and ticks, FNV-1a hash, %h/%p file name expansion, usable CPUs (sys.h).
  */
 #include "config.h"
 #include "base/sys.h"
@@ -15,6 +15,55 @@ double st_time_now(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#if !defined(__x86_64__)
+uint64_t st_ticks(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+#endif
+
+/* The calibration: (ticks, seconds) at the start, and seconds per tick once 10 ms have passed
+ * (0 until then). Racy writers store the same kind of value; readers take either. */
+static uint64_t st_ticks_t0_ticks;
+static double   st_ticks_t0_s, st_ticks_period;
+
+void st_ticks_start(void)
+{
+    if (__atomic_load_n(&st_ticks_t0_ticks, __ATOMIC_ACQUIRE) == 0) {
+        double   s = st_time_now();
+        uint64_t t = st_ticks();
+
+        st_ticks_t0_s = s;
+        __atomic_store_n(&st_ticks_t0_ticks, t != 0 ? t : 1, __ATOMIC_RELEASE);
+    }
+}
+
+double st_ticks_seconds(uint64_t ticks)
+{
+    double period = st_ticks_period;
+
+    if (period == 0) {
+        uint64_t t0, t;
+        double   s;
+
+        st_ticks_start();
+        t0 = __atomic_load_n(&st_ticks_t0_ticks, __ATOMIC_ACQUIRE);
+        s  = st_time_now() - st_ticks_t0_s;
+        t  = st_ticks();
+        if (t <= t0 || s <= 0) {
+            return 0;
+        }
+        period = s / (double)(t - t0);
+        if (s >= 0.01) {
+            st_ticks_period = period; /* good to a part in 10^5 or better */
+        }
+    }
+    return (double)ticks * period;
 }
 
 uint64_t st_hash(uint64_t h, const void *data, size_t len)

@@ -423,9 +423,10 @@ st_status_t st_small_run_fast(const st_coll_args_t *args)
     const st_redop_t *redop = &args->redop;
     size_t            bytes = args->count * st_dtype_size(args->dtype);
     const void       *srcs[ST_INTRA_SMALL_FAST_RANKS];
-    uint64_t          sseq, ticket, *own;
+    uint64_t          sseq, ticket, *own, words[2] = {0, 0};
     int               m, checked, same = 1, ready = 0;
-    double            t0, wait;
+    uint64_t          t0;
+    double            wait;
     st_op_t          *op = NULL;
     st_status_t       status;
 
@@ -440,12 +441,18 @@ st_status_t st_small_run_fast(const st_coll_args_t *args)
     sseq   = intra->small_seq++;
     ticket = intra->tickets++;
     own    = (uint64_t *)(void *)st_intra_small(intra, intra->local_rank, (int)(sseq & 1));
+    /* A peer ahead of this rank polls this line already: ask for it now, and write it only once
+     * the rest (the board's entry, the words) is ready, so that the wait for ownership overlaps
+     * that work (perf record: 18 % of a call stalled on it when written first). */
+    __builtin_prefetch(own, 1, 3);
     __atomic_add_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
     /* stage 0 of st_small_progress, one node: contribution, the check's words, the flag */
+    checked = st_check_fast_post(args, words);
     st_reduce_pre(redop, (char *)own + ST_SMALL_FLAG_BYTES, args->sendbuff, args->count);
-    checked = st_check_fast_post(args, own + 1);
+    own[1] = words[0];
+    own[2] = words[1];
     st_intra_publish_at(intra, own, sseq + 1);
-    t0   = st_time_now(); /* after the publish: off the peers' critical path */
+    t0   = st_ticks(); /* after the publish, and no clock read: off the critical path */
     wait = comm->intra_oversub ? st_core_config.spin_time : ST_SMALL_FAST_WAIT_S;
     for (unsigned spin = 0; !ready; spin++) {
         ready = 1;
@@ -459,12 +466,12 @@ st_status_t st_small_run_fast(const st_coll_args_t *args)
             break;
         }
         if (comm->intra_oversub) {
-            if (st_time_now() - t0 > wait) {
+            if (st_ticks_seconds(st_ticks() - t0) > wait) {
                 break;
             }
             sched_yield();
         } else {
-            if ((spin & 63) == 63 && st_time_now() - t0 > wait) {
+            if ((spin & 63) == 63 && st_ticks_seconds(st_ticks() - t0) > wait) {
                 break;
             }
             st_cpu_relax();
@@ -488,11 +495,11 @@ st_status_t st_small_run_fast(const st_coll_args_t *args)
             st_reduce_post(redop, args->recvbuff, args->count);
         }
         intra->turn = ticket + 1;
-        now = st_time_now();
+        now = st_ticks_seconds(st_ticks() - t0);
         pthread_mutex_lock(&comm->lock);
         memset(t, 0, sizeof(*t));
         memcpy(t->algorithm, "small", sizeof("small"));
-        t->totalSeconds = now - t0;
+        t->totalSeconds = now;
         t->seconds[1]   = t->totalSeconds;
         t->bytes[1]     = bytes;
         comm->have_times = 1;

@@ -805,6 +805,8 @@ st_status_t st_comm_init(st_comm_t *comm, const strataUniqueId *id, double timeo
     st_status_t              status;
     int                      nranks = comm->nranks, rank = comm->rank;
 
+    st_ticks_start(); /* the latency path's timestamps are calibrated over init (base/sys.h) */
+
     ST_CHECK(st_coll_config_check());
     ST_CHECK(st_comm_config_check());
     ST_CHECK(st_bootstrap_id_decode(id, &uid));
