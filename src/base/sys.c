@@ -4,8 +4,10 @@
 #include "config.h"
 #include "base/sys.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,22 +33,29 @@ uint64_t st_ticks(void)
  * (0 until then). Racy writers store the same kind of value; readers take either. */
 static uint64_t st_ticks_t0_ticks;
 static double   st_ticks_t0_s, st_ticks_period;
+static int      st_ticks_period_bits; /* 1 once st_ticks_period is set */
+
+static pthread_once_t st_ticks_once = PTHREAD_ONCE_INIT;
+
+static void st_ticks_init(void)
+{
+    st_ticks_t0_s = st_time_now();
+    __atomic_store_n(&st_ticks_t0_ticks, st_ticks() | 1, __ATOMIC_RELEASE);
+}
 
 void st_ticks_start(void)
 {
-    if (__atomic_load_n(&st_ticks_t0_ticks, __ATOMIC_ACQUIRE) == 0) {
-        double   s = st_time_now();
-        uint64_t t = st_ticks();
-
-        st_ticks_t0_s = s;
-        __atomic_store_n(&st_ticks_t0_ticks, t != 0 ? t : 1, __ATOMIC_RELEASE);
-    }
+    pthread_once(&st_ticks_once, st_ticks_init);
 }
 
 double st_ticks_seconds(uint64_t ticks)
 {
-    double period = st_ticks_period;
+    double period = __atomic_load_n(&st_ticks_period_bits, __ATOMIC_ACQUIRE) != 0
+                        ? st_ticks_period : 0;
 
+    if ((int64_t)ticks < 0) {
+        return 0; /* a counter that went back (unsynchronised sockets, a VM's migration) */
+    }
     if (period == 0) {
         uint64_t t0, t;
         double   s;
@@ -61,6 +70,7 @@ double st_ticks_seconds(uint64_t ticks)
         period = s / (double)(t - t0);
         if (s >= 0.01) {
             st_ticks_period = period; /* good to a part in 10^5 or better */
+            __atomic_store_n(&st_ticks_period_bits, 1, __ATOMIC_RELEASE);
         }
     }
     return (double)ticks * period;
@@ -107,9 +117,26 @@ void st_path_expand(const char *pattern, const char *host, char *out, size_t len
 int st_cpus_usable(void)
 {
     cpu_set_t set;
+    long      online = sysconf(_SC_NPROCESSORS_ONLN);
 
-    if (sched_getaffinity(0, sizeof(set), &set) != 0) {
-        return 1;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) <= 1) {
+        return online > 0 ? (int)online : 1;
     }
-    return CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : 1;
+    return CPU_COUNT(&set);
+}
+
+int st_cpus_mask(unsigned char *mask, size_t len)
+{
+    cpu_set_t set;
+
+    memset(mask, 0, len);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+        return 0;
+    }
+    for (size_t c = 0; c < 8 * len && c < CPU_SETSIZE; c++) {
+        if (CPU_ISSET(c, &set)) {
+            mask[c / 8] |= (unsigned char)(1u << (c % 8));
+        }
+    }
+    return 1;
 }

@@ -52,7 +52,11 @@ static inline void st_cpu_relax(void)
 #endif
 }
 
-/* CPUs this process may run on (its affinity mask; 1 when it cannot be read). */
+/* CPUs this process may run on (its affinity mask; when that cannot be read, or names one CPU
+ * (a launcher that binds each rank to a core), the CPUs online). */
 int st_cpus_usable(void);
+/* This process's affinity mask as bytes (bit c of byte c/8: CPU c), at most len bytes (the rest
+ * zero); 0 when it cannot be read. */
+int st_cpus_mask(unsigned char *mask, size_t len);
 
 #endif

@@ -91,7 +91,9 @@ typedef struct st_intra_zc_desc {
     uint64_t      send_off, recv_off;
     uint64_t      send_addr, recv_addr; /* the buffers' addresses in the rank's process (cma) */
     uint32_t      pid;                  /* the rank's process (cma) */
-    uint32_t      pad;
+    uint32_t      may_cma;              /* 1: this rank may take cma for this call (its
+                                         * STRATA_CMA, its view of the size rule): cma runs only
+                                         * when every local rank's says so */
 } st_intra_zc_desc_t;
 
 /* A local rank's record for the cross-memory attach probe of st_intra_create. */
@@ -115,6 +117,13 @@ _Static_assert(ST_INTRA_CMA_REC_OFF + sizeof(st_intra_cma_rec_t) <= ST_INTRA_CTR
                ST_INTRA_CTRL_FREE <= ST_INTRA_CTRL_BYTES,
                "the cross-memory attach probe's record fits below the control area's free part");
 _Static_assert(ST_INTRA_BOARD_OFF == ST_INTRA_CTRL_FREE, "the board starts where the probe's record ends");
+/* Each rank's CPU affinity mask (1024 CPUs), after the board: the node's ranks count the CPUs
+ * they share (comm->intra_oversub). */
+#define ST_INTRA_CPUS_OFF   3584
+#define ST_INTRA_CPUS_BYTES 128
+_Static_assert(ST_INTRA_BOARD_OFF + ST_INTRA_BOARD_SLOTS * ST_BOARD_ENTRY_BYTES <= ST_INTRA_CPUS_OFF &&
+                   ST_INTRA_CPUS_OFF + ST_INTRA_CPUS_BYTES <= ST_INTRA_CTRL_BYTES,
+               "the CPU masks fit after the board");
 
 static st_intra_zc_desc_t *st_intra_zc_desc(const st_intra_t *intra, int lr)
 {
@@ -284,6 +293,33 @@ static st_status_t st_intra_cma_probe(st_comm_t *comm, st_intra_agree_fn agree, 
     return ST_OK;
 }
 
+/* After the attach agreement: the node's ranks are oversubscribed when the ranks of this host
+ * outnumber the CPUs in the union of the node's affinity masks (a launcher that binds each rank
+ * to its own core leaves one CPU in each mask, and none is oversubscribed). A rank whose mask
+ * could not be read keeps init's estimate. */
+static void st_intra_count_cpus(st_comm_t *comm, const st_intra_t *intra)
+{
+    unsigned char all[ST_INTRA_CPUS_BYTES] = {0};
+    int           n = 0, known = 1;
+
+    for (int lr = 0; lr < intra->local_size; lr++) {
+        const unsigned char *m = (const unsigned char *)intra->base[lr] + ST_INTRA_CPUS_OFF;
+        int                  any = 0;
+
+        for (int i = 0; i < ST_INTRA_CPUS_BYTES; i++) {
+            all[i] |= m[i];
+            any |= m[i];
+        }
+        known &= any != 0;
+    }
+    for (int i = 0; i < ST_INTRA_CPUS_BYTES; i++) {
+        n += __builtin_popcount(all[i]);
+    }
+    if (known && n > 0) {
+        comm->intra_oversub = comm->host_ranks > n;
+    }
+}
+
 st_status_t st_intra_create(st_comm_t *comm, st_intra_agree_fn agree, st_mem_type_t mem_type,
                             st_intra_t **intra_p)
 {
@@ -411,9 +447,12 @@ st_status_t st_intra_create(st_comm_t *comm, st_intra_agree_fn agree, st_mem_typ
             intra->base[lr] = intra->win->base(intra->ctx, lr);
         }
         st_intra_cma_publish(comm, intra); /* the agreement is the probe's first barrier */
+        (void)st_cpus_mask((unsigned char *)intra->base[intra->local_rank] + ST_INTRA_CPUS_OFF,
+                           ST_INTRA_CPUS_BYTES); /* all zero when unreadable */
     }
     ST_CHECK_GOTO(agree(comm, status), status, err_ctx);
     intra->win->unlink(intra->ctx);
+    st_intra_count_cpus(comm, intra);
     ST_CHECK_GOTO(st_intra_cma_probe(comm, agree, intra), status, err_ctx);
 done:
     intra->doorbell = (uint32_t *)(intra->base[0] + 64 * ST_INTRA_NCNT);
@@ -606,6 +645,9 @@ void st_intra_arm(st_intra_t *intra, int delta)
 {
     if (intra->local_size > 1) {
         __atomic_add_fetch(intra->sleepers, (uint32_t)delta, __ATOMIC_SEQ_CST);
+        /* the other half of st_intra_wake's fence: the count before the next look at the
+         * counters, in the C11 model too (an acquire load may pass a plain RMW on some CPUs) */
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
     }
 }
 
@@ -652,7 +694,7 @@ void st_intra_zc_fini(st_intra_zc_t *zc)
 st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t op_id, int want,
                                   const void *send, void *recv, size_t bytes, int *lag_p)
 {
-    int all = 1, all_want = 1;
+    int all = 1, all_want = 1, all_cma = 1;
 
     if (zc->state == 0) {
         st_intra_zc_desc_t *d = st_intra_zc_desc(intra, intra->local_rank);
@@ -669,6 +711,7 @@ st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t
         d->send_addr = (uint64_t)(uintptr_t)send;
         d->recv_addr = (uint64_t)(uintptr_t)recv;
         d->pid       = (uint32_t)getpid();
+        d->may_cma   = (uint32_t)(zc->may_cma != 0);
         st_intra_publish(intra, ST_INTRA_ZC, op_id + 1);
         zc->state = 1;
     }
@@ -683,9 +726,11 @@ st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t
 
         all      &= (d->op_id == op_id && d->ok);
         all_want &= (d->op_id == op_id && d->want);
+        all_cma  &= (d->op_id == op_id && d->may_cma);
     }
     zc->state = 2;
-    if (!all && all_want && zc->may_cma) {
+    /* every rank decides from the same descriptors: alike, whatever each one's settings */
+    if (!all && all_want && all_cma) {
         /* cma: the peers' raw addresses, read only through peer_read (intra.h) */
         for (int lr = 0; lr < intra->local_size; lr++) {
             const st_intra_zc_desc_t *d = st_intra_zc_desc(intra, lr);

@@ -17,7 +17,8 @@
  *
  * The control area's 4096 bytes: the counters (64 B each from offset 0), the doorbell's and the
  * sleepers' lines; at 2048 the zero-copy descriptor, after it the cross-memory attach probe's
- * record (intra.c); 2560 .. 4095 are free.
+ * record (intra.c); at 2560 the mismatch check's board (8 entries of 128 B, engine/comm.h), at
+ * 3584 the rank's CPU affinity mask (128 B); the rest is free.
  */
 #ifndef ST_COLL_INTRA_H
 #define ST_COLL_INTRA_H
@@ -195,7 +196,8 @@ typedef struct st_intra_zc {
     const st_win_ops_t *win; /* the window transport of the buffers' memory type */
     int          state; /* 0: own descriptor not yet published; 1: waiting for the peers';
                          * 2: decided */
-    int          may_cma; /* cma is possible for this call (host memory, intra->cma) */
+    int          may_cma; /* this rank may take cma for this call (host memory, intra->cma, the
+                           * algorithm's rule); cma runs when every local rank's is set */
     int          on;    /* decided 1: zero-copy, with the buffers below */
     int          cma;   /* decided 1 (with on): the cma flavour */
     /* [local_size] each local rank's send and receive buffer: mapped, as mapped here; cma, the

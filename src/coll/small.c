@@ -409,6 +409,25 @@ st_status_t st_small_create(const st_coll_args_t *args, st_op_t **op_p)
     return status;
 }
 
+/* 1 when the op and (with the mismatch check) the check that a hand-over takes are kept,
+ * making them now when they are not; 0 when memory runs out. */
+static int st_small_spares(st_comm_t *comm, int m)
+{
+    st_intra_t *intra = comm->intra;
+    st_small_t *s = intra->small_spare;
+
+    if (s == NULL || s->nsrcs != m) {
+        free(s);
+        s = malloc(sizeof(*s) + (size_t)m * sizeof(s->srcs[0]));
+        intra->small_spare = s;
+        if (s == NULL) {
+            return 0;
+        }
+        s->nsrcs = m;
+    }
+    return !st_core_config.check_mismatch || st_check_keep_spare(comm) == ST_OK;
+}
+
 /* How long the fast path waits for the other ranks before it hands the call to the engine
  * (which spins, yields and sleeps, and keeps the deadlines): a peer on another core that is
  * inside the same call arrives within a few hundred nanoseconds. With more ranks than cores
@@ -430,12 +449,20 @@ st_status_t st_small_run_fast(const st_coll_args_t *args)
     st_op_t          *op = NULL;
     st_status_t       status;
 
+    /* issue order first: it orders this thread after the one that ran the collective before
+     * (the windows' turn, the cached limit) */
     if (args->type != ST_COLL_ALLREDUCE || args->algo != ST_ALGO_AUTO || args->count == 0 ||
         args->mem != ST_MEM_HOST || args->compress != NULL || comm->nnodes != 1 ||
+        !st_comm_order_ready(comm, args->seq) || comm->state != ST_COMM_READY ||
         intra == NULL || (m = intra->local_size) < 2 || m > ST_INTRA_SMALL_FAST_RANKS ||
-        bytes > st_coll_small_fast_max(comm) || comm->state != ST_COMM_READY ||
-        (st_core_config.check_mismatch && comm->board == NULL) ||
-        intra->turn != intra->tickets || !st_comm_order_ready(comm, args->seq)) {
+        bytes > st_coll_small_fast_max(comm) ||
+        (st_core_config.check_mismatch && comm->board == NULL) || intra->turn != intra->tickets) {
+        return ST_ERR_UNSUPPORTED;
+    }
+    /* The hand-over below must not fail once the flag is out (the peers would finish with this
+     * rank's contribution while it reports an error): the op and the check it takes are made
+     * now if they are not kept from an earlier call, or the call takes the normal path. */
+    if (!st_small_spares(comm, m)) {
         return ST_ERR_UNSUPPORTED;
     }
     sseq   = intra->small_seq++;
@@ -471,7 +498,7 @@ st_status_t st_small_run_fast(const st_coll_args_t *args)
             }
             sched_yield();
         } else {
-            if ((spin & 63) == 63 && st_ticks_seconds(st_ticks() - t0) > wait) {
+            if ((spin & 15) == 15 && st_ticks_seconds(st_ticks() - t0) > wait) {
                 break;
             }
             st_cpu_relax();
@@ -520,7 +547,12 @@ st_status_t st_small_run_fast(const st_coll_args_t *args)
         st_check_set_posted(op->check);
     }
     if (status != ST_OK) {
-        intra->turn = ticket + 1; /* the peers fail by their deadline: this rank is gone */
+        /* not expected: both come from the spares st_small_spares made sure of */
+        st_error(ST_SUB_COLL, "%s #%llu on %s rank %d: cannot hand the small all-reduce to the "
+                 "engine: %s", st_coll_name(args->type), (unsigned long long)args->seq,
+                 comm->name, comm->rank, st_status_str(status));
+        st_comm_set_error(comm, status);
+        intra->turn = ticket + 1;
         st_comm_order_done(comm, args->seq);
         return status;
     }

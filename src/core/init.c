@@ -710,7 +710,8 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
         for (int r = 0; r < comm->nranks; r++) {
             host += comm->peers[r].same_pidns || r == comm->rank;
         }
-        comm->intra_oversub = host > st_cpus_usable();
+        comm->host_ranks    = host;
+        comm->intra_oversub = host > st_cpus_usable(); /* refined by the windows (intra.c) */
     }
     for (int r = 0; r < comm->nranks; r++) {
         /* every rank sees every record, so all of them fail here alike */

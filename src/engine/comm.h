@@ -116,8 +116,10 @@ struct st_comm {
                                           * algorithm's fast path (coll/small.c); set at the
                                           * first call (small_fast_known) */
     int                  small_fast_known;
-    int                  intra_oversub; /* more ranks share this host's pid namespace than this
-                                         * process has CPUs: waits yield the core at once */
+    int                  intra_oversub; /* more ranks share this host's pid namespace than the
+                                         * node's ranks have CPUs (the union of their affinity
+                                         * masks, coll/intra.c): waits yield the core at once */
+    int                  host_ranks;    /* ranks in this host's pid namespace, this one included */
     struct st_check     *spare_check;  /* a board check kept for the next collective (mismatch.c) */
     struct st_tune_policy *tune;       /* where its choices come from (tune/policy.h) */
     char                *tune_file;    /* strataConfig_t.tuneFile, or NULL */

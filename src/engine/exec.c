@@ -57,11 +57,6 @@ static int st_exec_comm_aborted(const st_comm_t *comm)
     return comm->state == ST_COMM_ABORTED;
 }
 
-/* Arms the transports of the unfinished ops and sleeps until one has an event or timeout_ms.
- * Returns without sleeping when a transport has pending events. When every unfinished op waits
- * only on window counters, sleeps on the first one's doorbell instead (a futex: woken by the
- * peer's publish); when some wait on windows and others on the network, polls the network with a
- * short timeout so that window progress is not held up long. */
 /* The op whose doorbell the engine would sleep on: when every unfinished op waits on window
  * counters only, the first; else NULL. *nwin_p: the ops that wait on windows. */
 static st_op_t *st_exec_window_sleeper(st_op_t **ops, int nops, int *nwin_p)
@@ -85,6 +80,12 @@ static st_op_t *st_exec_window_sleeper(st_op_t **ops, int nops, int *nwin_p)
     return nnet == 0 ? win_op : NULL;
 }
 
+/* Arms the transports of the unfinished ops and sleeps until one has an event or timeout_ms.
+ * Returns without sleeping when a transport has pending events. When every unfinished op waits
+ * only on window counters, sleeps on the first one's doorbell instead (a futex: woken by the
+ * peer's publish; the full timeout only when this rank is armed on that doorbell, armed_on);
+ * when some wait on windows and others on the network, polls the network with a short timeout
+ * so that window progress is not held up long. */
 static void st_exec_block(st_op_t **ops, int nops, int timeout_ms, const void *armed_on)
 {
     struct pollfd fds[ST_EXEC_MAX_FDS];

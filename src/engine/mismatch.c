@@ -447,7 +447,7 @@ void st_check_set_posted(st_check_t *check)
 
 void st_check_agreed(st_check_t *check)
 {
-    if (check->result == ST_INPROGRESS) {
+    if (check->board != NULL && check->result == ST_INPROGRESS) {
         check->result = ST_OK;
     }
 }
@@ -646,6 +646,17 @@ static void st_check_free(void *arg)
         return;
     }
     free(check);
+}
+
+st_status_t st_check_keep_spare(st_comm_t *comm)
+{
+    if (comm->board != NULL && comm->spare_check == NULL) {
+        comm->spare_check = malloc(sizeof(*comm->spare_check));
+        if (comm->spare_check == NULL) {
+            return ST_ERR_NO_MEMORY;
+        }
+    }
+    return ST_OK;
 }
 
 void st_check_drop_spare(st_comm_t *comm)

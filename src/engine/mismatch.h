@@ -67,6 +67,8 @@ int         st_check_post(st_check_t *check);
  * board entry is read; when any differ, it leaves the check to the board, which names both
  * calls. The board entry is still posted (st_check_post): a rank in another algorithm reads it. */
 void        st_check_words(const st_check_t *check, uint64_t words[2]);
+/* Ends a board check with success; nothing for a check over the network (a one-node
+ * communicator without a board: its rounds run to their end). */
 void        st_check_agreed(st_check_t *check);
 /* The same for a call run without a check object (coll/small.c's fast path): when the call
  * needs the check and comm has a board, posts args' fingerprint there, sets words and returns 1;
@@ -79,6 +81,9 @@ void        st_check_set_posted(st_check_t *check);
  * (an algorithm that saw their data arrive: the fingerprints were posted before it). */
 void        st_check_prefetch(const st_check_t *check);
 
+/* Makes sure comm keeps a board check for its next collective (st_check_attach then allocates
+ * nothing): ST_OK, or ST_ERR_NO_MEMORY (not logged). Nothing without a board. */
+st_status_t st_check_keep_spare(st_comm_t *comm);
 /* Frees the board check comm keeps for its next collective (comm's destruction). */
 void        st_check_drop_spare(st_comm_t *comm);
 

@@ -378,7 +378,7 @@ void st_copy_stream(void *dst, const void *src, size_t bytes)
 #if defined(__x86_64__) && defined(__SSE2__)
     char       *d = dst;
     const char *s = src;
-    size_t      head = (16 - ((uintptr_t)d & 15)) & 15;
+    size_t      head = (64 - ((uintptr_t)d & 63)) & 63; /* whole lines: full write-combining */
 
     if (bytes < 4096) {
         memcpy(dst, src, bytes);

@@ -77,9 +77,9 @@ void st_reduce_post(const st_redop_t *redop, void *dst, size_t count);
 /* Copies bytes from src to dst (not overlapping) with non-temporal stores where the CPU has them
  * (x86-64: 16-byte streaming stores, then a store fence, so that a release store after it
  * publishes the copy): the destination's lines are not read for ownership first and not kept
- * in the cache, which saves a third of a copy's memory traffic when the data will not be read
- * again soon (the all-gather's copy-out of a large all-reduce, bench/README.md). Plain memcpy
- * elsewhere and below 4 KiB. */
+ * in the cache (from dst's first 64-byte line boundary on), which saves a third of a copy's
+ * memory traffic when the data will not be read again soon (the all-gather's copy-out of a
+ * large all-reduce, bench/README.md). Plain memcpy elsewhere and below 4 KiB. */
 void st_copy_stream(void *dst, const void *src, size_t bytes);
 /* 1 when st_reduce_post does something for this op. */
 static inline int st_redop_has_post(const st_redop_t *redop)

@@ -1353,12 +1353,13 @@ static void test_post_noop(void **state)
 }
 
 /* st_copy_stream: every byte copied, nothing around the destination touched, for sizes below and
- * above its 4 KiB threshold and every alignment of source and destination within 16 bytes. */
+ * above its 4 KiB threshold, sources at offsets 0, 5, 10, 15 and destinations at 0, 7, .. 63
+ * bytes from a 64-byte line (the streaming part starts at the destination's next line). */
 static void test_copy_stream(void **state)
 {
     static const size_t sizes[] = {0, 1, 15, 4095, 4096, 4097, 4096 + 63, 65536 + 17, 1 << 20};
     size_t              max = (1 << 20) + 64;
-    unsigned char      *src = malloc(max), *dst = malloc(max + 64);
+    unsigned char      *src = malloc(max), *dst = aligned_alloc(64, max + 128);
 
     (void)state;
     assert_non_null(src);
@@ -1368,16 +1369,16 @@ static void test_copy_stream(void **state)
     }
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         for (size_t so = 0; so < 16; so += 5) {
-            for (size_t doff = 0; doff < 16; doff += 3) {
+            for (size_t doff = 0; doff < 64; doff += 7) {
                 size_t n = sizes[k];
 
-                memset(dst, 0xee, max + 64);
-                st_copy_stream(dst + 16 + doff, src + so, n);
-                assert_memory_equal(dst + 16 + doff, src + so, n);
-                for (size_t i = 0; i < 16 + doff; i++) {
+                memset(dst, 0xee, max + 128);
+                st_copy_stream(dst + 64 + doff, src + so, n);
+                assert_memory_equal(dst + 64 + doff, src + so, n);
+                for (size_t i = 0; i < 64 + doff; i++) {
                     assert_int_equal(dst[i], 0xee);
                 }
-                for (size_t i = 16 + doff + n; i < max + 64 && i < 16 + doff + n + 32; i++) {
+                for (size_t i = 64 + doff + n; i < max + 128 && i < 64 + doff + n + 32; i++) {
                     assert_int_equal(dst[i], 0xee);
                 }
             }
