@@ -106,16 +106,6 @@ ceiling()
     awk -v n="$1" -v b="$(emunet_rate_bps "$2")" 'BEGIN { N = 2; printf "%.4f", (n - 1) / n * b / 8 / 1e9 * N / (N - 1) }'
 }
 
-# target_sizes MIN KEY...: the sizes (bytes) of the table rows from MIN on, over the keys that ran.
-target_sizes()
-{
-    local min k
-    min=$(bench_to_bytes "$1")
-    shift
-    for k in "$@"; do bench_ok "$k" && cut -d' ' -f1 "$BENCH_TMP/$k.med"; done |
-        awk -v m="$min" '$1 >= m' | sort -n -u
-}
-
 # ran_algos KEY: " size algorithm[,algorithm]" per size, over every run of the key and both halves
 # (collbench --phases: "#  out-of-place hier: ..." under each row).
 ran_algos()
@@ -128,19 +118,10 @@ ran_algos()
         END { for (i = 1; i <= n; i++) printf " %s %s", order[i], (seen[order[i]] == "" ? "?" : seen[order[i]]) }'
 }
 
-# verdict WHAT LIMIT < lines "value size" (value empty: not measured at that size): the verdict
-# line of one target, PASS when every size was measured and every value is at least LIMIT.
+# verdict WHAT LIMIT < lines "value size": the verdict line of one target (bench_verdict_of).
 verdict()
 {
-    local what=$1 limit=$2 line
-    line=$(awk -v lim="$limit" '
-        NF == 0 { next }
-        NF < 2 { miss = miss " " $1; next }
-        { n++; if (min == "" || $1 < min) { min = $1; at = $2 } if ($1 < lim) { bad++; where = where " " $2 } }
-        END {
-            if (miss != "" || n == 0) { printf "FAIL (not measured at%s)", (miss == "" ? " any size" : miss); exit }
-            printf "%s (lowest %.2f at %d B%s)", bad ? "FAIL" : "PASS", min, at, bad ? ", below " lim " at" where " B" : "" }')
-    echo "$what: $line"
+    echo "$1: $(bench_verdict_of "$2")"
 }
 
 # ---- part a: default algorithm against the ceiling, 2 x 2 ranks -------------------------------
@@ -173,7 +154,7 @@ part_a()
         bench_ok "$k" && echo "# $(cat "$BENCH_TMP/$k.label") ran (--phases, last timed call of each half, every run):$(ran_algos "$k")"
     done
     sample_report a
-    sizes=$(target_sizes "$minb_a" a_rs a_ag)
+    sizes=$(bench_sizes_from "$minb_a" a_rs a_ag)
     for k in a_rs a_ag; do
         coll=$([ "$k" = a_rs ] && echo reduce_scatter || echo all_gather)
         lines=""
@@ -221,7 +202,7 @@ part_b()
     bench_table 8 "$ceil" "b_rs_hier b_rs_ring b_ag_hier b_ag_ring" "b_rs_hier/b_rs_ring b_ag_hier/b_ag_ring" \
         "b_rs_hier b_ag_hier"
     sample_report b
-    sizes=$(target_sizes "$minb_b" b_rs_hier b_rs_ring b_ag_hier b_ag_ring)
+    sizes=$(bench_sizes_from "$minb_b" b_rs_hier b_rs_ring b_ag_hier b_ag_ring)
     for c in rs ag; do
         lines=""
         for s in $sizes; do
