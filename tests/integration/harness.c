@@ -874,3 +874,32 @@ int it_root_port(void)
     }
     return -1;
 }
+
+char *it_read_log(void)
+{
+    const char *pattern = getenv("STRATA_DEBUG_FILE");
+    const char *pp = pattern != NULL ? strstr(pattern, "%p") : NULL;
+    char        path[512];
+    char       *text;
+    FILE       *f;
+    long        len;
+
+    if (pp == NULL) {
+        return NULL;
+    }
+    snprintf(path, sizeof(path), "%.*s%d%s", (int)(pp - pattern), pattern, (int)getpid(),
+             pp + 2);
+    f = fopen(path, "r");
+    if (f == NULL) {
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    len  = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    text = calloc((size_t)len + 1, 1);
+    if (text != NULL && fread(text, 1, (size_t)len, f) != (size_t)len) {
+        text[0] = '\0';
+    }
+    fclose(f);
+    return text;
+}

