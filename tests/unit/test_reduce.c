@@ -1352,12 +1352,15 @@ static void test_post_noop(void **state)
     assert_memory_equal(data, copy, sizeof(data));
 }
 
-/* st_copy_stream: every byte copied, nothing around the destination touched, for sizes below and
- * above its 4 KiB threshold, sources at offsets 0, 5, 10, 15 and destinations at 0, 7, .. 63
- * bytes from a 64-byte line (the streaming part starts at the destination's next line). */
+/* st_copy_stream and st_copy_stream_unfenced: every byte copied, nothing around the destination
+ * touched, for sizes below and above ST_COPY_STREAM_MIN, sources at offsets 0, 5, 10, 15 and
+ * destinations at 0, 7, .. 63 bytes from a 64-byte line (the streaming part starts at the
+ * destination's next line; whichever of the AVX and SSE2 loops this CPU runs). */
 static void test_copy_stream(void **state)
 {
-    static const size_t sizes[] = {0, 1, 15, 4095, 4096, 4097, 4096 + 63, 65536 + 17, 1 << 20};
+    static const size_t sizes[] = {0,    1,    15,   ST_COPY_STREAM_MIN - 1, ST_COPY_STREAM_MIN,
+                                   ST_COPY_STREAM_MIN + 1, 2048 + 5, 4095, 4096 + 63,
+                                   65536 + 17, 1 << 20};
     size_t              max = (1 << 20) + 64;
     unsigned char      *src = malloc(max), *dst = aligned_alloc(64, max + 128);
 
@@ -1373,7 +1376,12 @@ static void test_copy_stream(void **state)
                 size_t n = sizes[k];
 
                 memset(dst, 0xee, max + 128);
-                st_copy_stream(dst + 64 + doff, src + so, n);
+                if (doff % 2) {
+                    st_copy_stream(dst + 64 + doff, src + so, n);
+                } else {
+                    st_copy_stream_unfenced(dst + 64 + doff, src + so, n);
+                    st_stream_fence();
+                }
                 assert_memory_equal(dst + 64 + doff, src + so, n);
                 for (size_t i = 0; i < 64 + doff; i++) {
                     assert_int_equal(dst[i], 0xee);
