@@ -242,6 +242,10 @@ typedef struct st_win_ops {
      * at debug only: the caller knows whose buffer it read and says so. A transport whose memory
      * the host cannot read this way (cuda_ipc) returns ST_ERR_UNSUPPORTED. */
     st_status_t (*peer_read)(int pid, void *dst, const void *remote, size_t len);
+    /* The other direction (process_vm_writev): copies len bytes at src (the caller's) to address
+     * remote in process pid; the same rules, returns and logging as peer_read (EFAULT: [remote,
+     * remote+len) not mapped writable there). */
+    st_status_t (*peer_write)(int pid, void *remote, const void *src, size_t len);
 } st_win_ops_t;
 
 /* Builtin window transports, NULL-terminated (transport.c): one per memory type at most. */

@@ -74,10 +74,10 @@ static const st_config_field_t st_core_config_fields[] = {
      offsetof(st_core_config_t, small_threshold), ST_CFG_SIZE},
     {"CMA", "auto", "cross-memory attach (Linux process_vm_readv) for the hierarchical "
      "all-reduce on buffers not from strataMemAlloc: the owner of a shard reads it straight from "
-     "its node peers' buffers instead of through copies in the windows; auto: where a probe at "
-     "init shows every local rank can read every other's memory (ptrace rules, Yama, seccomp), "
-     "for all-reduces up to 8 MiB on nodes with no more ranks than cores (where it was measured "
-     "faster); 0: never; 1: every all-reduce it can take, a node where it does not work said at "
+     "its node peers' buffers and writes the result straight into theirs (process_vm_writev) "
+     "instead of through copies in the windows; auto: where a probe at init shows every local "
+     "rank can read every other's memory (ptrace rules, Yama, seccomp), on nodes with no more "
+     "ranks than cores (where it was measured faster); 0: never; 1: every all-reduce it can take, a node where it does not work said at "
      "WARN",
      offsetof(st_core_config_t, cma), ST_CFG_STRING},
     {"RAIL_IFNAMES", "", "network interfaces of the rails, comma-separated (rail l uses the "

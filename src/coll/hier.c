@@ -533,13 +533,14 @@ static st_status_t st_hier_a2a_gather(st_hier_t *h, size_t k)
     return ST_OK;
 }
 
-/* cma: a peer_read of local rank lr's buffer failed (the transport said which error at debug).
+/* cma: a peer_read (write 0) or peer_write (write 1) of local rank lr's buffer failed (the
+ * transport said which error at debug).
  * A buffer that cannot be read is the peer's failure: it exited, or it left the call (its own
  * failure) and its buffer went, or (a misuse) it freed its buffer during the call; ST_ERR_REMOTE,
  * which also makes the engine name every rank known to have exited. The kernel refusing what the
  * probe at init allowed (the peer made itself undumpable) is this rank's: ST_ERR_IO. */
 static st_status_t st_hier_cma_fail(st_hier_t *h, int lr, const char *phase, const char *what,
-                                    st_status_t status)
+                                    int write, st_status_t status)
 {
     int r = st_topo_node_rank(h->topo, h->node, lr);
     const char *why = status == ST_ERR_UNSUPPORTED
@@ -550,10 +551,10 @@ static st_status_t st_hier_cma_fail(st_hier_t *h, int lr, const char *phase, con
                           : "its buffer is not there (did that rank leave the call after a failure "
                             "of its own, or free its buffer during the call?)";
 
-    st_error(ST_SUB_COLL, "%s #%llu (%s) rank %d: %s: cannot read rank %d's %s buffer (local rank "
-             "%d, pid %d) by cross-memory attach (process_vm_readv): %s", h->op.coll,
-             (unsigned long long)h->args.seq, h->comm->name, h->comm->rank, phase, r, what, lr,
-             h->zc.pid[lr], why);
+    st_error(ST_SUB_COLL, "%s #%llu (%s) rank %d: %s: cannot %s rank %d's %s buffer (local rank "
+             "%d, pid %d) by cross-memory attach (process_vm_%s): %s", h->op.coll,
+             (unsigned long long)h->args.seq, h->comm->name, h->comm->rank, phase,
+             write ? "write" : "read", r, what, lr, h->zc.pid[lr], write ? "writev" : "readv", why);
     return status == ST_ERR_UNSUPPORTED ? ST_ERR_IO : ST_ERR_REMOTE;
 }
 
@@ -620,7 +621,7 @@ static st_status_t st_hier_zc_reduce(st_hier_t *h, char *res, size_t pos, size_t
     size_t       piece = h->intra->zc_piece / h->es;
     st_status_t  status;
 
-    if (h->push) {
+    if (h->push && !h->zc.cma) {
         return st_hier_zc_push(h, pos, cnt, post);
     }
     if (!h->zc.cma && !stage_own) {
@@ -650,7 +651,7 @@ static st_status_t st_hier_zc_reduce(st_hier_t *h, char *res, size_t pos, size_t
                 status = h->zc.win->peer_read(h->zc.pid[lr], stage, h->zc.send[lr] + at,
                                               n * h->es);
                 if (status != ST_OK) {
-                    return st_hier_cma_fail(h, lr, h->phases[1], "send", status);
+                    return st_hier_cma_fail(h, lr, h->phases[1], "send", 0, status);
                 }
                 srcs[lr] = stage;
             } else {
@@ -660,6 +661,15 @@ static st_status_t st_hier_zc_reduce(st_hier_t *h, char *res, size_t pos, size_t
         st_intra_reduce(&h->args.redop, res + done * h->es, srcs, h->m, n);
         if (post) {
             st_reduce_post(&h->args.redop, res + done * h->es, n);
+        }
+        for (int i = 1; h->push && i < h->m; i++) { /* the result into every peer's too */
+            int lr = (h->l + i) % h->m;
+
+            status = h->zc.win->peer_write(h->zc.pid[lr], h->zc.recv[lr] + at, res + done * h->es,
+                                           n * h->es);
+            if (status != ST_OK) {
+                return st_hier_cma_fail(h, lr, h->phases[1], "receive", 1, status);
+            }
         }
     }
     return ST_OK;
@@ -1269,7 +1279,7 @@ static st_status_t st_hier_deliver(st_hier_t *h, size_t k)
                                                       (b - a) * h->es);
 
             if (status != ST_OK) {
-                return st_hier_cma_fail(h, lr, h->phases[3], "receive", status);
+                return st_hier_cma_fail(h, lr, h->phases[3], "receive", 0, status);
             }
         } else if (h->total * h->es >= ST_HIER_STREAM_MIN) {
             /* a large result is not read back soon: no read for ownership, no cache pollution */
@@ -1300,15 +1310,13 @@ static st_status_t st_hier_deliver(st_hier_t *h, size_t k)
  * 2 or higher needs the staging (intra->zc_piece > 0), which a rank without it does not want.
  * Device buffers stay out of place: their reduction is the device's chained multi-source job,
  * whose second job would read an own input the first already overwrote. */
-/* Under STRATA_CMA=auto, all-reduces up to this many bytes on a node that is not oversubscribed
- * take cma; larger ones, and every one on an oversubscribed node, copy through the windows.
- * Measured (collbench -np 2|4 all_reduce -b 256K -e 256M -f 4 -n 4 -c 1 -z 1, STRATA_CMA=auto
- * against 0, two rounds, busbw GB/s, copy-out with st_copy_stream from 4 MiB): 2 ranks cma/copy
- * 1.1-1.75 at 256 KiB, 1.03-1.11 at 1 MiB, 1.18-1.25 at 4 MiB, 1.02-1.05 at 16 MiB, 0.98 at 64 MiB,
- * 0.87-0.89 at 256 MiB; 4 ranks on 2 cores 0.53-0.85 at every size: the kernel's copy (with its
- * page pinning) costs 1.4-2x a user copy on this VM, more than the traffic it saves once the
- * data leaves the cache, and its system calls cost most where ranks share cores. */
-#define ST_HIER_CMA_MAX ((size_t)8 << 20)
+/* Under STRATA_CMA=auto, all-reduces on a node that is not oversubscribed take cma; every one on
+ * an oversubscribed node copies through the windows. Measured with the push (collbench -np 2|4
+ * all_reduce -b 1M -e 256M -f 4 -n 5 -w 2 -c 1 -z 1, STRATA_CMA=1 against 0, busbw GB/s): 2 ranks
+ * cma/copy out of place 1.13 at 1 MiB, 1.72 at 4 MiB, 1.63 at 16 MiB, 1.22-1.25 at 32-64 MiB,
+ * 1.11-1.13 at 256 MiB, in place 1.4-3.6; 4 ranks on 2 cores out of place 0.98-1.11 up to 4 MiB
+ * and 0.84-0.85 from 16 MiB (the kernel's copy and its system calls cost most where ranks share
+ * cores). Before the push (each owner reading its results back out), cma lost from 64 MiB. */
 
 static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
 {
@@ -1318,16 +1326,15 @@ static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
     int         was = h->zc.state;
     st_status_t status;
 
-    if (!h->intra->cma_forced &&
-        (h->comm->intra_oversub || h->total * h->es > ST_HIER_CMA_MAX)) {
-        h->zc.may_cma = 0; /* the same on every local rank: the layout and the size decide */
+    if (!h->intra->cma_forced && h->comm->intra_oversub) {
+        h->zc.may_cma = 0; /* the same on every local rank: the node's CPUs decide */
     }
     status = st_intra_zc_negotiate(h->intra, &h->zc, h->base, want, h->args.sendbuff,
                                    h->args.recvbuff, h->total * h->es, lag_p);
     if (h->zc.state != was) {
         h->op.progressed = 1;
     }
-    if (status == ST_OK && h->zc.on && !h->zc.cma && h->dev == NULL && h->nnodes == 1 &&
+    if (status == ST_OK && h->zc.on && h->dev == NULL && h->nnodes == 1 &&
         h->m > 1) { /* the same on every local rank: the negotiation, the layout and the size */
         h->push    = 1;
         h->push_nt = !in_place && h->total * h->es >= ST_HIER_STREAM_MIN;

@@ -832,9 +832,10 @@ static void test_mem_map_child(void **state)
     assert_int_equal(st_shm_win.mem_free(p), ST_OK);
 }
 
-/* peer_read: this process's own memory, a forked child's private copy of a buffer (the same
- * address, other bytes), and the errors: a process that is gone and an unmapped address are
- * ST_ERR_IO. A kernel that refuses process_vm_readv here (seccomp) skips the test. */
+/* peer_read and peer_write: this process's own memory, a forked child's private copy of a buffer
+ * (the same address, other bytes: read, then overwritten by the parent and checked by the child),
+ * and the errors: a process that is gone and an unmapped address are ST_ERR_IO. A kernel that
+ * refuses process_vm_readv here (seccomp) skips the test. */
 static void test_peer_read(void **state)
 {
     size_t   size = (1 << 20) + 13;
@@ -866,12 +867,19 @@ static void test_peer_read(void **state)
         for (size_t i = 0; i < size; i++) {
             buf[i] = pattern(2, 1, i);
         }
-        _exit(barrier(2) != 0 || barrier(2) != 0);
+        /* the parent reads, then writes pattern (3, 2) over the middle of the copy */
+        _exit(barrier(2) != 0 || barrier(2) != 0 || !has_pattern(buf + 7, size - 14, 3, 2) ||
+              buf[6] != pattern(2, 1, 6) || buf[size - 7] != pattern(2, 1, size - 7));
     }
     assert_int_equal(barrier(2), 0);
     memset(dst, 0, size);
     assert_int_equal(st_shm_win.peer_read((int)pid, dst, buf, size), ST_OK);
     assert_true(has_pattern(dst, size, 2, 1));
+    assert_true(has_pattern(buf, size, 1, 0)); /* the own copy is untouched */
+    for (size_t i = 0; i < size - 14; i++) {
+        dst[i] = pattern(3, 2, i);
+    }
+    assert_int_equal(st_shm_win.peer_write((int)pid, buf + 7, dst, size - 14), ST_OK);
     assert_true(has_pattern(buf, size, 1, 0)); /* the own copy is untouched */
     assert_int_equal(barrier(2), 0);
     assert_int_equal(waitpid(pid, &wstatus, 0), pid);
@@ -880,10 +888,12 @@ static void test_peer_read(void **state)
 
     /* the child is gone (ESRCH); an address with nothing mapped (EFAULT) */
     assert_int_equal(st_shm_win.peer_read((int)pid, dst, buf, 64), ST_ERR_IO);
+    assert_int_equal(st_shm_win.peer_write((int)pid, buf, dst, 64), ST_ERR_IO);
     hole = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     assert_true(hole != MAP_FAILED);
     assert_int_equal(munmap(hole, 4096), 0);
     assert_int_equal(st_shm_win.peer_read((int)getpid(), dst, hole, 64), ST_ERR_IO);
+    assert_int_equal(st_shm_win.peer_write((int)getpid(), hole, dst, 64), ST_ERR_IO);
     free(buf);
     free(dst);
 }

@@ -116,5 +116,6 @@ void       *st_cipc_mem_map(const st_win_memh_t *memh);
 void        st_cipc_mem_unmap_all(void);
 /* Device memory cannot be read with process_vm_readv: ST_ERR_UNSUPPORTED, always. */
 st_status_t st_cipc_peer_read(int pid, void *dst, const void *remote, size_t len);
+st_status_t st_cipc_peer_write(int pid, void *remote, const void *src, size_t len);
 
 #endif

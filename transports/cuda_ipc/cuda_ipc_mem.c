@@ -462,3 +462,9 @@ st_status_t st_cipc_peer_read(int pid ST_UNUSED, void *dst ST_UNUSED,
 {
     return ST_ERR_UNSUPPORTED;
 }
+
+st_status_t st_cipc_peer_write(int pid ST_UNUSED, void *remote ST_UNUSED,
+                               const void *src ST_UNUSED, size_t len ST_UNUSED)
+{
+    return ST_ERR_UNSUPPORTED;
+}

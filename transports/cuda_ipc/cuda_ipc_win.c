@@ -371,4 +371,5 @@ const st_win_ops_t st_cuda_ipc_win = {
     .mem_map       = st_cipc_mem_map,
     .mem_unmap_all = st_cipc_mem_unmap_all,
     .peer_read     = st_cipc_peer_read,
+    .peer_write    = st_cipc_peer_write,
 };

@@ -1,7 +1,7 @@
 /*
  * shm.h - private to transports/shm: the shareable host memory of strataMemAlloc (shm_mem.c),
  * which the window transport's table (shm_win.c) offers as its mem_* slots, and the cross-memory
- * attach read of any node peer's memory (its peer_read slot, shm_mem.c). Contracts: the
+ * attach read and write of any node peer's memory (its peer_read and peer_write slots, shm_mem.c). Contracts: the
  * st_win_ops_t slots of the same names in transports/transport.h.
  */
 #ifndef ST_SHM_H
@@ -33,5 +33,6 @@ int         st_shm_mem_pack(const void *ptr, size_t len, st_win_memh_t *memh_p,
 void       *st_shm_mem_map(const st_win_memh_t *memh);
 void        st_shm_mem_unmap_all(void);
 st_status_t st_shm_peer_read(int pid, void *dst, const void *remote, size_t len);
+st_status_t st_shm_peer_write(int pid, void *remote, const void *src, size_t len);
 
 #endif

@@ -493,17 +493,20 @@ void st_shm_mem_unmap_all(void)
     pthread_mutex_unlock(&st_mem_lock);
 }
 
-st_status_t st_shm_peer_read(int pid, void *dst, const void *remote, size_t len)
+/* peer_read and peer_write: process_vm_readv / process_vm_writev of len bytes between local and
+ * remote (in process pid), continuing after a partial transfer. */
+static st_status_t st_shm_peer_copy(int pid, void *local, uintptr_t r, size_t len, int write)
 {
-    char     *d = dst;
-    uintptr_t r = (uintptr_t)remote;
+    char       *d = local;
+    const char *call = write ? "process_vm_writev" : "process_vm_readv";
 
     while (len > 0) {
         /* one iovec each side: the kernel returns short only at a fault or a signal, and then
          * the rest is asked for again (a fault then reports EFAULT) */
-        struct iovec local = {.iov_base = d, .iov_len = len};
-        struct iovec peer  = {.iov_base = (void *)r, .iov_len = len};
-        ssize_t      n     = process_vm_readv((pid_t)pid, &local, 1, &peer, 1, 0);
+        struct iovec mine = {.iov_base = d, .iov_len = len};
+        struct iovec peer = {.iov_base = (void *)r, .iov_len = len};
+        ssize_t      n    = write ? process_vm_writev((pid_t)pid, &mine, 1, &peer, 1, 0)
+                                  : process_vm_readv((pid_t)pid, &mine, 1, &peer, 1, 0);
 
         if (n < 0 && errno == EINTR) {
             continue;
@@ -511,14 +514,14 @@ st_status_t st_shm_peer_read(int pid, void *dst, const void *remote, size_t len)
         if (n < 0) {
             int unsupported = (errno == EPERM || errno == ENOSYS || errno == EACCES);
 
-            st_debug(ST_SUB_SHM, "process_vm_readv of %zu B at 0x%" PRIxPTR " in process %d: %m%s",
-                     len, r, pid, unsupported ? " (the kernel does not allow cross-memory attach "
-                     "to it: ptrace rules, Yama's ptrace_scope, seccomp)" : "");
+            st_debug(ST_SUB_SHM, "%s of %zu B at 0x%" PRIxPTR " in process %d: %m%s", call, len, r,
+                     pid, unsupported ? " (the kernel does not allow cross-memory attach to it: "
+                     "ptrace rules, Yama's ptrace_scope, seccomp)" : "");
             return unsupported ? ST_ERR_UNSUPPORTED : ST_ERR_IO;
         }
         if (n == 0) {
-            st_debug(ST_SUB_SHM, "process_vm_readv of %zu B at 0x%" PRIxPTR " in process %d read "
-                     "nothing", len, r, pid);
+            st_debug(ST_SUB_SHM, "%s of %zu B at 0x%" PRIxPTR " in process %d moved nothing", call,
+                     len, r, pid);
             return ST_ERR_IO;
         }
         d   += n;
@@ -526,4 +529,14 @@ st_status_t st_shm_peer_read(int pid, void *dst, const void *remote, size_t len)
         len -= (size_t)n;
     }
     return ST_OK;
+}
+
+st_status_t st_shm_peer_read(int pid, void *dst, const void *remote, size_t len)
+{
+    return st_shm_peer_copy(pid, dst, (uintptr_t)remote, len, 0);
+}
+
+st_status_t st_shm_peer_write(int pid, void *remote, const void *src, size_t len)
+{
+    return st_shm_peer_copy(pid, (void *)(uintptr_t)src, (uintptr_t)remote, len, 1);
 }

@@ -395,4 +395,5 @@ const st_win_ops_t st_shm_win = {
     .mem_map       = st_shm_mem_map,
     .mem_unmap_all = st_shm_mem_unmap_all,
     .peer_read     = st_shm_peer_read,
+    .peer_write    = st_shm_peer_write,
 };
