@@ -91,6 +91,7 @@
 #include "config.h"
 
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 
 #include "base/log.h"
@@ -190,7 +191,8 @@ typedef struct st_hier {
     st_intra_zc_t    zc;
     int              push; /* zero-copy mapped on one node: the reduce-scatter stores each result
                             * into every local rank's receive buffer (st_hier_zc_push) */
-    int              push_nt; /* ... with streaming stores (large calls) */
+    int              push_nt; /* ... with streaming stores (large out-of-place calls) */
+    int              finished; /* the operation completed (st_hier_destroy: else a failure) */
     double           t_start, t_inter_since, t_busy[3];
     const st_dev_ops_t *dev; /* device buffers: the device layer; NULL for host buffers */
     /* compressed all-reduce (args.compress): the state, the largest block of a shard and its
@@ -673,6 +675,16 @@ static st_status_t st_hier_zc_reduce(st_hier_t *h, char *res, size_t pos, size_t
         }
     }
     return ST_OK;
+}
+
+/* The push found that local rank lr left this call (failed: st_hier_destroy's leave). */
+static st_status_t st_hier_peer_left(st_hier_t *h, int lr)
+{
+    st_error(ST_SUB_COLL, "%s #%llu (%s) rank %d: %s: rank %d (local rank %d) left this call with "
+             "an error; not storing results into its buffers", h->op.coll,
+             (unsigned long long)h->args.seq, h->comm->name, h->comm->rank, h->phases[1],
+             st_topo_node_rank(h->topo, h->node, lr), lr);
+    return ST_ERR_REMOTE;
 }
 
 static st_status_t st_hier_reduce_scatter(st_hier_t *h, size_t k)
@@ -1310,13 +1322,16 @@ static st_status_t st_hier_deliver(st_hier_t *h, size_t k)
  * 2 or higher needs the staging (intra->zc_piece > 0), which a rank without it does not want.
  * Device buffers stay out of place: their reduction is the device's chained multi-source job,
  * whose second job would read an own input the first already overwrote. */
-/* Under STRATA_CMA=auto, all-reduces on a node that is not oversubscribed take cma; every one on
- * an oversubscribed node copies through the windows. Measured with the push (collbench -np 2|4
- * all_reduce -b 1M -e 256M -f 4 -n 5 -w 2 -c 1 -z 1, STRATA_CMA=1 against 0, busbw GB/s): 2 ranks
- * cma/copy out of place 1.13 at 1 MiB, 1.72 at 4 MiB, 1.63 at 16 MiB, 1.22-1.25 at 32-64 MiB,
- * 1.11-1.13 at 256 MiB, in place 1.4-3.6; 4 ranks on 2 cores out of place 0.98-1.11 up to 4 MiB
- * and 0.84-0.85 from 16 MiB (the kernel's copy and its system calls cost most where ranks share
- * cores). Before the push (each owner reading its results back out), cma lost from 64 MiB. */
+/* Under STRATA_CMA=auto, all-reduces on a node that is not oversubscribed take cma, those of more
+ * than this many bytes only where the node has 2 local ranks; every one on an oversubscribed node
+ * copies through the windows. Measured with the push (collbench -np 2|4 all_reduce -b 1M -e 256M
+ * -f 4 -n 5 -w 2 -c 1 -z 1, STRATA_CMA=1 against 0, busbw GB/s): 2 ranks cma/copy out of place
+ * 1.13 at 1 MiB, 1.72 at 4 MiB, 1.63 at 16 MiB, 1.22-1.25 at 32-64 MiB, 1.11-1.13 at 256 MiB, in
+ * place 1.4-3.6; 4 ranks on 2 cores out of place 0.98-1.11 up to 4 MiB and 0.84-0.85 from 16 MiB
+ * (the kernel's copy and its system calls cost most where ranks share cores). 3 or more ranks on
+ * as many cores are unmeasured (a 2-core machine): above this size they keep the limit that held
+ * before the push, when cma lost from 64 MiB on 2 ranks. */
+#define ST_HIER_CMA_MAX ((size_t)8 << 20)
 
 static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
 {
@@ -1326,8 +1341,9 @@ static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
     int         was = h->zc.state;
     st_status_t status;
 
-    if (!h->intra->cma_forced && h->comm->intra_oversub) {
-        h->zc.may_cma = 0; /* the same on every local rank: the node's CPUs decide */
+    if (!h->intra->cma_forced &&
+        (h->comm->intra_oversub || (h->m > 2 && h->total * h->es > ST_HIER_CMA_MAX))) {
+        h->zc.may_cma = 0; /* the same on every local rank: the node's CPUs, ranks and size */
     }
     status = st_intra_zc_negotiate(h->intra, &h->zc, h->base, want, h->args.sendbuff,
                                    h->args.recvbuff, h->total * h->es, lag_p);
@@ -1344,12 +1360,13 @@ static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
                  "buffers", h->op.coll, (unsigned long long)h->args.seq, h->comm->rank, *lag_p);
     } else if (status == ST_OK && h->zc.on && h->zc.cma) {
         st_debug(ST_SUB_COLL, "%s #%llu rank %d: zero-copy by cross-memory attach (every local "
-                 "rank's buffers are host memory, not all shareable)%s", h->op.coll,
-                 (unsigned long long)h->args.seq, h->comm->rank, in_place ? ", in place" : "");
+                 "rank's buffers are host memory, not all shareable)%s%s", h->op.coll,
+                 (unsigned long long)h->args.seq, h->comm->rank, in_place ? ", in place" : "",
+                 h->push ? "; the owners push" : "");
     } else if (status == ST_OK && h->zc.on) {
         st_debug(ST_SUB_COLL, "%s #%llu rank %d: zero-copy (every local rank's buffers are "
-                 "shareable)%s", h->op.coll, (unsigned long long)h->args.seq, h->comm->rank,
-                 in_place ? ", in place" : "");
+                 "shareable)%s%s", h->op.coll, (unsigned long long)h->args.seq, h->comm->rank,
+                 in_place ? ", in place" : "", h->push ? "; the owners push" : "");
     } else if (status == ST_OK && h->zc.state == 2 && h->m > 1) {
         st_debug(ST_SUB_COLL, "%s #%llu rank %d: copying through the windows", h->op.coll,
                  (unsigned long long)h->args.seq, h->comm->rank);
@@ -1441,7 +1458,19 @@ static st_status_t st_hier_progress(st_op_t *op)
             break;
         }
         t0 = st_time_now();
-        ST_CHECK(st_hier_reduce_scatter(h, h->rs_k));
+        if (h->push) { /* stores into the peers' buffers: not into those of a rank that left */
+            st_status_t status;
+            int         left = -1;
+
+            if (!st_intra_zc_push_begin(intra, h->base, &left)) {
+                return st_hier_peer_left(h, left);
+            }
+            status = st_hier_reduce_scatter(h, h->rs_k);
+            st_intra_zc_push_end(intra);
+            ST_CHECK(status);
+        } else {
+            ST_CHECK(st_hier_reduce_scatter(h, h->rs_k));
+        }
         if (h->dev != NULL) {
             ST_CHECK(st_hier_dsync(h, h->phases[1]));
         }
@@ -1469,7 +1498,7 @@ static st_status_t st_hier_progress(st_op_t *op)
     while (h->ag_k < h->res_k) {
         if (!st_intra_all_reached(intra, ST_INTRA_RES, h->base + h->ag_k + 1, &lag)) {
             if (h->inter_active == 0) {
-                st_hier_blocked(h, 3, lag);
+                st_hier_blocked(h, h->push ? 1 : 3, lag); /* push: the owner is still storing */
             }
             break;
         }
@@ -1484,12 +1513,14 @@ static st_status_t st_hier_progress(st_op_t *op)
         st_intra_publish(intra, ST_INTRA_AG, h->base + ++h->ag_k);
         op->progressed = 1;
     }
-    if (h->ag_k == h->ncols && (h->zc.on || h->args.type == ST_COLL_ALLTOALL) &&
+    if (h->ag_k == h->ncols && ((h->zc.on && !h->push) || h->args.type == ST_COLL_ALLTOALL) &&
         !st_intra_all_reached(intra, ST_INTRA_AG, h->base + h->ncols, &lag)) {
-        /* zero-copy: the local peers still copy their results out of this rank's receive buffer
-         * (its owned shards); returning would hand it back to the caller, who may overwrite it at
-         * once. A peer's last all-gather also follows every owner's reduce-scatter, so the send
-         * buffer is free then too. All-to-all: the local peers still copy their pieces out of
+        /* zero-copy pulling: the local peers still copy their results out of this rank's receive
+         * buffer (its owned shards); returning would hand it back to the caller, who may
+         * overwrite it at once. A peer's last all-gather also follows every owner's
+         * reduce-scatter, so the send buffer is free then too. Pushing: nothing to wait for, every
+         * owner's RES for the last chunk (the all-gather loop above) came after it read this
+         * rank's send buffer and stored into its receive buffer for the last time. All-to-all: the local peers still copy their pieces out of
          * this rank's in slots, which the next operation's copy-in would overwrite. */
         st_hier_blocked(h, 3, lag);
         op->phase = h->zc.on ? "zero-copy: waiting for the local ranks to finish reading this "
@@ -1512,6 +1543,7 @@ static st_status_t st_hier_progress(st_op_t *op)
         t->bytes[1] = h->inter_bytes;
         comm->have_times = 1;
         op->times_set    = 1;
+        h->finished      = 1;
         return ST_OK;
     }
 idle:
@@ -1540,12 +1572,42 @@ static void st_hier_free(void *arg)
     free(h);
 }
 
+/* A pushing operation that failed: marks it left, then waits (at most 2 s) until no live local
+ * peer is inside a chunk's stores (st_intra_zc_push_begin / _end), so that none stores into this
+ * rank's buffers once the caller has them back. */
+static void st_hier_zc_leave(st_hier_t *h)
+{
+    double deadline = st_time_now() + 2.0;
+
+    st_intra_zc_leave(h->intra, h->base);
+    for (int lr = 0; lr < h->m; lr++) {
+        int r = st_topo_node_rank(h->topo, h->node, lr);
+
+        while (lr != h->l && st_intra_zc_pushing(h->intra, lr, h->base) &&
+               !st_comm_peer_exited(h->comm, r)) {
+            if (st_time_now() > deadline) {
+                st_warn(ST_SUB_COLL, "%s #%llu (%s) rank %d: rank %d still stores results into "
+                        "this rank's buffers 2 s after this rank left the failed call: do not "
+                        "reuse them before the communicator is destroyed", h->op.coll,
+                        (unsigned long long)h->args.seq, h->comm->name, h->comm->rank, r);
+                break;
+            }
+            sched_yield();
+        }
+    }
+}
+
 static void st_hier_destroy(st_op_t *op)
 {
     st_hier_t     *h = (st_hier_t *)op;
     st_request_t **reqs = NULL;
     int            n = 0;
 
+    /* pushing and leaving before the end (failed): no owner may store into this rank's buffers
+     * once the caller has them back */
+    if (h->push && !h->finished) {
+        st_hier_zc_leave(h);
+    }
     /* the next operation on the node's windows may go (a failed one has failed the comm) */
     h->intra->turn = h->ticket + 1;
     if (h->ring_mem != NULL) {

@@ -13,6 +13,7 @@
 #include "config.h"
 #include "coll/intra.h"
 
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,8 +93,11 @@ typedef struct st_intra_zc_desc {
     uint64_t      send_addr, recv_addr; /* the buffers' addresses in the rank's process (cma) */
     uint32_t      pid;                  /* the rank's process (cma) */
     uint32_t      may_cma;              /* 1: this rank may take cma for this call (its
-                                         * STRATA_CMA, its view of the size rule): cma runs only
-                                         * when every local rank's says so */
+                                         * STRATA_CMA, the algorithm's rule): cma runs only when
+                                         * every local rank's says so */
+    uint64_t      bytes;                /* of each buffer: zero-copy runs only when every local
+                                         * rank's call has the same (owners read and write the
+                                         * peers' buffers up to their own size) */
 } st_intra_zc_desc_t;
 
 /* A local rank's record for the cross-memory attach probe of st_intra_create. */
@@ -141,11 +145,11 @@ static st_intra_cma_rec_t *st_intra_cma_rec(const st_intra_t *intra, int lr)
 typedef enum {
     ST_INTRA_CMA_OK          = 1,  /* it read every local peer's magic */
     ST_INTRA_CMA_OFF         = 0,  /* STRATA_CMA=0 on this rank */
-    ST_INTRA_CMA_REFUSED     = -1, /* the kernel refused a read (EPERM, ENOSYS) */
-    ST_INTRA_CMA_FAILED      = -2, /* a read failed otherwise (ESRCH, EFAULT) */
+    ST_INTRA_CMA_REFUSED     = -1, /* the kernel refused a read or write (EPERM, ENOSYS) */
+    ST_INTRA_CMA_FAILED      = -2, /* a read or write failed otherwise (ESRCH, EFAULT) */
     ST_INTRA_CMA_WRONG       = -3, /* a read brought other bytes than the peer's magic */
     ST_INTRA_CMA_PIDNS       = -4, /* a local peer is in another pid namespace */
-    ST_INTRA_CMA_NO_READ     = -5, /* the window transport has no peer_read */
+    ST_INTRA_CMA_NO_READ     = -5, /* the window transport has no peer_read or peer_write */
     ST_INTRA_CMA_NO_STAGING  = -6  /* the in slots cannot hold local_size pieces of 64 B */
 } st_intra_cma_result_t;
 
@@ -160,12 +164,12 @@ static void st_intra_cma_why(const st_intra_t *intra, int lr, const st_intra_cma
         snprintf(buf, len, "local rank %d has STRATA_CMA=0", lr);
         break;
     case ST_INTRA_CMA_REFUSED:
-        snprintf(buf, len, "the kernel does not let local rank %d read local rank %d's memory "
-                 "(ptrace rules, Yama's ptrace_scope, seccomp; STRATA_DEBUG=DEBUG on it says "
-                 "which error)", lr, p);
+        snprintf(buf, len, "the kernel does not let local rank %d read and write local rank %d's "
+                 "memory (ptrace rules, Yama's ptrace_scope, seccomp; STRATA_DEBUG=DEBUG on it "
+                 "says which error)", lr, p);
         break;
     case ST_INTRA_CMA_FAILED:
-        snprintf(buf, len, "local rank %d could not read local rank %d's memory "
+        snprintf(buf, len, "local rank %d could not read or write local rank %d's memory "
                  "(STRATA_DEBUG=DEBUG on it says why)", lr, p);
         break;
     case ST_INTRA_CMA_WRONG:
@@ -220,7 +224,7 @@ static void st_intra_cma_publish(const st_comm_t *comm, st_intra_t *intra)
 }
 
 /* After every local rank published (the attach agreement): reads every local peer's magic with
- * peer_read, publishes the result, waits for the others' (one agreement over comm, which every
+ * peer_read and writes it back with peer_write, publishes the result, waits for the others' (one agreement over comm, which every
  * rank makes, a node of one rank too) and sets intra->cma when all succeeded. Every local rank
  * probes every other, not only a neighbour: ptrace rules may allow some pairs and not others
  * (Yama's ptrace_scope 1 lets a process read its descendants only). A failed probe is no error:
@@ -236,7 +240,8 @@ static st_status_t st_intra_cma_probe(st_comm_t *comm, st_intra_agree_fn agree, 
     intra->cma_forced = (mode == 1);
     if (mode == 0) {
         result = ST_INTRA_CMA_OFF;
-    } else if (intra->win->peer_read == NULL) { /* a test's fake leaves it out */
+    } else if (intra->win->peer_read == NULL || intra->win->peer_write == NULL) { /* a test's
+                                                                                 * fake */
         result = ST_INTRA_CMA_NO_READ;
     } else if (intra->zc_piece == 0) {
         result = ST_INTRA_CMA_NO_STAGING;
@@ -260,6 +265,11 @@ static st_status_t st_intra_cma_probe(st_comm_t *comm, st_intra_agree_fn agree, 
             result = status == ST_ERR_UNSUPPORTED ? ST_INTRA_CMA_REFUSED : ST_INTRA_CMA_FAILED;
         } else if (got != rec->magic) {
             result = ST_INTRA_CMA_WRONG;
+        } else if ((status = intra->win->peer_write((int)rec->pid, (void *)(uintptr_t)rec->addr,
+                                                    &got, sizeof(got))) != ST_OK) {
+            /* the same value back: the push writes into the peers' buffers (a seccomp filter
+             * may allow process_vm_readv and not process_vm_writev) */
+            result = status == ST_ERR_UNSUPPORTED ? ST_INTRA_CMA_REFUSED : ST_INTRA_CMA_FAILED;
         } else {
             peer = -1;
         }
@@ -278,7 +288,8 @@ static st_status_t st_intra_cma_probe(st_comm_t *comm, st_intra_agree_fn agree, 
     }
     if (intra->cma) {
         st_info(ST_SUB_SHM, "%s: rank %d: the %d local ranks read each other's ordinary buffers "
-                "by cross-memory attach (zero-copy all-reduce with process_vm_readv/writev; STRATA_CMA%s)",
+                "by cross-memory attach (zero-copy all-reduce with process_vm_readv/writev; "
+                "STRATA_CMA%s)",
                 comm->name, comm->rank, intra->local_size,
                 intra->cma_forced ? "=1: every all-reduce it can take"
                 : comm->intra_oversub ? "=auto: none here, where the node's ranks outnumber its "
@@ -716,6 +727,7 @@ st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t
         d->recv_addr = (uint64_t)(uintptr_t)recv;
         d->pid       = (uint32_t)getpid();
         d->may_cma   = (uint32_t)(zc->may_cma != 0);
+        d->bytes     = (uint64_t)bytes;
         st_intra_publish(intra, ST_INTRA_ZC, op_id + 1);
         zc->state = 1;
     }
@@ -728,9 +740,12 @@ st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t
     for (int lr = 0; lr < intra->local_size; lr++) {
         const st_intra_zc_desc_t *d = st_intra_zc_desc(intra, lr);
 
-        all      &= (d->op_id == op_id && d->ok);
-        all_want &= (d->op_id == op_id && d->want);
-        all_cma  &= (d->op_id == op_id && d->may_cma);
+        int same = d->op_id == op_id && d->bytes == (uint64_t)bytes; /* else the mismatch
+                                                                       * check reports it */
+
+        all      &= (same && d->ok);
+        all_want &= (same && d->want);
+        all_cma  &= (same && d->may_cma);
     }
     zc->state = 2;
     /* every rank decides from the same descriptors: alike, whatever each one's settings */
@@ -765,6 +780,40 @@ st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t
     }
     zc->on = 1;
     return ST_OK;
+}
+
+int st_intra_zc_push_begin(st_intra_t *intra, uint64_t op_id, int *left_p)
+{
+    __atomic_store_n(st_intra_cnt_ptr(intra, intra->local_rank, ST_INTRA_ZC_PUSH), op_id + 1,
+                     __ATOMIC_SEQ_CST);
+    for (int lr = 0; lr < intra->local_size; lr++) {
+        if (lr != intra->local_rank &&
+            __atomic_load_n(st_intra_cnt_ptr(intra, lr, ST_INTRA_ZC_LEFT), __ATOMIC_SEQ_CST) >=
+                op_id + 1) {
+            st_intra_zc_push_end(intra);
+            *left_p = lr;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+void st_intra_zc_push_end(st_intra_t *intra)
+{
+    __atomic_store_n(st_intra_cnt_ptr(intra, intra->local_rank, ST_INTRA_ZC_PUSH), 0,
+                     __ATOMIC_RELEASE);
+}
+
+void st_intra_zc_leave(st_intra_t *intra, uint64_t op_id)
+{
+    __atomic_store_n(st_intra_cnt_ptr(intra, intra->local_rank, ST_INTRA_ZC_LEFT), op_id + 1,
+                     __ATOMIC_SEQ_CST);
+}
+
+int st_intra_zc_pushing(const st_intra_t *intra, int lr, uint64_t op_id)
+{
+    return __atomic_load_n(st_intra_cnt_ptr(intra, lr, ST_INTRA_ZC_PUSH), __ATOMIC_SEQ_CST) ==
+           op_id + 1;
 }
 
 void st_intra_reduce(const st_redop_t *redop, void *dst, const void *const *srcs, int n,

@@ -46,6 +46,10 @@ typedef enum {
     ST_INTRA_SMALL_RES, /* small operations whose result is in the small area (node leader) */
     ST_INTRA_SMALL_DONE,/* small operations this rank finished reading */
     ST_INTRA_ZC,        /* hierarchical operations whose zero-copy descriptor is published */
+    ST_INTRA_ZC_LEFT,   /* the last zero-copy operation (its op_id + 1) this rank left before
+                         * its end, failed: the peers must not store into its buffers any more */
+    ST_INTRA_ZC_PUSH,   /* op_id + 1 while this rank stores results into the peers' buffers (the
+                         * push, a chunk at a time), 0 between: not a growing counter */
     ST_INTRA_NCNT
 } st_intra_cnt_t;
 
@@ -224,6 +228,24 @@ void        st_intra_zc_fini(st_intra_zc_t *zc);
  * (*lag_p names that local rank; the transport logged why). */
 st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t op_id, int want,
                                   const void *send, void *recv, size_t bytes, int *lag_p);
+
+/* The push's guard (hier.c st_hier_zc_push: owners store results into the peers' buffers), so
+ * that no rank stores into the buffers of a rank that left the call with an error, which may
+ * free or reuse them at once. The storing rank brackets each chunk's stores with
+ * st_intra_zc_push_begin / _end; a rank leaving a push operation before its end calls
+ * st_intra_zc_leave. begin: publishes the own ST_INTRA_ZC_PUSH = op_id + 1, then reads every
+ * peer's ST_INTRA_ZC_LEFT (both sequentially consistent, so either begin sees the leaver's mark or
+ * leave sees this rank's PUSH); 1 when none left operation op_id, else 0 with the push mark
+ * cleared and *left_p the first local rank that left. */
+int  st_intra_zc_push_begin(st_intra_t *intra, uint64_t op_id, int *left_p);
+/* Clears the own push mark (release: after the chunk's stores and their fence). */
+void st_intra_zc_push_end(st_intra_t *intra);
+/* Marks operation op_id left (ST_INTRA_ZC_LEFT = op_id + 1, sequentially consistent); then the
+ * caller waits while a peer is pushing (st_intra_zc_pushing): one that began a chunk before it
+ * could see the mark finishes it (milliseconds), unless it died. */
+void st_intra_zc_leave(st_intra_t *intra, uint64_t op_id);
+/* 1 when local rank lr's push mark says it is storing into the peers' buffers for op_id. */
+int  st_intra_zc_pushing(const st_intra_t *intra, int lr, uint64_t op_id);
 
 /* Staging piece i (0 .. local_size-1) of intra->zc_piece bytes for the zero-copy reduce-scatter:
  * in the own window's in slots, which zero-copy leaves unused (no peer reads them during a

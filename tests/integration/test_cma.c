@@ -232,7 +232,7 @@ static int reuse_calls(it_ctx_t *c, int iters)
 static int cma_battery(it_ctx_t *c)
 {
     const run_t *run = c->arg;
-    int          works = cma_works(c), calls = 0;
+    int          works = cma_works(c), calls = 0, big = 0;
     size_t       counts[] = {(3u << 20) / 4 + 13, (5u << 20) / 8 + 3, (1u << 20) - 7};
     strataDataType_t dts[] = {strataFloat32, strataFloat64, strataInt64};
     char        *log;
@@ -245,6 +245,11 @@ static int cma_battery(it_ctx_t *c)
         }
     }
     calls += reuse_calls(c, 8);
+    if (run->cma_auto) {
+        /* above ST_HIER_CMA_MAX (8 MiB): auto takes cma there on 2 local ranks only */
+        one_call(c, strataFloat32, (9u << 20) / 4 + 1, 0);
+        big = 1;
+    }
 
     log = it_read_log();
     if (!IT_EXPECT(log != NULL, "cannot read this rank's log (STRATA_DEBUG_FILE)")) {
@@ -268,10 +273,15 @@ static int cma_battery(it_ctx_t *c)
 
         IT_EXPECT(strstr(log, LOG_NODE_CMA) != NULL, "cross-memory attach works between the "
                   "ranks, but the log does not say the node uses it:\n%.4000s", log);
-        IT_EXPECT(n_cma == (oversub ? 0 : (size_t)calls) && n_copy == (size_t)(oversub ? calls : 0),
-                  "STRATA_CMA=auto, %d ranks on %d CPUs: %zu of %d all-reduces ran by "
-                  "cross-memory attach, %zu copied (expected: %s)", c->nranks, cpus_usable(),
-                  n_cma, calls, n_copy, oversub ? "none by cma (oversubscribed)" : "all by cma");
+        int big_cma = !oversub && c->nranks == 2;
+
+        IT_EXPECT(n_cma == (size_t)(oversub ? 0 : calls + big_cma) &&
+                      n_copy == (size_t)(oversub ? calls + big : big - big_cma),
+                  "STRATA_CMA=auto, %d ranks on %d CPUs: %zu of %d all-reduces of at most 8 MiB "
+                  "and one of 9 MiB ran by cross-memory attach, %zu copied (expected: %s, the one "
+                  "of 9 MiB %s)", c->nranks, cpus_usable(), n_cma, calls, n_copy,
+                  oversub ? "none by cma (oversubscribed)" : "those of at most 8 MiB by cma",
+                  big_cma ? "by cma (2 local ranks)" : "copied");
     } else if (works) {
         IT_EXPECT(strstr(log, LOG_NODE_CMA) != NULL, "cross-memory attach works between the "
                   "ranks, but the log does not say the node uses it:\n%.4000s", log);
@@ -280,6 +290,11 @@ static int cma_battery(it_ctx_t *c)
         IT_EXPECT(count_lines(log, LOG_OP_CMA " (every local rank's buffers are host memory, "
                               "not all shareable), in place") == 3,
                   "the in-place calls did not run by cross-memory attach");
+        /* one node: the owners push their results (two nodes: the all-gather pulls them) */
+        IT_EXPECT(count_lines(log, "; the owners push") ==
+                      (strchr(run->layout, '+') == NULL ? (size_t)calls : 0),
+                  "%zu of %d cross-memory attach all-reduces pushed (layout %s)",
+                  count_lines(log, "; the owners push"), calls, run->layout);
     } else {
         fprintf(stderr, "[rank %d] process_vm_readv between the ranks is refused here: only the "
                 "fallback is checked\n", c->rank);
@@ -337,7 +352,8 @@ static void test_cma_1x4_4k(void **state)
 {
     cma_run(4, "1", "STRATA_ALGO=hier STRATA_HIER_CHUNK_SIZE=4k STRATA_CMA=1", 0);
 }
-/* auto: cma where the ranks fit the cores, copying where they do not */
+/* auto: cma where the ranks fit the cores (above 8 MiB: on 2 local ranks only), copying where
+ * they do not */
 static void test_cma_auto_1x2(void **state) { cma_run(2, "1", "", 0); }
 static void test_cma_auto_1x4(void **state) { cma_run(4, "1", "", 0); }
 static void test_cma_off_1x2(void **state) { cma_run(2, "1", "STRATA_CMA=0", 1); }

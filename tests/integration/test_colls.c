@@ -1110,10 +1110,12 @@ static int zero_copy_battery(it_ctx_t *c)
     return 0;
 }
 
-/* Zero-copy returns only once the node peers finished reading this rank's buffers: every rank
- * overwrites its receive buffer the moment a call returned (as a training loop reuses it), so a
- * rank that returned early would hand its peers garbage for the shards they still copy out of it.
- * Several iterations, so that ranks drift apart. */
+/* Zero-copy returns only once the node peers finished reading this rank's buffers and storing
+ * into them: every rank overwrites its receive buffer the moment a call returned (as a training
+ * loop reuses it), so a rank that returned early would hand its peers garbage for the shards they
+ * still copy out of it (pulling); and after a small all-reduce (every rank has returned from the
+ * big one) the overwritten buffer must still hold what was written, so no owner stored into it
+ * after it returned (pushing). Several iterations, so that ranks drift apart. */
 static int zero_copy_reuse(it_ctx_t *c)
 {
     const size_t count = 65536 + 17, bytes = count * sizeof(float);
@@ -1142,6 +1144,19 @@ static int zero_copy_reuse(it_ctx_t *c)
         }
         bad = !it_expect_equal(strataFloat32, recv, exp, count, what);
         memset(recv, 0xff, bytes); /* NaN everywhere, at once */
+        {
+            int one = 1, all = 0;
+            size_t moved = 0;
+
+            if (!IT_OK(strataAllReduce(&one, &all, 1, strataInt32, strataSum, c->comm, NULL))) {
+                break;
+            }
+            for (size_t i = 0; i < bytes; i++) {
+                moved += ((unsigned char *)recv)[i] != 0xff;
+            }
+            bad |= !IT_EXPECT(moved == 0, "%s: %zu bytes of the receive buffer changed after the "
+                              "call returned", what, moved);
+        }
     }
     IT_OK(strataMemFree(recv));
     IT_OK(strataMemFree(send));
@@ -1149,8 +1164,60 @@ static int zero_copy_reuse(it_ctx_t *c)
     return 0;
 }
 
+/* The push on one node at the default chunk (1 MiB: pieces of 2 KiB, several chunks, streaming
+ * stores out of place from 4 MiB): float sums of 4 MiB + 68 B and 9 MiB + 4 B, out of place and in
+ * place, each checked whole on every rank. */
+static int zero_copy_push(it_ctx_t *c)
+{
+    size_t counts[] = {((size_t)1 << 20) + 17, ((size_t)9 << 18) + 1};
+
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        for (int in_place = 0; in_place < 2; in_place++) {
+            size_t count = counts[k], bytes = count * sizeof(float);
+            float *send = NULL, *recv = NULL, *exp = xmalloc(bytes);
+            char   what[96];
+
+            snprintf(what, sizeof(what), "zero-copy AllReduce float count %zu %s", count,
+                     in_place ? "in place" : "out of place");
+            if (!IT_OK(strataMemAlloc((void **)&send, bytes)) ||
+                (!in_place && !IT_OK(strataMemAlloc((void **)&recv, bytes)))) {
+                return 1;
+            }
+            recv = in_place ? send : recv;
+            for (size_t i = 0; i < count; i++) {
+                double sum = 0;
+
+                for (int r = 0; r < c->nranks; r++) {
+                    sum += xval(r, i) * (r + 1);
+                }
+                send[i] = (float)(xval(c->rank, i) * (c->rank + 1));
+                exp[i]  = (float)sum;
+            }
+            if (IT_OK(strataAllReduce(send, recv, count, strataFloat32, strataSum, c->comm,
+                                      NULL))) {
+                it_expect_equal(strataFloat32, recv, exp, count, what);
+            }
+            it_same_on_all(c->comm, recv, bytes, what);
+            if (!in_place) {
+                IT_OK(strataMemFree(recv));
+            }
+            IT_OK(strataMemFree(send));
+            free(exp);
+        }
+    }
+    return 0;
+}
+
 #define ZC(_n, _layout) \
     assert_int_equal(it_run_simple((_n), (_layout), HIER4K, zero_copy_battery, NULL), 0)
+static void test_zero_copy_push_1x2(void **state)
+{
+    assert_int_equal(it_run_simple(2, "2", "STRATA_ALGO=hier", zero_copy_push, NULL), 0);
+}
+static void test_zero_copy_push_1x3(void **state)
+{
+    assert_int_equal(it_run_simple(3, "3", "STRATA_ALGO=hier", zero_copy_push, NULL), 0);
+}
 static void test_zero_copy_1x4(void **state) { ZC(4, "4"); }
 static void test_zero_copy_2x2(void **state) { ZC(4, "2+2"); }
 static void test_zero_copy_2p3(void **state) { ZC(5, "2+3"); }
@@ -1222,6 +1289,8 @@ int main(void)
         cmocka_unit_test(test_zero_copy_1x4),
         cmocka_unit_test(test_zero_copy_2x2),
         cmocka_unit_test(test_zero_copy_2p3),
+        cmocka_unit_test(test_zero_copy_push_1x2),
+        cmocka_unit_test(test_zero_copy_push_1x3),
         cmocka_unit_test(test_zero_copy_reuse_1x4),
         cmocka_unit_test(test_zero_copy_reuse_2x2),
     };

@@ -351,6 +351,18 @@ static void test_kill_mid_allreduce_1node(void **state)
     kill_run("1", &kill_5s);
 }
 
+/* The same with cross-memory attach forced: the owners write their results into the peers'
+ * buffers (process_vm_writev) and read theirs; the victim's buffers vanish with it, and a
+ * survivor that fails first leaves the call, which the others must notice (st_intra_zc_leave). */
+static void test_kill_mid_allreduce_1node_cma(void **state)
+{
+    it_opts_t o = {.nranks = 4, .layout = "1", .no_init = 1, .timeout_s = 90,
+                   .env = "STRATA_CMA=1 STRATA_ALGO=hier"};
+
+    (void)state;
+    assert_int_equal(fault_run(&o, kill_mid_work, (void *)&kill_5s), 0);
+}
+
 static void test_kill_mid_allreduce_2x2(void **state)
 {
     kill_run("2x2", &kill_5s);
@@ -1065,6 +1077,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kill_mid_allreduce_1node),
+        cmocka_unit_test(test_kill_mid_allreduce_1node_cma),
         cmocka_unit_test(test_kill_mid_allreduce_2x2),
         cmocka_unit_test(test_kill_default_timeout_1node),
         cmocka_unit_test(test_kill_default_timeout_2x2),
