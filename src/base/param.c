@@ -72,12 +72,13 @@ static const st_config_field_t st_core_config_fields[] = {
      "algorithm under STRATA_ALGO=auto (at most 128k: the windows' small area); unset, on a "
      "communicator of one node with m ranks: the smaller of 64k and 128k/m",
      offsetof(st_core_config_t, small_threshold), ST_CFG_SIZE},
-    {"CMA", "auto", "cross-memory attach (Linux process_vm_readv) for the hierarchical "
+    {"CMA", "auto", "cross-memory attach (Linux process_vm_readv/writev) for the hierarchical "
      "all-reduce on buffers not from strataMemAlloc: the owner of a shard reads it straight from "
-     "its node peers' buffers and writes the result straight into theirs (process_vm_writev) "
+     "its node peers' buffers and (one node) writes the result straight into theirs "
      "instead of through copies in the windows; auto: where a probe at init shows every local "
      "rank can read every other's memory (ptrace rules, Yama, seccomp), on nodes with no more "
-     "ranks than cores (where it was measured faster); 0: never; 1: every all-reduce it can take, a node where it does not work said at "
+     "ranks than cores, above 8 MiB only with 2 local ranks (where it was measured faster); "
+     "0: never; 1: every all-reduce it can take, a node where it does not work said at "
      "WARN",
      offsetof(st_core_config_t, cma), ST_CFG_STRING},
     {"RAIL_IFNAMES", "", "network interfaces of the rails, comma-separated (rail l uses the "

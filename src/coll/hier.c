@@ -67,18 +67,23 @@
  *
  * Zero-copy all-reduce (coll/intra.h; negotiated per call, the same decision on every local rank;
  * in place too, st_hier_zc_negotiate says why that is safe): no copy-in, and no in or res slots.
- * The owner of shard j reduces it from every local rank's send buffer straight into its own
- * receive buffer, the inter-node ring works there in place, and every rank copies the other
- * owners' shards from their receive buffers into its own. Mapped (every buffer from
- * strataMemAlloc): the peers' buffers are mapped and loaded from. cma (ordinary host buffers, the
- * node has cross-memory attach): they are read with the window transport's peer_read
- * (process_vm_readv); the owner reads each peer's part of its shard in pieces of up to 256 KiB
- * into a staging area in its own window's (unused) in slots, which stays in cache, and reduces
- * from there in local rank order (the same bits as every other path), and the all-gather reads
- * each owner's shard straight into the own receive buffer. Per rank and S bytes on n local ranks
- * either moves about S + S/n bytes of memory in the reduce-scatter and 2 S (n-1)/n in the
- * all-gather, against (5 + 1/n) S for the copying path; cma adds a system call per piece. The
- * call returns only when every local peer finished reading this rank's buffers.
+ * The owner of shard j reduces it from every local rank's send buffer. Across nodes it reduces
+ * into its own receive buffer, the inter-node ring works there in place, and every rank copies
+ * the other owners' shards from their receive buffers into its own (the all-gather pulls). On one
+ * node the owner pushes instead: it stores each reduced piece into every local rank's receive
+ * buffer itself (h->push, st_hier_zc_push), so there is no all-gather, and the ranks wait only for
+ * the owners' RES. Mapped (every buffer from strataMemAlloc): the peers' buffers are mapped and
+ * loaded from and stored into. cma (ordinary host buffers, the node has cross-memory attach):
+ * they are read with the window transport's peer_read (process_vm_readv) and written with its
+ * peer_write (process_vm_writev); the owner reads each peer's part of its shard in pieces of up to
+ * 256 KiB into a staging area in its own window's (unused) in slots, which stays in cache, and
+ * reduces from there in local rank order (the same bits as every other path). Per rank and S
+ * bytes on n local ranks the pull moves about S + S/n bytes of memory in the reduce-scatter and
+ * 2 S (n-1)/n in the all-gather, the push 2 S in all, against (5 + 1/n) S for the copying path;
+ * cma adds a system call per piece. The call returns only when every local peer finished reading
+ * this rank's buffers (pulling) or every owner finished storing into them (pushing); a pushing
+ * call that fails first marks itself left (st_hier_zc_leave) so that no owner stores into its
+ * buffers after the caller has them back.
  *
  * Device buffers (args.mem == ST_MEM_CUDA, run from the communicator's device queue) take the same
  * pipeline over the node's device windows (intra.h): copy-in, the reduce-scatter over the local
@@ -186,11 +191,13 @@ typedef struct st_hier {
     int              deliver;              /* this rank writes its receive buffer */
     int              inter_active;
     size_t           inter_bytes; /* of the shards all-reduced over the network so far */
-    /* zero-copy (every local rank's buffers from strataMemAlloc, all-reduce out of place): peers
-     * read each other's send buffers and receive buffers directly; no in or res slots */
+    /* zero-copy (all-reduce, every local rank's buffers mapped from strataMemAlloc or read by
+     * cross-memory attach): peers read each other's send buffers (and receive buffers, pulling)
+     * directly; no in or res slots */
     st_intra_zc_t    zc;
-    int              push; /* zero-copy mapped on one node: the reduce-scatter stores each result
-                            * into every local rank's receive buffer (st_hier_zc_push) */
+    int              push; /* zero-copy on one node (host buffers, either flavour): the
+                            * reduce-scatter stores each result into every local rank's receive
+                            * buffer (st_hier_zc_push; cma: st_hier_zc_reduce's peer_write) */
     int              push_nt; /* ... with streaming stores (large out-of-place calls) */
     int              finished; /* the operation completed (st_hier_destroy: else a failure) */
     double           t_start, t_inter_since, t_busy[3];
@@ -288,7 +295,8 @@ static int st_hier_owner(const st_hier_t *h, int node, int j)
 /* Where chunk k's reduced shards of local rank lr live (offsets relative to the chunk): its res
  * slot (in the device windows for device buffers), or with zero-copy its receive buffer. With
  * cma (h->zc.cma) that is an address in local rank lr's process: for lr != h->l NOT
- * DEREFERENCEABLE here, read only through h->zc.win->peer_read (st_hier_deliver). */
+ * DEREFERENCEABLE here, read only through h->zc.win->peer_read (st_hier_deliver) and written only
+ * through peer_write (the push). */
 static char *st_hier_res(const st_hier_t *h, int lr, size_t k)
 {
     if (h->zc.on) {
@@ -1318,8 +1326,13 @@ static st_status_t st_hier_deliver(st_hier_t *h, size_t k)
  *     which o does after its reduce-scatter read everyone's inputs to j;
  *   - the result in o's buffer is read by the peers' all-gather only after RES, and the call
  *     returns only when every peer finished its all-gather (the final wait of st_hier_progress).
- * So no region is written while another rank may still read what it held. In place on local rank
- * 2 or higher needs the staging (intra->zc_piece > 0), which a rank without it does not want.
+ * So no region is written while another rank may still read what it held. Pushing (one node) the
+ * only writer of region j in every buffer is j's owner o, which is also its only reader: o reads
+ * each piece of it from every buffer before it stores the result into any (st_hier_zc_push
+ * reduces into its own small buffer; with cma st_hier_zc_reduce stages as above and writes the
+ * result after), and every rank returns only after every owner's RES for the last chunk. In place
+ * on local rank 2 or higher needs the staging (intra->zc_piece > 0), which a rank without it does
+ * not want (the mapped push would not need it, but the rule is the flavour-blind one).
  * Device buffers stay out of place: their reduction is the device's chained multi-source job,
  * whose second job would read an own input the first already overwrote. */
 /* Under STRATA_CMA=auto, all-reduces on a node that is not oversubscribed take cma, those of more

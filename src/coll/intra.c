@@ -294,7 +294,8 @@ static st_status_t st_intra_cma_probe(st_comm_t *comm, st_intra_agree_fn agree, 
                 intra->cma_forced ? "=1: every all-reduce it can take"
                 : comm->intra_oversub ? "=auto: none here, where the node's ranks outnumber its "
                                         "CPUs (STRATA_CMA=1 forces it)"
-                                      : "=auto: every all-reduce it can take");
+                : intra->local_size > 2 ? "=auto: all-reduces up to 8 MiB"
+                                        : "=auto: every all-reduce it can take");
     } else {
         char why[256];
 

@@ -66,14 +66,15 @@ typedef struct st_intra {
     uint32_t           *doorbell;    /* in local rank 0's window */
     uint32_t           *sleepers;
     /* Cross-memory attach (the zero-copy section below): 1 when at create every local rank read
-     * every other's private memory with the window transport's peer_read and none had
+     * and wrote every other's private memory with the window transport's peer_read and
+     * peer_write and none had
      * STRATA_CMA=0; the same on every rank of the node. zc_piece: bytes of each of the local_size
      * pieces of the zero-copy reduce-scatter's staging (st_intra_zc_stage), a multiple of 64 of
      * at most ST_INTRA_ZC_PIECE; 0 when the in slots are too small for local_size pieces of 64 B
      * (then neither cma nor an in-place zero-copy call on local rank 2 or higher). cma_magic:
      * the private word the node peers read in the probe. */
     int                 cma;
-    int                 cma_forced; /* STRATA_CMA=1: every call that can (else by size, hier.c) */
+    int                 cma_forced; /* STRATA_CMA=1: every call that can (else hier.c's rule) */
     size_t              zc_piece;
     uint64_t            cma_magic;
     uint64_t            chunk_seq;   /* pipeline chunks this rank started so far (all ops) */
@@ -183,15 +184,19 @@ static inline char *st_intra_dres(const st_intra_t *intra, int lr, int slot)
  *           strataMemAlloc memory): each is mapped into every peer, which loads from it;
  *   cma     they are not, but every local rank wants zero-copy, the buffers are host memory and
  *           the node has cross-memory attach (intra->cma): a peer's buffer is read with the window
- *           transport's peer_read (process_vm_readv) into this rank's memory, never mapped.
- * Each rank publishes a descriptor of its call (whether it wants zero-copy; for each buffer a
- * packed handle and offset, its address and the rank's pid) in its window's control area; once
- * every local rank's is there, all decide alike from the same descriptors: mapped when every one
- * is shareable, else cma when every one wants it and the node has it, else off.
+ *           transport's peer_read (process_vm_readv) into this rank's memory and written with its
+ *           peer_write (process_vm_writev), never mapped.
+ * Each rank publishes a descriptor of its call (whether it wants zero-copy; its size; for each
+ * buffer a packed handle and offset, its address and the rank's pid) in its window's control
+ * area; once every local rank's is there, all decide alike from the same descriptors: off unless
+ * every size is the same, else mapped when every one is shareable, else cma when every one wants
+ * it and the node has it, else off.
  * Memory traffic per rank for S bytes on n local ranks (all-reduce): the copying path about
  * (5 + 1/n) S (copy-in read + write, the reduce's reads of n in slots for S/n, the all-gather's
- * read + write); zero-copy, either flavour, about S + S/n for the reduce-scatter (read the own
- * shard of every input once, write it) + 2 S (n-1)/n for the all-gather. cma reads through the
+ * read + write); zero-copy pulling (across nodes), either flavour, about S + S/n for the
+ * reduce-scatter (read the own shard of every input once, write it) + 2 S (n-1)/n for the
+ * all-gather; pushing (one node), 2 S (read the own shard of every input, store its result into
+ * every output: hier.c st_hier_zc_push). cma reads through the
  * kernel (a system call and page pinning per read), so it reads pieces of up to ST_INTRA_ZC_PIECE
  * per peer into a staging area that stays in cache (st_intra_zc_stage) and reduces from there. */
 #define ST_INTRA_ZC_PIECE ((size_t)256 << 10)
@@ -207,7 +212,8 @@ typedef struct st_intra_zc {
     /* [local_size] each local rank's send and receive buffer: mapped, as mapped here; cma, the
      * RAW ADDRESSES IN THAT RANK'S PROCESS (pid[lr]): NOT DEREFERENCEABLE HERE for any lr but
      * the own local rank (whose are its own buffers); read them only with win->peer_read(pid[lr],
-     * ...). Pointer arithmetic on them is fine; loads and stores are not. */
+     * ...) and write them only with win->peer_write. Pointer arithmetic on them is fine; loads
+     * and stores are not. */
     const char **send;
     char       **recv;
     int         *pid;   /* [local_size] cma: each local rank's process id */

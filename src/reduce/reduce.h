@@ -75,12 +75,12 @@ void st_reduce_combine(const st_redop_t *redop, void *dst, const void *a, const 
 void st_reduce_post(const st_redop_t *redop, void *dst, size_t count);
 
 /* Copies bytes from src to dst (not overlapping) with non-temporal stores where the CPU has them
- * (x86-64: 32-byte streaming stores with AVX, 16-byte without, then a store fence, so that a release store after it
- * publishes the copy): the destination's lines are not read for ownership first and not kept
- * in the cache (from dst's first 64-byte line boundary on), which saves a third of a copy's
- * memory traffic when the data will not be read again soon (the all-gather's copy-out of a
- * large all-reduce, bench/README.md). Plain memcpy elsewhere and below ST_COPY_STREAM_MIN bytes
- * (where the partial lines at both ends would be most of it). */
+ * (x86-64: 32-byte streaming stores with AVX, 16-byte without, then a store fence, so that a
+ * release store after it publishes the copy): the destination's lines are not read for ownership
+ * first and not kept in the cache (from dst's first 64-byte line boundary on), which saves a
+ * third of a copy's memory traffic when the data will not be read again soon (the copy-out of a
+ * large all-reduce, the push's stores: bench/README.md). Plain memcpy elsewhere and below
+ * ST_COPY_STREAM_MIN bytes (where the partial lines at both ends would be most of it). */
 #define ST_COPY_STREAM_MIN 1024
 void st_copy_stream(void *dst, const void *src, size_t bytes);
 /* st_copy_stream without its store fence, for many pieces in a row; st_stream_fence once after
