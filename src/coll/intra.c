@@ -831,10 +831,7 @@ void st_intra_reduce(const st_redop_t *redop, void *dst, const void *const *srcs
         }
         return;
     }
-    st_reduce_combine(redop, dst, srcs[0], srcs[1], count);
-    for (int i = 2; i < n; i++) {
-        st_reduce_combine(redop, dst, dst, srcs[i], count);
-    }
+    st_reduce_combine_n(redop, dst, srcs, n, count); /* the same order, fused */
 }
 
 void st_intra_sleep_hook(void *intra, uint32_t seen, long timeout_us)

@@ -103,6 +103,39 @@ typedef void (*st_reduce_div_fn_t)(void *dst, size_t count, uint64_t div);
         }                                                                                          \
     }
 
+/* The same folded over three and four inputs in one pass: ((a OP b) OP c) OP d, each step as the
+ * binary kernel does it (so the same bits as the binary kernel applied in turn), for a
+ * reduction over several local ranks' pieces that reads and writes dst once instead of n - 1
+ * times (st_reduce_combine_n). */
+#define ST_KERNEL_FOLD(_op, _n, _acc)                                                              \
+    ST_KERNEL_TARGETS static void st_reduce3_##_op##_##_n(void *dst, const void *a, const void *b, \
+                                                          const void *c, size_t count)             \
+    {                                                                                              \
+        size_t i;                                                                                  \
+                                                                                                   \
+        for (i = 0; i < count; i++) {                                                              \
+            st_st_##_acc(dst, i,                                                                   \
+                         st_op_##_op##_##_n(st_op_##_op##_##_n(st_ld_##_acc(a, i),                 \
+                                                               st_ld_##_acc(b, i)),                \
+                                            st_ld_##_acc(c, i)));                                  \
+        }                                                                                          \
+    }                                                                                              \
+    ST_KERNEL_TARGETS static void st_reduce4_##_op##_##_n(void *dst, const void *a, const void *b, \
+                                                          const void *c, const void *d,            \
+                                                          size_t count)                            \
+    {                                                                                              \
+        size_t i;                                                                                  \
+                                                                                                   \
+        for (i = 0; i < count; i++) {                                                              \
+            st_st_##_acc(dst, i,                                                                   \
+                         st_op_##_op##_##_n(st_op_##_op##_##_n(st_op_##_op##_##_n(                 \
+                                                                   st_ld_##_acc(a, i),             \
+                                                                   st_ld_##_acc(b, i)),            \
+                                                               st_ld_##_acc(c, i)),                \
+                                            st_ld_##_acc(d, i)));                                  \
+        }                                                                                          \
+    }
+
 /* Premul: the scalar is read and converted to the compute type once, outside the loop (GCC
  * does not vectorise the fp16 loops when the conversion of the invariant stays inside).
  * scale: dst[i] = src[i] * s;  psum: dst[i] = (local[i] * s) + in[i], each step rounded. */
@@ -135,6 +168,10 @@ typedef void (*st_reduce_div_fn_t)(void *dst, size_t count, uint64_t div);
     ST_KERNEL_BINARY(prod, _n, _acc)                                                               \
     ST_KERNEL_BINARY(max, _n, _mm_acc)                                                             \
     ST_KERNEL_BINARY(min, _n, _mm_acc)                                                             \
+    ST_KERNEL_FOLD(sum, _n, _acc)                                                                  \
+    ST_KERNEL_FOLD(prod, _n, _acc)                                                                 \
+    ST_KERNEL_FOLD(max, _n, _mm_acc)                                                               \
+    ST_KERNEL_FOLD(min, _n, _mm_acc)                                                               \
     ST_KERNEL_PREMUL(_n, _acc)
 
 ST_KERNELS(i8, i8, i8)
@@ -174,6 +211,19 @@ ST_KERNEL_DIV(u64, uint64_t, uint64_t)
         st_reduce_sum_##_n, st_reduce_prod_##_n, st_reduce_max_##_n, st_reduce_min_##_n            \
     }
 
+typedef void (*st_reduce_fold3_fn_t)(void *dst, const void *a, const void *b, const void *c,
+                                     size_t count);
+typedef void (*st_reduce_fold4_fn_t)(void *dst, const void *a, const void *b, const void *c,
+                                     const void *d, size_t count);
+#define ST_FOLD3_ROW(_n)                                                                           \
+    {                                                                                              \
+        st_reduce3_sum_##_n, st_reduce3_prod_##_n, st_reduce3_max_##_n, st_reduce3_min_##_n        \
+    }
+#define ST_FOLD4_ROW(_n)                                                                           \
+    {                                                                                              \
+        st_reduce4_sum_##_n, st_reduce4_prod_##_n, st_reduce4_max_##_n, st_reduce4_min_##_n        \
+    }
+
 /* Designated by enum value, so the tables cannot drift from NCCL's numbering. */
 static const st_reduce_binary_fn_t st_reduce_binary_table[strataNumTypes][4] = {
     [strataInt8] = ST_BINARY_ROW(i8),     [strataUint8] = ST_BINARY_ROW(u8),
@@ -181,6 +231,22 @@ static const st_reduce_binary_fn_t st_reduce_binary_table[strataNumTypes][4] = {
     [strataInt64] = ST_BINARY_ROW(i64),   [strataUint64] = ST_BINARY_ROW(u64),
     [strataFloat16] = ST_BINARY_ROW(f16), [strataFloat32] = ST_BINARY_ROW(f32),
     [strataFloat64] = ST_BINARY_ROW(f64), [strataBfloat16] = ST_BINARY_ROW(bf16),
+};
+
+static const st_reduce_fold3_fn_t st_reduce_fold3_table[strataNumTypes][4] = {
+    [strataInt8] = ST_FOLD3_ROW(i8),     [strataUint8] = ST_FOLD3_ROW(u8),
+    [strataInt32] = ST_FOLD3_ROW(i32),   [strataUint32] = ST_FOLD3_ROW(u32),
+    [strataInt64] = ST_FOLD3_ROW(i64),   [strataUint64] = ST_FOLD3_ROW(u64),
+    [strataFloat16] = ST_FOLD3_ROW(f16), [strataFloat32] = ST_FOLD3_ROW(f32),
+    [strataFloat64] = ST_FOLD3_ROW(f64), [strataBfloat16] = ST_FOLD3_ROW(bf16),
+};
+
+static const st_reduce_fold4_fn_t st_reduce_fold4_table[strataNumTypes][4] = {
+    [strataInt8] = ST_FOLD4_ROW(i8),     [strataUint8] = ST_FOLD4_ROW(u8),
+    [strataInt32] = ST_FOLD4_ROW(i32),   [strataUint32] = ST_FOLD4_ROW(u32),
+    [strataInt64] = ST_FOLD4_ROW(i64),   [strataUint64] = ST_FOLD4_ROW(u64),
+    [strataFloat16] = ST_FOLD4_ROW(f16), [strataFloat32] = ST_FOLD4_ROW(f32),
+    [strataFloat64] = ST_FOLD4_ROW(f64), [strataBfloat16] = ST_FOLD4_ROW(bf16),
 };
 
 static const st_reduce_scale_fn_t st_reduce_scale_table[strataNumTypes] = {
@@ -358,6 +424,45 @@ void st_reduce_combine(const st_redop_t *redop, void *dst, const void *a, const 
         return;
     }
     st_reduce_binary_table[redop->dtype][redop->kind](dst, a, b, count);
+}
+
+void st_reduce_combine_n(const st_redop_t *redop, void *dst, const void *const *srcs, int n,
+                         size_t count)
+{
+    int i;
+
+    if (count == 0 || n < 1 || !st_redop_valid(redop)) {
+        return;
+    }
+    if (n == 1) {
+        if (dst != srcs[0]) {
+            memmove(dst, srcs[0], count * st_dtype_size(redop->dtype));
+        }
+        return;
+    }
+    /* the first 2 to 4 inputs into dst, then dst folded with up to 3 more at a time: always
+     * ((s0 OP s1) OP s2) OP ..., the order of st_reduce_combine applied in turn */
+    if (n == 2) {
+        st_reduce_binary_table[redop->dtype][redop->kind](dst, srcs[0], srcs[1], count);
+        return;
+    }
+    if (n == 3) {
+        st_reduce_fold3_table[redop->dtype][redop->kind](dst, srcs[0], srcs[1], srcs[2], count);
+        return;
+    }
+    st_reduce_fold4_table[redop->dtype][redop->kind](dst, srcs[0], srcs[1], srcs[2], srcs[3],
+                                                     count);
+    for (i = 4; i < n; i += 3) {
+        if (n - i >= 3) {
+            st_reduce_fold4_table[redop->dtype][redop->kind](dst, dst, srcs[i], srcs[i + 1],
+                                                             srcs[i + 2], count);
+        } else if (n - i == 2) {
+            st_reduce_fold3_table[redop->dtype][redop->kind](dst, dst, srcs[i], srcs[i + 1],
+                                                             count);
+        } else {
+            st_reduce_binary_table[redop->dtype][redop->kind](dst, dst, srcs[i], count);
+        }
+    }
 }
 
 void st_reduce_post(const st_redop_t *redop, void *dst, size_t count)

@@ -71,6 +71,14 @@ void st_reduce_apply(const st_redop_t *redop, void *dst, const void *local, cons
 /* dst[i] = a[i] OP b[i] (no prescale: both are already partial results). */
 void st_reduce_combine(const st_redop_t *redop, void *dst, const void *a, const void *b,
                        size_t count);
+/* dst[i] = ((srcs[0][i] OP srcs[1][i]) OP srcs[2][i]) OP ... over n >= 1 inputs of count elements
+ * each (no prescale), in that order: the same bits as st_reduce_combine applied in turn, in one
+ * pass over dst for up to 4 inputs and one more per 3 after (fused 3- and 4-input kernels). dst
+ * may be exactly one of the first four inputs (each element is read before it is written), never
+ * a later one: from the fifth on, inputs are read after dst was written. n 1: a copy. Nothing for
+ * count 0, n < 1 or an invalid redop. */
+void st_reduce_combine_n(const st_redop_t *redop, void *dst, const void *const *srcs, int n,
+                         size_t count);
 /* dst[i] = postop(dst[i]): integer avg divides by postdiv truncating toward zero; else nothing. */
 void st_reduce_post(const st_redop_t *redop, void *dst, size_t count);
 

@@ -797,6 +797,68 @@ static void test_kernels_vs_reference(void **state)
     }
 }
 
+/* st_reduce_combine_n over 1..9 inputs (the fused 3- and 4-input kernels and their chaining),
+ * every datatype x op, special values included: the same bytes as st_reduce_combine applied in
+ * turn, in a separate buffer and with dst aliasing the first input, and nothing written past
+ * count. */
+static void test_combine_n_vs_sequential(void **state)
+{
+    enum { COUNT = 203, MAXN = 9 };
+    unsigned char *in[MAXN], *seq = malloc(8 * (COUNT + 8)), *got = malloc(8 * (COUNT + 8));
+    unsigned char *alias = malloc(8 * (COUNT + 8));
+    st_redop_t     r;
+
+    (void)state;
+    assert_non_null(seq);
+    assert_non_null(got);
+    assert_non_null(alias);
+    for (int k = 0; k < MAXN; k++) {
+        in[k] = malloc(8 * COUNT);
+        assert_non_null(in[k]);
+    }
+    for (size_t i = 0; i < ST_ARRAY_SIZE(all_dtypes); i++) {
+        strataDataType_t dt = all_dtypes[i];
+        size_t           es = st_dtype_size(dt);
+
+        for (size_t j = 0; j < ST_ARRAY_SIZE(builtin_ops); j++) {
+            if (builtin_ops[j] == strataAvg) {
+                continue; /* avg is sum before its post step (test_int_avg, test_avg_nranks) */
+            }
+            init_op(&r, builtin_ops[j], dt, 4);
+            for (int n = 1; n <= MAXN; n++) {
+                const void *srcs[MAXN];
+
+                for (int k = 0; k < n; k++) {
+                    for (size_t e = 0; e < COUNT; e++) {
+                        el_set(in[k], e, es, gen_value(dt));
+                    }
+                    srcs[k] = in[k];
+                }
+                memcpy(seq, in[0], COUNT * es);
+                for (int k = 1; k < n; k++) {
+                    st_reduce_combine(&r, seq, seq, in[k], COUNT);
+                }
+                memset(got, 0xa5, (COUNT + 8) * es);
+                st_reduce_combine_n(&r, got, srcs, n, COUNT);
+                assert_memory_equal(got, seq, COUNT * es);
+                for (size_t b = COUNT * es; b < (COUNT + 8) * es; b++) {
+                    assert_int_equal(got[b], 0xa5);
+                }
+                memcpy(alias, in[0], COUNT * es);
+                srcs[0] = alias;
+                st_reduce_combine_n(&r, alias, srcs, n, COUNT);
+                assert_memory_equal(alias, seq, COUNT * es);
+            }
+        }
+    }
+    for (int k = 0; k < MAXN; k++) {
+        free(in[k]);
+    }
+    free(seq);
+    free(got);
+    free(alias);
+}
+
 /* Premul-sum apply with a few scalars per datatype, including avg's 1/n. */
 static void test_premul_apply_vs_reference(void **state)
 {
@@ -1409,6 +1471,7 @@ int main(void)
         cmocka_unit_test(test_bf16_conversions),
         cmocka_unit_test(test_kernels_vs_reference),
         cmocka_unit_test(test_premul_apply_vs_reference),
+        cmocka_unit_test(test_combine_n_vs_sequential),
         cmocka_unit_test(test_pre),
         cmocka_unit_test(test_avg_nranks),
         cmocka_unit_test(test_int_wrap),
