@@ -218,6 +218,7 @@ static st_status_t st_comm_ring_coll(st_comm_t *comm, st_coll_type_t type, const
     args.count    = count;
     args.dtype    = dtype;
     args.algo     = ST_ALGO_RING;
+    args.unchecked = 1; /* the ranks may not agree on STRATA_CHECK_MISMATCH yet */
     if (st_coll_info(type)->reduces) {
         ST_CHECK(st_redop_init(&args.redop, op, dtype, comm->nranks));
     }
@@ -227,11 +228,11 @@ static st_status_t st_comm_ring_coll(st_comm_t *comm, st_coll_type_t type, const
     return st_coll_run(&args, 1);
 }
 
-/* An all-reduce of n (at most 4) int32 with op, in place. */
+/* An all-reduce of n (at most 16) int32 with op, in place. */
 static st_status_t st_comm_allreduce_i32(st_comm_t *comm, int32_t *values, int n,
                                          strataRedOp_t op)
 {
-    int32_t in[4];
+    int32_t in[16];
 
     if (comm->nranks == 1) {
         return ST_OK;
@@ -685,6 +686,79 @@ static st_status_t st_comm_tune(st_comm_t *comm)
     return ST_OK;
 }
 
+/* A size setting as its user wrote it: "auto" or bytes. */
+static void st_comm_size_str(size_t v, char *buf, size_t len)
+{
+    if (v == ST_SIZE_AUTO) {
+        snprintf(buf, len, "auto");
+    } else {
+        snprintf(buf, len, "%zu", v);
+    }
+}
+
+/* A 31-bit digest of a setting's value (FNV-1a over its bytes). */
+static int32_t st_comm_digest(const void *p, size_t len)
+{
+    const unsigned char *b = p;
+    uint32_t             h = 2166136261u;
+
+    for (size_t i = 0; i < len; i++) {
+        h = (h ^ b[i]) * 16777619u;
+    }
+    return (int32_t)(h & 0x7fffffff);
+}
+
+/* The settings every rank of a communicator must share, because the algorithm of each call, its
+ * chunk boundaries and its mismatch check follow from them on every rank alike: compared at init
+ * (one all-reduce of each one's digest, min and max); ranks that differ in any fail init with
+ * ST_ERR_USAGE, all of them, naming the variables, instead of hanging in the first collective
+ * whose algorithm or chunks they would choose differently. STRATA_CMA may differ (every call's
+ * descriptors agree on it), and so may the tuning files (st_comm_tune agrees on those). */
+static st_status_t st_comm_settings_agree(st_comm_t *comm)
+{
+    const st_core_config_t *c = &st_core_config;
+    static const char *const names[] = {"STRATA_ALGO", "STRATA_SMALL_THRESHOLD",
+                                        "STRATA_CHECK_MISMATCH", "STRATA_CHUNK_SIZE",
+                                        "STRATA_HIER_CHUNK_SIZE", "STRATA_PIPELINE_DEPTH",
+                                        "STRATA_RING_CHANNELS"};
+    enum { NSET = 7 };
+    const char *algo = c->algo != NULL ? c->algo : "";
+    int32_t     v[2 * NSET];
+    char        mine[256], differ[192], st[24], cs[24], hc[24];
+    size_t      d = 0;
+
+    v[0]  = st_comm_digest(algo, strlen(algo));
+    v[2]  = st_comm_digest(&c->small_threshold, sizeof(c->small_threshold));
+    v[4]  = st_comm_digest(&c->check_mismatch, sizeof(c->check_mismatch));
+    v[6]  = st_comm_digest(&c->chunk_size, sizeof(c->chunk_size));
+    v[8]  = st_comm_digest(&c->hier_chunk_size, sizeof(c->hier_chunk_size));
+    v[10] = st_comm_digest(&c->pipeline_depth, sizeof(c->pipeline_depth));
+    v[12] = st_comm_digest(&c->ring_channels, sizeof(c->ring_channels));
+    for (int i = 0; i < NSET; i++) {
+        v[2 * i + 1] = -v[2 * i]; /* the max, as the min of the negation */
+    }
+    ST_CHECK(st_comm_allreduce_i32(comm, v, 2 * NSET, strataMin));
+    differ[0] = '\0';
+    for (int i = 0; i < NSET; i++) {
+        if (v[2 * i] != -v[2 * i + 1] && d < sizeof(differ)) {
+            d += (size_t)snprintf(differ + d, sizeof(differ) - d, "%s%s", d > 0 ? ", " : "",
+                                  names[i]);
+        }
+    }
+    if (differ[0] == '\0') {
+        return ST_OK;
+    }
+    st_comm_size_str(c->small_threshold, st, sizeof(st));
+    st_comm_size_str(c->chunk_size, cs, sizeof(cs));
+    st_comm_size_str(c->hier_chunk_size, hc, sizeof(hc));
+    snprintf(mine, sizeof(mine), "ALGO=%s SMALL_THRESHOLD=%s CHECK_MISMATCH=%d CHUNK_SIZE=%s "
+             "HIER_CHUNK_SIZE=%s PIPELINE_DEPTH=%u RING_CHANNELS=%u", algo[0] ? algo : "auto", st,
+             c->check_mismatch, cs, hc, c->pipeline_depth, c->ring_channels);
+    st_error(ST_SUB_INIT, "%s rank %d: the ranks' %s differ (every rank of a communicator must "
+             "have the same; this rank has %s)", comm->name, comm->rank, differ, mine);
+    return ST_ERR_USAGE;
+}
+
 /* Connects comm to every rank; recs[r] is rank r's record. Its own exchanges (wire-up check,
  * agreements, rails, tuning, windows) wait at most setup_timeout without progress, not the
  * communicator's operation timeout: a peer that cannot be reached fails init within the
@@ -760,6 +834,7 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
     ST_CHECK_GOTO(st_comm_agree(comm, status), status, out);
     ST_CHECK_GOTO(st_comm_open_rails(comm), status, out);
     ST_CHECK_GOTO(st_comm_tune(comm), status, out);
+    ST_CHECK_GOTO(st_comm_settings_agree(comm), status, out);
     ST_CHECK_GOTO(st_intra_create(comm, st_comm_agree, ST_MEM_HOST, &comm->intra), status, out);
     ST_CHECK_GOTO(st_intra_create_device(comm, st_comm_agree, comm->intra), status, out);
     comm->state = ST_COMM_READY;

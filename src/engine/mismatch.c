@@ -715,7 +715,8 @@ st_status_t st_check_attach(const st_coll_args_t *args, st_op_t **op_p)
     st_check_t *check;
     int         nrounds = 0;
 
-    if (!st_core_config.check_mismatch || comm->nranks < 2 || st_coll_info(args->type)->p2p) {
+    if (!st_core_config.check_mismatch || args->unchecked || comm->nranks < 2 ||
+        st_coll_info(args->type)->p2p) {
         return ST_OK;
     }
     while ((1L << nrounds) < comm->nranks) {

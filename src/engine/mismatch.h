@@ -32,7 +32,8 @@
 
 typedef struct st_check st_check_t;
 
-/* When args is a collective that needs the agreement (STRATA_CHECK_MISMATCH=1, several ranks),
+/* When args is a collective that needs the agreement (STRATA_CHECK_MISMATCH=1, several ranks, not
+ * args->unchecked),
  * attaches one to *op_p; when *op_p is NULL (a collective with no data to move, count 0), makes an
  * op that only runs the agreement. Call after the algorithm made *op_p. On failure (no memory)
  * destroys *op_p and sets it to NULL. */

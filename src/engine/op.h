@@ -91,6 +91,9 @@ typedef struct st_coll_args {
     int              cz_held;    /* st_coll_args_keep took a reference on compress (its refs):
                                   * strataCompressorDestroy refuses while a kept call holds one */
     size_t          *v_owned;    /* the copy st_coll_args_keep made (4 x nranks), or NULL */
+    int              unchecked;  /* internal calls of init (its agreements): no mismatch check,
+                                  * which every rank runs only once they agreed on
+                                  * STRATA_CHECK_MISMATCH (core/init.c) */
 } st_coll_args_t;
 
 /* Makes args own its AlltoAllv arrays (one heap copy; nothing for other collectives, or when it

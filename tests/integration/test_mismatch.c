@@ -469,10 +469,56 @@ static void test_stall_warn_off(void **state)
     mm_stall_run("2x2", "STRATA_STALL_WARN=10 STRATA_TIMEOUT=5s", mm_stall_off);
 }
 
+/* Ranks whose settings differ where they must not (rank 0 alone with STRATA_SMALL_THRESHOLD=1k,
+ * or rank 1 alone with STRATA_CHECK_MISMATCH=0): every rank's init fails with
+ * strataInvalidUsage, saying which variable differs, within the run's time (no hang in the first
+ * collective). Layout "1" and "2+2". */
+static int settings_differ(it_ctx_t *c)
+{
+    const char    *var = c->arg;
+    strataComm_t   comm = NULL;
+    strataResult_t res;
+
+    if (strcmp(var, "STRATA_SMALL_THRESHOLD") == 0 && c->rank == 0) {
+        setenv(var, "1k", 1);
+    } else if (strcmp(var, "STRATA_CHECK_MISMATCH") == 0 && c->rank == 1) {
+        setenv(var, "0", 1);
+    }
+    res = strataCommInitRank(&comm, c->nranks, c->id, c->rank);
+    if (IT_EXPECT(res == strataInvalidUsage, "init with a different %s on one rank returned %d "
+                  "(%s), expected strataInvalidUsage", var, (int)res,
+                  strataGetErrorString(res))) {
+        const char *msg = strataGetLastError(NULL);
+
+        IT_EXPECT(msg != NULL && strstr(msg, var) != NULL, "the error does not name %s: \"%s\"",
+                  var, msg != NULL ? msg : "(null)");
+    }
+    if (res == strataSuccess) {
+        strataCommDestroy(comm);
+    }
+    return 0;
+}
+
+static void test_settings_differ(void **state)
+{
+    static const char *const vars[] = {"STRATA_SMALL_THRESHOLD", "STRATA_CHECK_MISMATCH"};
+    static const char *const layouts[] = {"1", "2+2"};
+
+    (void)state;
+    for (size_t v = 0; v < 2; v++) {
+        for (size_t l = 0; l < 2; l++) {
+            it_opts_t o = {.nranks = 4, .layout = layouts[l], .no_init = 1, .timeout_s = 60};
+
+            assert_int_equal(it_run(&o, settings_differ, (void *)vars[v]), 0);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_b16a),
+        cmocka_unit_test(test_settings_differ),
         cmocka_unit_test(test_b16b),
         cmocka_unit_test(test_b16c),
         cmocka_unit_test(test_b16d),
