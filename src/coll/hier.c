@@ -622,8 +622,10 @@ static st_status_t st_hier_zc_push(st_hier_t *h, size_t pos, size_t cnt, int pos
  * intra->zc_piece bytes, each peer's piece read with peer_read into this rank's staging (in
  * cache: every byte of the inputs is read from memory once, by the kernel's copy) and reduced
  * from there; the own piece straight from the own send buffer. In place on local rank 2 or
- * higher (either flavour) the own piece is staged too: st_intra_reduce writes dst after the first
- * two sources, so dst may be srcs[0] or srcs[1], never a later one. */
+ * higher (either flavour) the own piece is staged too: st_intra_reduce lets dst be one of the
+ * first four sources (st_reduce_combine_n), never a later one, and the rule stays the older,
+ * stricter one (srcs[0] or srcs[1]). Pushing with cma, each reduced piece is then written into
+ * every peer's receive buffer (peer_write). */
 static st_status_t st_hier_zc_reduce(st_hier_t *h, char *res, size_t pos, size_t cnt, int post)
 {
     const void **srcs = h->srcs;
@@ -1585,12 +1587,15 @@ static void st_hier_free(void *arg)
     free(h);
 }
 
-/* A pushing operation that failed: marks it left, then waits (at most 2 s) until no live local
- * peer is inside a chunk's stores (st_intra_zc_push_begin / _end), so that none stores into this
- * rank's buffers once the caller has them back. */
+/* A pushing operation that failed: marks it left, then waits until no live local peer is inside a
+ * chunk's stores (st_intra_zc_push_begin / _end), so that none stores into this rank's buffers
+ * once the caller has them back. A chunk's stores take milliseconds; the wait ends at the
+ * communicator's deadline or after ST_HIER_LEAVE_MAX_S, whichever comes first (a peer stopped
+ * by a debugger, or killed in another pid namespace where its exit cannot be seen), said at WARN. */
+#define ST_HIER_LEAVE_MAX_S 10.0
 static void st_hier_zc_leave(st_hier_t *h)
 {
-    double deadline = st_time_now() + 2.0;
+    double deadline = st_time_now() + ST_MIN(h->comm->timeout, ST_HIER_LEAVE_MAX_S);
 
     st_intra_zc_leave(h->intra, h->base);
     for (int lr = 0; lr < h->m; lr++) {
@@ -1599,10 +1604,11 @@ static void st_hier_zc_leave(st_hier_t *h)
         while (lr != h->l && st_intra_zc_pushing(h->intra, lr, h->base) &&
                !st_comm_peer_exited(h->comm, r)) {
             if (st_time_now() > deadline) {
-                st_warn(ST_SUB_COLL, "%s #%llu (%s) rank %d: rank %d still stores results into "
-                        "this rank's buffers 2 s after this rank left the failed call: do not "
-                        "reuse them before the communicator is destroyed", h->op.coll,
-                        (unsigned long long)h->args.seq, h->comm->name, h->comm->rank, r);
+                st_warn(ST_SUB_COLL, "%s #%llu (%s) rank %d: rank %d may still store results "
+                        "into this rank's buffers %.0f s after this rank left the failed call: do "
+                        "not reuse them before the communicator is destroyed", h->op.coll,
+                        (unsigned long long)h->args.seq, h->comm->name, h->comm->rank, r,
+                        ST_MIN(h->comm->timeout, ST_HIER_LEAVE_MAX_S));
                 break;
             }
             sched_yield();

@@ -267,7 +267,8 @@ static inline char *st_intra_zc_stage(const st_intra_t *intra, int i)
 st_status_t st_intra_cma_param(int *mode_p);
 
 /* The intra-node kernels, written once for any window transport. */
-/* dst = srcs[0] (+) srcs[1] (+) ... (+) srcs[n-1], combined in that order, count elements. */
+/* dst = srcs[0] (+) srcs[1] (+) ... (+) srcs[n-1], combined in that order, count elements
+ * (st_reduce_combine_n: dst may be exactly one of the first four sources, never a later one). */
 void st_intra_reduce(const st_redop_t *redop, void *dst, const void *const *srcs, int n,
                      size_t count);
 

@@ -36,6 +36,7 @@
 #include "engine/mismatch.h"
 #include "topo/topo.h"
 #include "tune/policy.h"
+#include "tune/tune.h"
 
 #define ST_ADDR_MAX 2048 /* bytes per published transport address */
 
@@ -218,7 +219,9 @@ static st_status_t st_comm_ring_coll(st_comm_t *comm, st_coll_type_t type, const
     args.count    = count;
     args.dtype    = dtype;
     args.algo     = ST_ALGO_RING;
-    args.unchecked = 1; /* the ranks may not agree on STRATA_CHECK_MISMATCH yet */
+    /* connecting (init, a split's child): the ranks may not agree on STRATA_CHECK_MISMATCH yet;
+     * on a ready communicator (a split's exchange on the parent) the check runs as for users */
+    args.unchecked = (comm->state != ST_COMM_READY);
     if (st_coll_info(type)->reduces) {
         ST_CHECK(st_redop_init(&args.redop, op, dtype, comm->nranks));
     }
@@ -228,11 +231,11 @@ static st_status_t st_comm_ring_coll(st_comm_t *comm, st_coll_type_t type, const
     return st_coll_run(&args, 1);
 }
 
-/* An all-reduce of n (at most 16) int32 with op, in place. */
+/* An all-reduce of n (at most 4) int32 with op, in place. */
 static st_status_t st_comm_allreduce_i32(st_comm_t *comm, int32_t *values, int n,
                                          strataRedOp_t op)
 {
-    int32_t in[16];
+    int32_t in[4];
 
     if (comm->nranks == 1) {
         return ST_OK;
@@ -710,10 +713,12 @@ static int32_t st_comm_digest(const void *p, size_t len)
 
 /* The settings every rank of a communicator must share, because the algorithm of each call, its
  * chunk boundaries and its mismatch check follow from them on every rank alike: compared at init
- * (one all-reduce of each one's digest, min and max); ranks that differ in any fail init with
- * ST_ERR_USAGE, all of them, naming the variables, instead of hanging in the first collective
- * whose algorithm or chunks they would choose differently. STRATA_CMA may differ (every call's
- * descriptors agree on it), and so may the tuning files (st_comm_tune agrees on those). */
+ * (an all-gather of each rank's digests); ranks that differ in any fail init with ST_ERR_USAGE,
+ * all of them, each naming the variables, its own values and a rank with other ones, instead of
+ * hanging in the first collective whose algorithm or chunks they would choose differently.
+ * STRATA_SMALL_THRESHOLD counts as set or not too (unset, one node takes 128 KiB / local ranks;
+ * set, a tuning table yields to it). STRATA_CMA may differ (every call's descriptors agree on
+ * it), and so may the tuning files (st_comm_tune agrees on those). */
 static st_status_t st_comm_settings_agree(st_comm_t *comm)
 {
     const st_core_config_t *c = &st_core_config;
@@ -723,39 +728,51 @@ static st_status_t st_comm_settings_agree(st_comm_t *comm)
                                         "STRATA_RING_CHANNELS"};
     enum { NSET = 7 };
     const char *algo = c->algo != NULL ? c->algo : "";
-    int32_t     v[2 * NSET];
-    char        mine[256], differ[192], st[24], cs[24], hc[24];
+    int         small_set = st_tune_env_set(ST_TUNE_ENV_SMALL, NULL);
+    int32_t     v[NSET], *all;
+    char        mine[256], differ[384], st[24], cs[24], hc[24];
     size_t      d = 0;
+    st_status_t status;
 
-    v[0]  = st_comm_digest(algo, strlen(algo));
-    v[2]  = st_comm_digest(&c->small_threshold, sizeof(c->small_threshold));
-    v[4]  = st_comm_digest(&c->check_mismatch, sizeof(c->check_mismatch));
-    v[6]  = st_comm_digest(&c->chunk_size, sizeof(c->chunk_size));
-    v[8]  = st_comm_digest(&c->hier_chunk_size, sizeof(c->hier_chunk_size));
-    v[10] = st_comm_digest(&c->pipeline_depth, sizeof(c->pipeline_depth));
-    v[12] = st_comm_digest(&c->ring_channels, sizeof(c->ring_channels));
-    for (int i = 0; i < NSET; i++) {
-        v[2 * i + 1] = -v[2 * i]; /* the max, as the min of the negation */
+    v[0] = st_comm_digest(algo, strlen(algo));
+    v[1] = st_comm_digest(&c->small_threshold, sizeof(c->small_threshold)) ^ small_set;
+    v[2] = st_comm_digest(&c->check_mismatch, sizeof(c->check_mismatch));
+    v[3] = st_comm_digest(&c->chunk_size, sizeof(c->chunk_size));
+    v[4] = st_comm_digest(&c->hier_chunk_size, sizeof(c->hier_chunk_size));
+    v[5] = st_comm_digest(&c->pipeline_depth, sizeof(c->pipeline_depth));
+    v[6] = st_comm_digest(&c->ring_channels, sizeof(c->ring_channels));
+    if (comm->nranks == 1) {
+        return ST_OK;
     }
-    ST_CHECK(st_comm_allreduce_i32(comm, v, 2 * NSET, strataMin));
+    all = malloc((size_t)comm->nranks * sizeof(v));
+    if (all == NULL) {
+        return ST_ERR_NO_MEMORY;
+    }
+    status = st_comm_ring_coll(comm, ST_COLL_ALLGATHER, v, all, sizeof(v), strataUint8,
+                               strataSum);
     differ[0] = '\0';
-    for (int i = 0; i < NSET; i++) {
-        if (v[2 * i] != -v[2 * i + 1] && d < sizeof(differ)) {
-            d += (size_t)snprintf(differ + d, sizeof(differ) - d, "%s%s", d > 0 ? ", " : "",
-                                  names[i]);
+    for (int i = 0; i < NSET && status == ST_OK; i++) {
+        for (int r = 0; r < comm->nranks; r++) {
+            if (all[(size_t)r * NSET + (size_t)i] != v[i] && d < sizeof(differ)) {
+                d += (size_t)snprintf(differ + d, sizeof(differ) - d, "%s%s (rank %d's differs)",
+                                      d > 0 ? ", " : "", names[i], r);
+                break;
+            }
         }
     }
-    if (differ[0] == '\0') {
-        return ST_OK;
+    free(all);
+    if (status != ST_OK || differ[0] == '\0') {
+        return status;
     }
     st_comm_size_str(c->small_threshold, st, sizeof(st));
     st_comm_size_str(c->chunk_size, cs, sizeof(cs));
     st_comm_size_str(c->hier_chunk_size, hc, sizeof(hc));
-    snprintf(mine, sizeof(mine), "ALGO=%s SMALL_THRESHOLD=%s CHECK_MISMATCH=%d CHUNK_SIZE=%s "
+    snprintf(mine, sizeof(mine), "ALGO=%s SMALL_THRESHOLD=%s%s CHECK_MISMATCH=%d CHUNK_SIZE=%s "
              "HIER_CHUNK_SIZE=%s PIPELINE_DEPTH=%u RING_CHANNELS=%u", algo[0] ? algo : "auto", st,
-             c->check_mismatch, cs, hc, c->pipeline_depth, c->ring_channels);
-    st_error(ST_SUB_INIT, "%s rank %d: the ranks' %s differ (every rank of a communicator must "
-             "have the same; this rank has %s)", comm->name, comm->rank, differ, mine);
+             small_set ? "" : " (unset)", c->check_mismatch, cs, hc, c->pipeline_depth,
+             c->ring_channels);
+    st_error(ST_SUB_INIT, "%s rank %d: the ranks' %s differ: every rank of a communicator must "
+             "have the same (this rank has %s)", comm->name, comm->rank, differ, mine);
     return ST_ERR_USAGE;
 }
 
@@ -832,9 +849,9 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
      * brand-new communicator before its node peers connected would make their connect fail. */
     status = st_comm_wireup(comm, comm->net_ctx, comm->eps, -1);
     ST_CHECK_GOTO(st_comm_agree(comm, status), status, out);
+    ST_CHECK_GOTO(st_comm_settings_agree(comm), status, out);
     ST_CHECK_GOTO(st_comm_open_rails(comm), status, out);
     ST_CHECK_GOTO(st_comm_tune(comm), status, out);
-    ST_CHECK_GOTO(st_comm_settings_agree(comm), status, out);
     ST_CHECK_GOTO(st_intra_create(comm, st_comm_agree, ST_MEM_HOST, &comm->intra), status, out);
     ST_CHECK_GOTO(st_intra_create_device(comm, st_comm_agree, comm->intra), status, out);
     comm->state = ST_COMM_READY;

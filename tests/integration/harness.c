@@ -8,6 +8,7 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -873,6 +874,34 @@ int it_root_port(void)
         close(fd);
     }
     return -1;
+}
+
+void it_rm_dir(const char *dir)
+{
+    DIR           *d = opendir(dir);
+    struct dirent *e;
+    char           path[512];
+
+    if (d != NULL) {
+        while ((e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+                snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+                unlink(path);
+            }
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+size_t it_count_lines(const char *text, const char *needle)
+{
+    size_t n = 0;
+
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle)) {
+        n++;
+    }
+    return n;
 }
 
 char *it_read_log(void)

@@ -93,6 +93,10 @@ double it_now(void); /* monotonic seconds */
 /* This rank's log (STRATA_DEBUG_FILE with %p, the run's environment), read whole into a malloc'd
  * string (the caller frees it); NULL when the variable has no %p or the file cannot be read. */
 char *it_read_log(void);
+/* Removes dir and the files in it (not subdirectories): a test's STRATA_DEBUG_FILE directory. */
+void  it_rm_dir(const char *dir);
+/* Lines of text (a log) that contain needle. */
+size_t it_count_lines(const char *text, const char *needle);
 
 /* A loopback port for a fixed bootstrap root (STRATA_COMM_ID=127.0.0.1:<port>), bindable now and
  * below the kernel's ephemeral range; -1 when none was found. */

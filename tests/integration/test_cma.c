@@ -42,16 +42,6 @@
 #define LOG_OP_CMA    "zero-copy by cross-memory attach"
 #define LOG_OP_COPY   "copying through the windows"
 
-static size_t count_lines(const char *log, const char *needle)
-{
-    size_t n = 0;
-
-    for (const char *p = log; (p = strstr(p, needle)) != NULL; p += strlen(needle)) {
-        n++;
-    }
-    return n;
-}
-
 /* The test's own probe: can every rank read its successor's memory with process_vm_readv? The
  * same answer on every rank (an all-reduce of the outcomes). */
 static volatile uint64_t probe_word;
@@ -255,8 +245,8 @@ static int cma_battery(it_ctx_t *c)
     if (!IT_EXPECT(log != NULL, "cannot read this rank's log (STRATA_DEBUG_FILE)")) {
         return 0;
     }
-    n_cma  = count_lines(log, LOG_OP_CMA);
-    n_copy = count_lines(log, LOG_OP_COPY);
+    n_cma  = it_count_lines(log, LOG_OP_CMA);
+    n_copy = it_count_lines(log, LOG_OP_COPY);
     if (getenv("IT_VERBOSE") != NULL) {
         fprintf(stderr, "[rank %d] cross-memory attach %s here; %d calls: %zu by cma, %zu "
                 "copying\n", c->rank, works ? "works" : "does not work", calls, n_cma, n_copy);
@@ -287,14 +277,14 @@ static int cma_battery(it_ctx_t *c)
                   "ranks, but the log does not say the node uses it:\n%.4000s", log);
         IT_EXPECT(n_cma == (size_t)calls && n_copy == 0, "%zu of %d all-reduces on malloc'd "
                   "buffers ran by cross-memory attach (%zu copied)", n_cma, calls, n_copy);
-        IT_EXPECT(count_lines(log, LOG_OP_CMA " (every local rank's buffers are host memory, "
+        IT_EXPECT(it_count_lines(log, LOG_OP_CMA " (every local rank's buffers are host memory, "
                               "not all shareable), in place") == 3,
                   "the in-place calls did not run by cross-memory attach");
         /* one node: the owners push their results (two nodes: the all-gather pulls them) */
-        IT_EXPECT(count_lines(log, "; the owners push") ==
+        IT_EXPECT(it_count_lines(log, "; the owners push") ==
                       (strchr(run->layout, '+') == NULL ? (size_t)calls : 0),
                   "%zu of %d cross-memory attach all-reduces pushed (layout %s)",
-                  count_lines(log, "; the owners push"), calls, run->layout);
+                  it_count_lines(log, "; the owners push"), calls, run->layout);
     } else {
         fprintf(stderr, "[rank %d] process_vm_readv between the ranks is refused here: only the "
                 "fallback is checked\n", c->rank);
@@ -307,23 +297,6 @@ static int cma_battery(it_ctx_t *c)
     return 0;
 }
 
-static void rm_dir(const char *dir)
-{
-    DIR           *d = opendir(dir);
-    struct dirent *e;
-    char           path[512];
-
-    if (d != NULL) {
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-                snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-                unlink(path);
-            }
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
 
 static void cma_run(int nranks, const char *layout, const char *settings, int cma_off)
 {
@@ -337,7 +310,7 @@ static void cma_run(int nranks, const char *layout, const char *settings, int cm
     snprintf(env, sizeof(env), "%s STRATA_DEBUG=DEBUG STRATA_DEBUG_SUBSYS=SHM,COLL "
              "STRATA_DEBUG_FILE=%s/%%p.log", settings, dir);
     ret = it_run_simple(nranks, layout, env, cma_battery, &run);
-    rm_dir(dir);
+    it_rm_dir(dir);
     assert_int_equal(ret, 0);
 }
 

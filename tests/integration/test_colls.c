@@ -1166,10 +1166,11 @@ static int zero_copy_reuse(it_ctx_t *c)
 
 /* The push on one node at the default chunk (1 MiB: pieces of 2 KiB, several chunks, streaming
  * stores out of place from 4 MiB): float sums of 4 MiB + 68 B and 9 MiB + 4 B, out of place and in
- * place, each checked whole on every rank. */
+ * place, each checked whole on every rank; the log (STRATA_DEBUG=DEBUG) says every call pushed. */
 static int zero_copy_push(it_ctx_t *c)
 {
     size_t counts[] = {((size_t)1 << 20) + 17, ((size_t)9 << 18) + 1};
+    char  *log;
 
     for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
         for (int in_place = 0; in_place < 2; in_place++) {
@@ -1205,19 +1206,37 @@ static int zero_copy_push(it_ctx_t *c)
             free(exp);
         }
     }
+    log = it_read_log();
+    if (IT_EXPECT(log != NULL, "cannot read this rank's log (STRATA_DEBUG_FILE)")) {
+        IT_EXPECT(it_count_lines(log, "zero-copy (every local rank's buffers are shareable)") == 4 &&
+                      it_count_lines(log, "; the owners push") == 4,
+                  "%zu of 4 all-reduces ran zero-copy, %zu pushed", it_count_lines(log,
+                  "zero-copy (every local rank's buffers are shareable)"),
+                  it_count_lines(log, "; the owners push"));
+        free(log);
+    }
     return 0;
+}
+
+/* zero_copy_push on n ranks of one node, the log in a directory of its own. */
+static void push_run(int n, const char *layout)
+{
+    char dir[] = "/tmp/strata_test_push_XXXXXX";
+    char env[256];
+    int  ret;
+
+    assert_non_null(mkdtemp(dir));
+    snprintf(env, sizeof(env), "STRATA_ALGO=hier STRATA_DEBUG=DEBUG STRATA_DEBUG_SUBSYS=COLL "
+             "STRATA_DEBUG_FILE=%s/%%p.log", dir);
+    ret = it_run_simple(n, layout, env, zero_copy_push, NULL);
+    it_rm_dir(dir);
+    assert_int_equal(ret, 0);
 }
 
 #define ZC(_n, _layout) \
     assert_int_equal(it_run_simple((_n), (_layout), HIER4K, zero_copy_battery, NULL), 0)
-static void test_zero_copy_push_1x2(void **state)
-{
-    assert_int_equal(it_run_simple(2, "2", "STRATA_ALGO=hier", zero_copy_push, NULL), 0);
-}
-static void test_zero_copy_push_1x3(void **state)
-{
-    assert_int_equal(it_run_simple(3, "3", "STRATA_ALGO=hier", zero_copy_push, NULL), 0);
-}
+static void test_zero_copy_push_1x2(void **state) { push_run(2, "2"); }
+static void test_zero_copy_push_1x3(void **state) { push_run(3, "3"); }
 static void test_zero_copy_1x4(void **state) { ZC(4, "4"); }
 static void test_zero_copy_2x2(void **state) { ZC(4, "2+2"); }
 static void test_zero_copy_2p3(void **state) { ZC(5, "2+3"); }

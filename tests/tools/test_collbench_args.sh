@@ -177,7 +177,8 @@ else
     want="--device cuda: no device layer ("; bad -np 2 --device cuda
 fi
 
-# ranks started one by one with different STRATA_ALGO: status 2 at once, not a hang
+# ranks started one by one with different STRATA_ALGO: init fails on both (strataInvalidUsage,
+# status 2) at once, not a hang, each naming the variable, its own value and the other rank
 port=$(emunet_root_port)
 for r in 0 1; do
     algo=ring; [ $r = 1 ] && algo=hier
@@ -187,10 +188,12 @@ for r in 0 1; do
 done
 wait "${pids[0]}"; rc0=$?; wait "${pids[1]}"; rc1=$?
 if [ "$rc0" = 2 ] && [ "$rc1" = 2 ] &&
-   grep -q "STRATA_ALGO differ (rank 0 ring, rank 1 hier)" "$tmp/mix0.err"; then
+   grep -q "the ranks' STRATA_ALGO (rank 1's differs) differ" "$tmp/mix0.err" &&
+   grep -q "this rank has ALGO=ring" "$tmp/mix0.err" &&
+   grep -q "the ranks' STRATA_ALGO (rank 0's differs) differ" "$tmp/mix1.err"; then
     echo "ok: different STRATA_ALGO on the ranks -> status 2: $(cat "$tmp/mix0.err")"
 else
-    fail "different STRATA_ALGO on the ranks -> rc $rc0 and $rc1, want 2 and 2 with rank 0 naming rank 1"
+    fail "different STRATA_ALGO on the ranks -> rc $rc0 and $rc1, want 2 and 2 with each naming the other"
     sed 's/^/    /' "$tmp/mix0.err" "$tmp/mix1.err" | head -6
 fi
 

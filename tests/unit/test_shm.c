@@ -879,16 +879,32 @@ static void test_peer_read(void **state)
     for (size_t i = 0; i < size - 14; i++) {
         dst[i] = pattern(3, 2, i);
     }
+    if (st_shm_win.peer_write((int)pid, buf + 7, dst, 7) == ST_ERR_UNSUPPORTED) {
+        fprintf(stderr, "process_vm_writev is refused here (seccomp?): peer_write not checked\n");
+        assert_int_equal(barrier(2), 0); /* the child fails its check: reap it, then skip */
+        waitpid(pid, &wstatus, 0);
+        free(buf);
+        free(dst);
+        skip();
+    }
     assert_int_equal(st_shm_win.peer_write((int)pid, buf + 7, dst, size - 14), ST_OK);
     assert_true(has_pattern(buf, size, 1, 0)); /* the own copy is untouched */
     assert_int_equal(barrier(2), 0);
+    /* the child is gone (ESRCH: a zombie has no memory), checked before it is reaped so that its
+     * pid cannot belong to another process yet */
+    {
+        siginfo_t info;
+
+        memset(&info, 0, sizeof(info));
+        assert_int_equal(waitid(P_PID, (id_t)pid, &info, WEXITED | WNOWAIT), 0);
+    }
+    assert_int_equal(st_shm_win.peer_read((int)pid, dst, buf, 64), ST_ERR_IO);
+    assert_int_equal(st_shm_win.peer_write((int)pid, buf, dst, 64), ST_ERR_IO);
     assert_int_equal(waitpid(pid, &wstatus, 0), pid);
     assert_true(WIFEXITED(wstatus));
     assert_int_equal(WEXITSTATUS(wstatus), 0);
 
-    /* the child is gone (ESRCH); an address with nothing mapped (EFAULT) */
-    assert_int_equal(st_shm_win.peer_read((int)pid, dst, buf, 64), ST_ERR_IO);
-    assert_int_equal(st_shm_win.peer_write((int)pid, buf, dst, 64), ST_ERR_IO);
+    /* an address with nothing mapped (EFAULT) */
     hole = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     assert_true(hole != MAP_FAILED);
     assert_int_equal(munmap(hole, 4096), 0);

@@ -21,7 +21,8 @@
  * before every check, the calls take a device stream (the legacy default one with -z 1) and a
  * timed region ends when that stream is synchronized; a call that fails after it was queued is
  * the communicator's async error, read after each synchronize.
- * Before anything else the ranks check that they share one STRATA_ALGO (cb_check_algo).
+ * Ranks with different STRATA_ALGO (or another setting every rank must share) fail init with
+ * strataInvalidUsage, naming it (the library's own check, core/init.c): status 2.
  *
  * --compress SPEC (all-reduce only; collbench.c refuses the rest): every row's size gets a fresh
  * compressor per rank (strataCompressorCreate, destroyed after the row; the warmups get their own),
@@ -65,12 +66,6 @@ typedef struct cb_rankinfo {
     int32_t device; /* --device: the rank's device ordinal; -1 for host buffers */
     char    host[CB_HOST_LEN];
 } cb_rankinfo_t;
-
-/* Rank 0's answer to cb_check_algo: its STRATA_ALGO, and the first rank with another (0: none). */
-typedef struct cb_algo_verdict {
-    char    algo[CB_ALGO_LEN];
-    int32_t bad_rank;
-} cb_algo_verdict_t;
 
 /* What --phases prints of one half of a row: per phase the slowest rank's time and the largest
  * byte count (the shards of phase 1 differ between ranks on uneven nodes). */
@@ -1092,75 +1087,6 @@ static const char *cb_algo_env(void)
     return (algo != NULL && algo[0] != '\0') ? algo : "auto";
 }
 
-/* Ranks that run different algorithms wait for each other forever in their first collective, so
- * every rank's STRATA_ALGO reaches rank 0 by send/recv (which no algorithm setting changes) and
- * rank 0 answers whether they all agree; if not, every rank exits with status 2. */
-static void cb_check_algo(cb_bench_t *b)
-{
-    cb_algo_verdict_t verdict;
-    strataResult_t    res, res2;
-    char              mine[CB_ALGO_LEN] = "", *all = NULL;
-    int               r;
-
-    snprintf(mine, sizeof(mine), "%s", cb_algo_env());
-    memset(&verdict, 0, sizeof(verdict));
-    if (b->rank == 0) {
-        all = calloc((size_t)b->nranks, CB_ALGO_LEN);
-        if (all == NULL) {
-            fprintf(stderr, "collbench: rank 0: out of memory\n");
-            exit(2);
-        }
-        res = strataGroupStart();
-        for (r = 1; r < b->nranks && res == strataSuccess; r++) {
-            res = strataRecv(all + (size_t)r * CB_ALGO_LEN, CB_ALGO_LEN, strataUint8, r, b->comm,
-                             NULL);
-        }
-        res2 = strataGroupEnd();
-        if (res != strataSuccess || res2 != strataSuccess) {
-            cb_fatal(b, NULL, "strataRecv (STRATA_ALGO of every rank)",
-                     (res != strataSuccess) ? res : res2);
-        }
-        snprintf(verdict.algo, sizeof(verdict.algo), "%s", mine);
-        for (r = 1; r < b->nranks && verdict.bad_rank == 0; r++) {
-            all[(size_t)r * CB_ALGO_LEN + CB_ALGO_LEN - 1] = '\0';
-            if (strcmp(all + (size_t)r * CB_ALGO_LEN, mine) != 0) {
-                verdict.bad_rank = r;
-                fprintf(stderr, "collbench: the ranks' STRATA_ALGO differ (rank 0 %s, rank %d %s),"
-                        " so their collectives would never match: set the same on every rank, "
-                        "or pass the same -A to all\n", mine, r, all + (size_t)r * CB_ALGO_LEN);
-            }
-        }
-        free(all);
-        res = strataGroupStart();
-        for (r = 1; r < b->nranks && res == strataSuccess; r++) {
-            res = strataSend(&verdict, sizeof(verdict), strataUint8, r, b->comm, NULL);
-        }
-        res2 = strataGroupEnd();
-    } else {
-        res = strataSend(mine, CB_ALGO_LEN, strataUint8, 0, b->comm, NULL);
-        if (res != strataSuccess) {
-            cb_fatal(b, NULL, "strataSend (STRATA_ALGO to rank 0)", res);
-        }
-        res  = strataRecv(&verdict, sizeof(verdict), strataUint8, 0, b->comm, NULL);
-        res2 = strataSuccess;
-    }
-    if (res != strataSuccess || res2 != strataSuccess) {
-        cb_fatal(b, NULL, "strataSend/strataRecv (STRATA_ALGO check)",
-                 (res != strataSuccess) ? res : res2);
-    }
-    if (verdict.bad_rank != 0) {
-        verdict.algo[CB_ALGO_LEN - 1] = '\0';
-        if (b->rank != 0 && strcmp(mine, verdict.algo) != 0) {
-            fprintf(stderr, "collbench: rank %d: STRATA_ALGO %s, rank 0 %s: ending (see rank 0)\n",
-                    b->rank, mine, verdict.algo);
-        } else if (b->rank != 0) {
-            fprintf(stderr, "collbench: rank %d: ending: the ranks' STRATA_ALGO differ (see rank "
-                    "0)\n", b->rank);
-        }
-        exit(2);
-    }
-}
-
 /* nccl-tests' preamble: the parameters, then one line per rank with its host (node) and pid. */
 static void cb_print_header(const cb_bench_t *b)
 {
@@ -1309,7 +1235,6 @@ int cb_rank_main(const cb_opts_t *opts, int rank, int nranks, const strataUnique
     if (cb_spread_rank >= 0) {
         cb_spread(cb_spread_rank); /* init's wake-ups may have put the ranks on one CPU */
     }
-    cb_check_algo(&b);
     if (opts->phases || opts->compress != NULL) {
         int32_t node_max; /* --compress's bound: the ranks of the largest node */
 
