@@ -29,7 +29,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
-#include <dirent.h>
 #include <unistd.h>
 
 #include <cmocka.h>

@@ -11,7 +11,6 @@
  * bytes (op max vs sum, int32 vs float) cannot be noticed without the check, which is why it is on
  * by default (include/strata.h).
  */
-#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -415,24 +414,6 @@ static int mm_stall_off(it_ctx_t *c)
     return 0;
 }
 
-static void mm_rmdir(const char *dir)
-{
-    DIR           *d = opendir(dir);
-    struct dirent *e;
-    char           path[512];
-
-    if (d != NULL) {
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-                snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-                unlink(path);
-            }
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 static void mm_stall_run_arg(const char *layout, const char *settings, it_fn_t fn, void *arg)
 {
     char dir[] = "/tmp/strata_test_mismatch_XXXXXX";
@@ -443,7 +424,7 @@ static void mm_stall_run_arg(const char *layout, const char *settings, it_fn_t f
     snprintf(env, sizeof(env), "%s STRATA_DEBUG=WARN STRATA_DEBUG_FILE=%s/%%p.log", settings,
              dir);
     ret = it_run_simple(4, layout, env, fn, arg);
-    mm_rmdir(dir);
+    it_rm_dir(dir);
     assert_int_equal(ret, 0);
 }
 
