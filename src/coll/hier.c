@@ -98,6 +98,7 @@
 #include <stdlib.h>
 #include <sched.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "base/param.h"
@@ -1589,16 +1590,17 @@ static void st_hier_free(void *arg)
 
 /* A pushing operation that failed: marks it left, then waits until no live local peer is inside a
  * chunk's stores (st_intra_zc_push_begin / _end), so that none stores into this rank's buffers
- * once the caller has them back. A chunk's stores take milliseconds; the wait ends at the
- * communicator's deadline or after ST_HIER_LEAVE_MAX_S, whichever comes first (a peer stopped
- * by a debugger, or killed in another pid namespace where its exit cannot be seen), said at WARN. */
+ * once the caller has them back. A chunk's stores take milliseconds: the wait yields a few times,
+ * then sleeps 1 ms at a time (no core burnt), and ends at the communicator's deadline or after
+ * ST_HIER_LEAVE_MAX_S, whichever comes first (a peer stopped by a debugger, or killed in another
+ * pid namespace where its exit cannot be seen), said at WARN. */
 #define ST_HIER_LEAVE_MAX_S 10.0
 static void st_hier_zc_leave(st_hier_t *h)
 {
     double deadline = st_time_now() + ST_MIN(h->comm->timeout, ST_HIER_LEAVE_MAX_S);
 
     st_intra_zc_leave(h->intra, h->base);
-    for (int lr = 0; lr < h->m; lr++) {
+    for (int lr = 0, turns = 0; lr < h->m; lr++) {
         int r = st_topo_node_rank(h->topo, h->node, lr);
 
         while (lr != h->l && st_intra_zc_pushing(h->intra, lr, h->base) &&
@@ -1611,7 +1613,11 @@ static void st_hier_zc_leave(st_hier_t *h)
                         ST_MIN(h->comm->timeout, ST_HIER_LEAVE_MAX_S));
                 break;
             }
-            sched_yield();
+            if (++turns < 16) {
+                sched_yield();
+            } else {
+                usleep(1000);
+            }
         }
     }
 }

@@ -287,9 +287,9 @@ static st_status_t st_intra_cma_probe(st_comm_t *comm, st_intra_agree_fn agree, 
         }
     }
     if (intra->cma) {
-        st_info(ST_SUB_SHM, "%s: rank %d: the %d local ranks read each other's ordinary buffers "
-                "by cross-memory attach (zero-copy all-reduce with process_vm_readv/writev; "
-                "STRATA_CMA%s)",
+        st_info(ST_SUB_SHM, "%s: rank %d: the %d local ranks can read each other's ordinary "
+                "buffers by cross-memory attach (zero-copy all-reduce with process_vm_readv/writev); "
+                "STRATA_CMA%s",
                 comm->name, comm->rank, intra->local_size,
                 intra->cma_forced ? "=1: every all-reduce it can take"
                 : comm->intra_oversub ? "=auto: none here, where the node's ranks outnumber its "

@@ -754,7 +754,7 @@ static st_status_t st_comm_settings_agree(st_comm_t *comm)
     for (int i = 0; i < NSET && status == ST_OK; i++) {
         for (int r = 0; r < comm->nranks; r++) {
             if (all[(size_t)r * NSET + (size_t)i] != v[i] && d < sizeof(differ)) {
-                d += (size_t)snprintf(differ + d, sizeof(differ) - d, "%s%s (rank %d's differs)",
+                d += (size_t)snprintf(differ + d, sizeof(differ) - d, "%s%s (rank %d has another)",
                                       d > 0 ? ", " : "", names[i], r);
                 break;
             }
@@ -771,8 +771,9 @@ static st_status_t st_comm_settings_agree(st_comm_t *comm)
              "HIER_CHUNK_SIZE=%s PIPELINE_DEPTH=%u RING_CHANNELS=%u", algo[0] ? algo : "auto", st,
              small_set ? "" : " (unset)", c->check_mismatch, cs, hc, c->pipeline_depth,
              c->ring_channels);
-    st_error(ST_SUB_INIT, "%s rank %d: the ranks' %s differ: every rank of a communicator must "
-             "have the same (this rank has %s)", comm->name, comm->rank, differ, mine);
+    st_error(ST_SUB_INIT, "%s rank %d: the ranks' settings differ: %s; every rank of a "
+             "communicator must have the same (this rank has %s)", comm->name, comm->rank, differ,
+             mine);
     return ST_ERR_USAGE;
 }
 

@@ -146,18 +146,27 @@ int st_comm_peer_exited(const st_comm_t *comm, int r)
  * error (strataGetLastError). */
 static void st_comm_name_dead(st_comm_t *comm)
 {
-    char   list[160] = "";
-    size_t len = 0;
-    int    ndead = 0;
+    char        list[160] = "", news[160] = "", one[48];
+    size_t      len = 0, nlen = 0;
+    int         ndead = 0, nnew = 0;
+    const char *said = st_log_last_error();
 
     for (int r = 0; r < comm->nranks; r++) {
         if (r == comm->rank || !st_comm_peer_exited(comm, r)) {
             continue;
         }
+        snprintf(one, sizeof(one), "rank %d (pid %u)", r, comm->peers[r].pid);
         ndead++;
         if (len < sizeof(list)) {
-            len += (size_t)snprintf(list + len, sizeof(list) - len, "%srank %d (pid %u)",
-                                    ndead > 1 ? ", " : "", r, comm->peers[r].pid);
+            len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", ndead > 1 ? ", " : "",
+                                    one);
+        }
+        /* the error may have named it already ("rank 2 (pid 77), which it waits for, has
+         * exited"): not twice */
+        if ((said == NULL || strstr(said, one) == NULL) && nlen < sizeof(news)) {
+            nnew++;
+            nlen += (size_t)snprintf(news + nlen, sizeof(news) - nlen, "%s%s", nnew > 1 ? ", " : "",
+                                     one);
         }
     }
     if (ndead == 0) {
@@ -165,7 +174,9 @@ static void st_comm_name_dead(st_comm_t *comm)
     }
     st_warn(ST_SUB_COLL, "%s rank %d: %s %s exited", comm->name, comm->rank, list,
             ndead > 1 ? "have" : "has");
-    st_log_append_error("; %s %s exited", list, ndead > 1 ? "have" : "has");
+    if (nnew > 0) {
+        st_log_append_error("; %s %s exited", news, nnew > 1 ? "have" : "has");
+    }
 }
 
 /* ---- failure notices ----------------------------------------------------------------------

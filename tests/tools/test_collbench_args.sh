@@ -188,9 +188,9 @@ for r in 0 1; do
 done
 wait "${pids[0]}"; rc0=$?; wait "${pids[1]}"; rc1=$?
 if [ "$rc0" = 2 ] && [ "$rc1" = 2 ] &&
-   grep -q "the ranks' STRATA_ALGO (rank 1's differs) differ" "$tmp/mix0.err" &&
+   grep -q "the ranks' settings differ: STRATA_ALGO (rank 1 has another)" "$tmp/mix0.err" &&
    grep -q "this rank has ALGO=ring" "$tmp/mix0.err" &&
-   grep -q "the ranks' STRATA_ALGO (rank 0's differs) differ" "$tmp/mix1.err"; then
+   grep -q "the ranks' settings differ: STRATA_ALGO (rank 0 has another)" "$tmp/mix1.err"; then
     echo "ok: different STRATA_ALGO on the ranks -> status 2: $(cat "$tmp/mix0.err")"
 else
     fail "different STRATA_ALGO on the ranks -> rc $rc0 and $rc1, want 2 and 2 with each naming the other"
