@@ -1536,8 +1536,9 @@ static st_status_t st_hier_progress(st_op_t *op)
          * overwrite it at once. A peer's last all-gather also follows every owner's
          * reduce-scatter, so the send buffer is free then too. Pushing: nothing to wait for, every
          * owner's RES for the last chunk (the all-gather loop above) came after it read this
-         * rank's send buffer and stored into its receive buffer for the last time. All-to-all: the local peers still copy their pieces out of
-         * this rank's in slots, which the next operation's copy-in would overwrite. */
+         * rank's send buffer and stored into its receive buffer for the last time. All-to-all:
+         * the local peers still copy their pieces out of this rank's in slots, which the next
+         * operation's copy-in would overwrite. */
         st_hier_blocked(h, 3, lag);
         op->phase = h->zc.on ? "zero-copy: waiting for the local ranks to finish reading this "
                                "rank's buffers"
@@ -1608,7 +1609,7 @@ static void st_hier_zc_leave(st_hier_t *h)
             if (st_time_now() > deadline) {
                 st_warn(ST_SUB_COLL, "%s #%llu (%s) rank %d: rank %d may still store results "
                         "into this rank's buffers %.0f s after this rank left the failed call: do "
-                        "not reuse them before the communicator is destroyed", h->op.coll,
+                        "not free or reuse them while that rank may still run", h->op.coll,
                         (unsigned long long)h->args.seq, h->comm->name, h->comm->rank, r,
                         ST_MIN(h->comm->timeout, ST_HIER_LEAVE_MAX_S));
                 break;

@@ -224,8 +224,9 @@ static void st_intra_cma_publish(const st_comm_t *comm, st_intra_t *intra)
 }
 
 /* After every local rank published (the attach agreement): reads every local peer's magic with
- * peer_read and writes it back with peer_write, publishes the result, waits for the others' (one agreement over comm, which every
- * rank makes, a node of one rank too) and sets intra->cma when all succeeded. Every local rank
+ * peer_read and writes it back with peer_write, publishes the result, waits for the others' (one
+ * agreement over comm, which every rank makes, a node of one rank too) and sets intra->cma when
+ * all succeeded. Every local rank
  * probes every other, not only a neighbour: ptrace rules may allow some pairs and not others
  * (Yama's ptrace_scope 1 lets a process read its descendants only). A failed probe is no error:
  * only a failed agreement is returned. */
@@ -288,9 +289,9 @@ static st_status_t st_intra_cma_probe(st_comm_t *comm, st_intra_agree_fn agree, 
     }
     if (intra->cma) {
         st_info(ST_SUB_SHM, "%s: rank %d: the %d local ranks can read each other's ordinary "
-                "buffers by cross-memory attach (zero-copy all-reduce with process_vm_readv/writev); "
-                "STRATA_CMA%s",
-                comm->name, comm->rank, intra->local_size,
+                "buffers by cross-memory attach (zero-copy all-reduce with "
+                "process_vm_readv/writev); STRATA_CMA%s", comm->name, comm->rank,
+                intra->local_size,
                 intra->cma_forced ? "=1: every all-reduce it can take"
                 : comm->intra_oversub ? "=auto: none here, where the node's ranks outnumber its "
                                         "CPUs (STRATA_CMA=1 forces it)"
