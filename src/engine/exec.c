@@ -378,6 +378,9 @@ static st_status_t st_exec_doomed(st_op_t *op, double now)
 st_status_t st_exec_run(st_op_t **ops, int nops)
 {
     st_status_t first = ST_OK;
+    char        first_msg[512] = ""; /* the first failure's error: the one the caller gets, not a
+                                      * later op's of the same group (a peer that closed its
+                                      * connections after that failure, say) */
     int         remaining = nops;
     double      now = st_time_now();
     double      idle_since = now;
@@ -471,6 +474,7 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
                 pthread_mutex_unlock(&comm->lock);
                 if (first == ST_OK) {
                     first = status;
+                    snprintf(first_msg, sizeof(first_msg), "%s", st_log_last_error());
                 }
             }
         }
@@ -517,6 +521,10 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
         ops[i]->destroy(ops[i]);
         pthread_mutex_unlock(&comm->lock);
         __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
+    }
+    if (first != ST_OK && first_msg[0] != '\0') {
+        st_log_clear_error();
+        st_log_append_error("%s", first_msg);
     }
     return first;
 }
