@@ -378,9 +378,9 @@ static st_status_t st_exec_doomed(st_op_t *op, double now)
 st_status_t st_exec_run(st_op_t **ops, int nops)
 {
     st_status_t first = ST_OK;
-    char        first_msg[512] = ""; /* the first failure's error: the one the caller gets, not a
-                                      * later op's of the same group (a peer that closed its
-                                      * connections after that failure, say) */
+    char        first_msg[512]; /* the first failure's error: the one the caller gets, not a
+                                 * later op's of the same group (a peer that closed its
+                                 * connections after that failure, say); set only on failure */
     int         remaining = nops;
     double      now = st_time_now();
     double      idle_since = now;
@@ -522,7 +522,7 @@ st_status_t st_exec_run(st_op_t **ops, int nops)
         pthread_mutex_unlock(&comm->lock);
         __atomic_sub_fetch(&comm->active, 1, __ATOMIC_SEQ_CST);
     }
-    if (first != ST_OK && first_msg[0] != '\0') {
+    if (first != ST_OK) {
         st_log_clear_error();
         st_log_append_error("%s", first_msg);
     }

@@ -481,8 +481,8 @@ void st_reduce_post(const st_redop_t *redop, void *dst, size_t count)
 #if defined(__x86_64__) && defined(__SSE2__)
 /* The streaming loops, whole 64-byte lines from a line-aligned d: 32-byte stores where the CPU has
  * AVX (a reduction streamed out of an L1 buffer in 2 KiB pieces, one core, 256 MiB arrays:
- * 7.1 GB/s of output against 6.2 with 16-byte stores on the Xeon VM of docs/performance.md),
- * 16-byte ones otherwise. */
+ * 7.1 GB/s of output against 6.2 with 16-byte stores on the Xeon VM of docs/performance.md;
+ * bench/push_store.c), 16-byte ones otherwise. */
 __attribute__((target("avx"))) static void st_stream_lines_avx(char *d, const char *s, size_t lines)
 {
     for (; lines > 0; lines--, d += 64, s += 64) {
