@@ -32,14 +32,20 @@
 # run FAILs as not measured. A FAIL is a measurement: the exit status says only whether the runs ran.
 # Every run checks its results (-c 1); a variant with #wrong != 0 gets no number.
 #
-#   bench/intra_node.sh [--np "2 4"] [-b 4K] [-e 256M] [-f 4] [-n 2] [-w 1] [--small-max 1M]
-#                       [--small-iters 20] [--lat-iters 2000] [--no-mpi] [--no-gloo]
+#   bench/intra_node.sh [--np "2 4"] [-b 4K] [-e 256M] [-f 4] [-n 5] [-w 5] [--small-max 1M]
+#                       [--small-iters 20] [--lat-iters 20000] [--no-mpi] [--no-gloo]
 #                       [--install-gloo] [--memalloc-args "ARGS"] [common options]
 #     --small-max      every run is two sweeps of the same program: sizes up to this one with
-#                      --small-iters timed calls (5 warmup), the larger ones with -n and -w (few
-#                      calls: at 256 MiB the runtime goes into the calls and collbench's checks);
-#                      0: one sweep, -n and -w for every size
-#     --lat-iters      timed calls of each 8-byte latency run (100 warmup)
+#                      --small-iters timed calls (5 warmup), the larger ones with -n and -w (fewer
+#                      timed calls: at 256 MiB the runtime goes into the calls and collbench's
+#                      checks; 5 warmup calls, as collbench's and nccl-tests' default, because
+#                      the first calls after the buffers are filled run slower for every
+#                      library: with -w 1 they decided the 4 MiB ratios); 0: one sweep, -n and
+#                      -w for every size
+#     --lat-iters      timed calls of each 8-byte latency run (100 warmup); 20000: a run of 2000
+#                      calls lasts under a millisecond at 0.35 us, where one preemption moves
+#                      the mean by a tenth (2 ranks, five runs each: strata 0.29-0.35 us, Open MPI
+#                      0.35-0.37; with 20000, three: 0.33-0.34 and 0.37-0.42)
 #     --install-gloo   when libgloo-dev is missing, apt-get install -y libgloo-dev first (root);
 #                      without it a missing Gloo makes the column unavailable, with the reason
 #     --memalloc-args  collbench's option(s) that put its buffers in strataMemAlloc memory; by
@@ -51,8 +57,8 @@
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-nps="2 4" minb=4K maxb=256M factor=4 iters=2 warmup=1 use_mpi=1 use_gloo=1 memalloc_args=unset
-small_max=1M small_iters=20 lat_iters=2000 install_gloo=""
+nps="2 4" minb=4K maxb=256M factor=4 iters=5 warmup=5 use_mpi=1 use_gloo=1 memalloc_args=unset
+small_max=1M small_iters=20 lat_iters=20000 install_gloo=""
 # the acceptance targets: (a) strata/ompi at every size, (b) from tgt_from, (c) fractions of the
 # ceilings from tgt_from
 tgt_a=1.0 tgt_b=1.5 tgt_from=4M tgt_copy=0.75 tgt_zc=0.9

@@ -29,7 +29,7 @@
 # selection: with STRATA_TUNE_FILE set auto follows the tuner's table (collbench tune), which
 # still overrides it, and the script measures that.
 #
-#   bench/selection.sh [--np "2 4"] [-b 4K] [-e 256M] [-f 4] [-n 2] [-w 1] [--small-max 1M]
+#   bench/selection.sh [--np "2 4"] [-b 4K] [-e 256M] [-f 4] [-n 5] [-w 5] [--small-max 1M]
 #                      [--small-iters 20] [--small-limit 128K] [--min-ratio 0.95] [common options]
 #     --small-max      every run is two sweeps: sizes up to this one with --small-iters timed calls
 #                      (5 warmup), the larger ones with -n and -w (0: one sweep, -n and -w)
@@ -41,7 +41,7 @@
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-nps="2 4" minb=4K maxb=256M factor=4 iters=2 warmup=1 small_max=1M small_iters=20
+nps="2 4" minb=4K maxb=256M factor=4 iters=5 warmup=5 small_max=1M small_iters=20
 small_limit=128K min_ratio=0.95
 argv=("$@")
 while [ $# -gt 0 ]; do

@@ -1338,15 +1338,21 @@ static st_status_t st_hier_deliver(st_hier_t *h, size_t k)
  * not want (the mapped push would not need it, but the rule is the flavour-blind one).
  * Device buffers stay out of place: their reduction is the device's chained multi-source job,
  * whose second job would read an own input the first already overwrote. */
-/* Under STRATA_CMA=auto, all-reduces on a node that is not oversubscribed take cma, those of more
- * than this many bytes only where the node has 2 local ranks; every one on an oversubscribed node
- * copies through the windows. Measured with the push (collbench -np 2|4 all_reduce -b 1M -e 256M
- * -f 4 -n 5 -w 2 -c 1 -z 1, STRATA_CMA=1 against 0, busbw GB/s): 2 ranks cma/copy out of place
- * 1.13 at 1 MiB, 1.72 at 4 MiB, 1.63 at 16 MiB, 1.22-1.25 at 32-64 MiB, 1.11-1.13 at 256 MiB, in
- * place 1.4-3.6; 4 ranks on 2 cores out of place 0.98-1.11 up to 4 MiB and 0.84-0.85 from 16 MiB
- * (the kernel's copy and its system calls cost most where ranks share cores). 3 or more ranks on
- * as many cores are unmeasured (a 2-core machine): above this size they keep the limit that held
- * before the push, when cma lost from 64 MiB on 2 ranks. */
+/* Under STRATA_CMA=auto, all-reduces take cma up to ST_HIER_CMA_MAX bytes, and larger ones too
+ * where the node has 2 local ranks and is not oversubscribed; on an oversubscribed node only from
+ * ST_HIER_CMA_OVERSUB_MIN. The others copy through the windows. Measured with the push
+ * (collbench -np 2|4 all_reduce -b 1M -e 256M -f 4 -n 5 -w 2 -c 1 -z 1, STRATA_CMA=1 against 0,
+ * busbw GB/s): 2 ranks cma/copy out of place 1.13 at 1 MiB, 1.72 at 4 MiB, 1.63 at 16 MiB,
+ * 1.22-1.25 at 32-64 MiB, 1.11-1.13 at 256 MiB, in place 1.4-3.6. 4 ranks on 2 cores (-b 2M -e 16M
+ * -f 2 -n 10 -w 5 and -b 256K -e 2M -f 2 -n 20 -w 5, three runs each, alternating): out of place
+ * 1.1-1.7 at 1 MiB, 1.09-1.18 at 2 MiB, 1.10-1.23 at 4 MiB, 1.15-1.25 at 8 MiB, 1.01-1.10 at
+ * 16 MiB, in place 1.3-1.8; level or behind at 256-512 KiB (0.7-1.9 at 256 KiB, 0.7-1.0 at 512: the system
+ * calls and their pinning weigh most there and where ranks wait for a core), from 64 MiB 0.77-0.85
+ * (the kernel's copy and its page pinning, perf: a third of the time in _copy_to_iter,
+ * _copy_from_iter and follow_page_pte). 3 or more ranks on as many cores are unmeasured (a 2-core
+ * machine): above ST_HIER_CMA_MAX they keep the limit that held before the push, when cma lost
+ * from 64 MiB on 2 ranks. */
+#define ST_HIER_CMA_OVERSUB_MIN ((size_t)1 << 20)
 #define ST_HIER_CMA_MAX ((size_t)8 << 20)
 
 static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
@@ -1358,7 +1364,8 @@ static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
     st_status_t status;
 
     if (!h->intra->cma_forced &&
-        (h->comm->intra_oversub || (h->m > 2 && h->total * h->es > ST_HIER_CMA_MAX))) {
+        (((h->comm->intra_oversub || h->m > 2) && h->total * h->es > ST_HIER_CMA_MAX) ||
+         (h->comm->intra_oversub && h->total * h->es < ST_HIER_CMA_OVERSUB_MIN))) {
         h->zc.may_cma = 0; /* the same on every local rank: the node's CPUs, ranks and size */
     }
     status = st_intra_zc_negotiate(h->intra, &h->zc, h->base, want, h->args.sendbuff,

@@ -293,8 +293,8 @@ static st_status_t st_intra_cma_probe(st_comm_t *comm, st_intra_agree_fn agree, 
                 "process_vm_readv/writev); STRATA_CMA%s", comm->name, comm->rank,
                 intra->local_size,
                 intra->cma_forced ? "=1: every all-reduce it can take"
-                : comm->intra_oversub ? "=auto: none here, where the node's ranks outnumber its "
-                                        "CPUs (STRATA_CMA=1 forces it)"
+                : comm->intra_oversub ? "=auto: all-reduces of 1-8 MiB (the node's ranks "
+                                        "outnumber its CPUs)"
                 : intra->local_size > 2 ? "=auto: all-reduces up to 8 MiB"
                                         : "=auto: every all-reduce it can take");
     } else {
@@ -732,6 +732,15 @@ st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t
         d->bytes     = (uint64_t)bytes;
         st_intra_publish(intra, ST_INTRA_ZC, op_id + 1);
         zc->state = 1;
+        if (!ok && !(want && zc->may_cma)) {
+            /* off whatever the peers publish (neither mapped nor cma can run with this rank's
+             * descriptor): no wait for theirs. They decide off from it too, or, should this
+             * rank have published the next operation's by then, from the op_id that differs;
+             * it cannot have: the caller's operation ends only after every local rank's next
+             * step, which follows its own negotiation (hier.c: copy-in publishes IN after). */
+            zc->state = 2;
+            return ST_OK;
+        }
     }
     if (zc->state == 2) {
         return ST_OK;

@@ -95,8 +95,10 @@ static double rval(int r, size_t i)
 typedef struct {
     const char *layout;
     int         cma_off; /* the run has STRATA_CMA=0 */
-    int         cma_auto; /* STRATA_CMA=auto: cma unless the node is oversubscribed (hier.c
-                           * st_hier_zc_negotiate); else the run has STRATA_CMA=1 or 0 */
+    int         cma_auto; /* STRATA_CMA=auto: cma up to 8 MiB, above only on 2 local ranks that
+                           * are not oversubscribed, and on an oversubscribed node only from
+                           * 1 MiB (hier.c st_hier_zc_negotiate); else the run has STRATA_CMA=1
+                           * or 0 */
 } run_t;
 
 /* CPUs the ranks may use (the library's count: the union of the node's masks, which are all
@@ -221,7 +223,7 @@ static int reuse_calls(it_ctx_t *c, int iters)
 static int cma_battery(it_ctx_t *c)
 {
     const run_t *run = c->arg;
-    int          works = cma_works(c), calls = 0, big = 0;
+    int          works = cma_works(c), calls = 0, big = 0, little = 0;
     size_t       counts[] = {(3u << 20) / 4 + 13, (5u << 20) / 8 + 3, (1u << 20) - 7};
     strataDataType_t dts[] = {strataFloat32, strataFloat64, strataInt64};
     char        *log;
@@ -235,9 +237,13 @@ static int cma_battery(it_ctx_t *c)
     }
     calls += reuse_calls(c, 8);
     if (run->cma_auto) {
-        /* above ST_HIER_CMA_MAX (8 MiB): auto takes cma there on 2 local ranks only */
+        /* above ST_HIER_CMA_MAX (8 MiB): auto takes cma there on 2 local ranks only, not
+         * oversubscribed */
         one_call(c, strataFloat32, (9u << 20) / 4 + 1, 0);
         big = 1;
+        /* below 1 MiB (ST_HIER_CMA_OVERSUB_MIN): auto copies there on an oversubscribed node */
+        one_call(c, strataFloat32, (512u << 10) / 4 + 3, 0);
+        little = 1;
     }
 
     log = it_read_log();
@@ -262,15 +268,16 @@ static int cma_battery(it_ctx_t *c)
 
         IT_EXPECT(strstr(log, LOG_NODE_CMA) != NULL, "cross-memory attach works between the "
                   "ranks, but the log does not say the node uses it:\n%.4000s", log);
-        int big_cma = !oversub && c->nranks == 2;
+        int big_cma = !oversub && c->nranks == 2, little_cma = !oversub;
 
-        IT_EXPECT(n_cma == (size_t)(oversub ? 0 : calls + big_cma) &&
-                      n_copy == (size_t)(oversub ? calls + big : big - big_cma),
-                  "STRATA_CMA=auto, %d ranks on %d CPUs: %zu of %d all-reduces of at most 8 MiB "
-                  "and one of 9 MiB ran by cross-memory attach, %zu copied (expected: %s, the one "
-                  "of 9 MiB %s)", c->nranks, cpus_usable(), n_cma, calls, n_copy,
-                  oversub ? "none by cma (oversubscribed)" : "those of at most 8 MiB by cma",
-                  big_cma ? "by cma (2 local ranks)" : "copied");
+        IT_EXPECT(n_cma == (size_t)(calls + big_cma + little_cma) &&
+                      n_copy == (size_t)(big - big_cma + little - little_cma),
+                  "STRATA_CMA=auto, %d ranks on %d CPUs: %zu of %d all-reduces of 1-8 MiB, one "
+                  "of 9 MiB and one of 512 KiB ran by cross-memory attach, %zu copied (expected: "
+                  "those of 1-8 MiB by cma, the one of 9 MiB %s, the one of 512 KiB %s)", c->nranks,
+                  cpus_usable(), n_cma, calls, n_copy,
+                  big_cma ? "by cma (2 local ranks, not oversubscribed)" : "copied",
+                  little_cma ? "by cma" : "copied (oversubscribed)");
     } else if (works) {
         IT_EXPECT(strstr(log, LOG_NODE_CMA) != NULL, "cross-memory attach works between the "
                   "ranks, but the log does not say the node uses it:\n%.4000s", log);
@@ -332,9 +339,10 @@ static void test_cma_off_1x2(void **state) { cma_run(2, "1", "STRATA_CMA=0", 1);
 static void test_cma_off_1x4(void **state) { cma_run(4, "1", "STRATA_CMA=0", 1); }
 
 /* Ranks that disagree on STRATA_CMA (rank 0: 1, the others: auto) on an oversubscribed node (4
- * ranks held to 2 CPUs, where auto copies): the node decides alike from every rank's descriptor
- * (cma only when every rank may take it), so the results are right; a rank deciding on its own
- * settings read what another never wrote. 2 ranks: the same settings agree (a plain run). */
+ * ranks held to 2 CPUs, where auto copies above 8 MiB): the node decides alike from every rank's
+ * descriptor (cma only when every rank may take it), so the results are right; a rank deciding on
+ * its own settings read what another never wrote. 2 ranks: the same settings agree (a plain
+ * run). */
 static int cma_mixed(it_ctx_t *c)
 {
     const size_t count = (12u << 20) / sizeof(float) + 3;
