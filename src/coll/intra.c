@@ -730,17 +730,21 @@ st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t
         d->pid       = (uint32_t)getpid();
         d->may_cma   = (uint32_t)(zc->may_cma != 0);
         d->bytes     = (uint64_t)bytes;
-        st_intra_publish(intra, ST_INTRA_ZC, op_id + 1);
-        zc->state = 1;
+        zc->state    = 1;
         if (!ok && !(want && zc->may_cma)) {
             /* off whatever the peers publish (neither mapped nor cma can run with this rank's
              * descriptor): no wait for theirs. They decide off from it too, or, should this
              * rank have published the next operation's by then, from the op_id that differs;
              * it cannot have: the caller's operation ends only after every local rank's next
-             * step, which follows its own negotiation (hier.c: copy-in publishes IN after). */
+             * step, which follows its own negotiation (hier.c: copy-in publishes IN after).
+             * Published without the doorbell: the caller's next publish (copy-in's IN) rings
+             * it at once, so a peer asleep on this descriptor is woken once, not twice. */
+            __atomic_store_n(st_intra_cnt_ptr(intra, intra->local_rank, ST_INTRA_ZC), op_id + 1,
+                             __ATOMIC_RELEASE);
             zc->state = 2;
             return ST_OK;
         }
+        st_intra_publish(intra, ST_INTRA_ZC, op_id + 1);
     }
     if (zc->state == 2) {
         return ST_OK;

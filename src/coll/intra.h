@@ -233,7 +233,8 @@ void        st_intra_zc_fini(st_intra_zc_t *zc);
  * missing); ST_OK once decided (zc->on, zc->cma), at once where the own descriptor decides it
  * (off: the own buffers are not shareable and this rank may not take cma, so neither flavour can
  * run; the caller's operation must not end before every local rank decided, as hier's does not:
- * its copy-in follows the decision); ST_ERR_IO when a peer's buffer cannot be mapped
+ * its copy-in follows the decision; published without ringing the doorbell, which the caller's
+ * next publish must do); ST_ERR_IO when a peer's buffer cannot be mapped
  * (*lag_p names that local rank; the transport logged why). */
 st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t op_id, int want,
                                   const void *send, void *recv, size_t bytes, int *lag_p);
