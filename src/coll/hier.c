@@ -1346,12 +1346,14 @@ static st_status_t st_hier_deliver(st_hier_t *h, size_t k)
  * 1.22-1.25 at 32-64 MiB, 1.11-1.13 at 256 MiB, in place 1.4-3.6. 4 ranks on 2 cores (-b 2M -e 16M
  * -f 2 -n 10 -w 5 and -b 256K -e 2M -f 2 -n 20 -w 5, three runs each, alternating): out of place
  * 1.1-1.7 at 1 MiB, 1.09-1.18 at 2 MiB, 1.10-1.23 at 4 MiB, 1.15-1.25 at 8 MiB, 1.01-1.10 at
- * 16 MiB, in place 1.3-1.8; level or behind at 256-512 KiB (0.7-1.9 at 256 KiB, 0.7-1.0 at 512: the system
- * calls and their pinning weigh most there and where ranks wait for a core), from 64 MiB 0.77-0.85
- * (the kernel's copy and its page pinning, perf: a third of the time in _copy_to_iter,
- * _copy_from_iter and follow_page_pte). 3 or more ranks on as many cores are unmeasured (a 2-core
- * machine): above ST_HIER_CMA_MAX they keep the limit that held before the push, when cma lost
- * from 64 MiB on 2 ranks. */
+ * 16 MiB, in place 1.3-1.8; noisy and no better at 256-512 KiB (0.7-1.9 at 256 KiB, 0.7-1.0 at
+ * 512: the system calls and their pinning weigh most there, and where ranks wait for a core);
+ * at 64 MiB 0.76-0.78 (-b 1M -e 64M -f 4 -n 5 -w 5, two runs each; the kernel's copy and its page
+ * pinning, perf: a third of the time in _copy_to_iter, _copy_from_iter and follow_page_pte).
+ * 16 MiB still won a little; auto copies there, the 8 MiB limit being the one of 3 or more
+ * ranks. 3 or more ranks on as many cores are unmeasured (a 2-core machine): above
+ * ST_HIER_CMA_MAX they keep the limit that held before the push, when cma lost from 64 MiB on 2
+ * ranks. Oversubscription was measured as 4 ranks on 2 cores only. */
 #define ST_HIER_CMA_OVERSUB_MIN ((size_t)1 << 20)
 #define ST_HIER_CMA_MAX ((size_t)8 << 20)
 
@@ -1366,7 +1368,8 @@ static st_status_t st_hier_zc_negotiate(st_hier_t *h, int *lag_p)
     if (!h->intra->cma_forced &&
         (((h->comm->intra_oversub || h->m > 2) && h->total * h->es > ST_HIER_CMA_MAX) ||
          (h->comm->intra_oversub && h->total * h->es < ST_HIER_CMA_OVERSUB_MIN))) {
-        h->zc.may_cma = 0; /* the same on every local rank: the node's CPUs, ranks and size */
+        h->zc.may_cma = 0; /* from the node's CPUs, ranks and the size; ranks that still
+                            * differ (STRATA_CMA=1 on some) agree through the descriptors */
     }
     status = st_intra_zc_negotiate(h->intra, &h->zc, h->base, want, h->args.sendbuff,
                                    h->args.recvbuff, h->total * h->es, lag_p);

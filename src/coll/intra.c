@@ -733,12 +733,15 @@ st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t
         zc->state    = 1;
         if (!ok && !(want && zc->may_cma)) {
             /* off whatever the peers publish (neither mapped nor cma can run with this rank's
-             * descriptor): no wait for theirs. They decide off from it too, or, should this
-             * rank have published the next operation's by then, from the op_id that differs;
-             * it cannot have: the caller's operation ends only after every local rank's next
-             * step, which follows its own negotiation (hier.c: copy-in publishes IN after).
-             * Published without the doorbell: the caller's next publish (copy-in's IN) rings
-             * it at once, so a peer asleep on this descriptor is woken once, not twice. */
+             * descriptor): no wait for theirs. They decide off from it too. What keeps them
+             * reading this operation's descriptor (plain stores: a rewrite under a reader could
+             * tear): this rank cannot publish the next one before every local rank has decided,
+             * because its operation ends only after every local rank's IN for the first chunk
+             * (hier.c: the reduce-scatter waits for all IN), which each publishes after its own
+             * negotiation; that needs the same op_id on every local rank, as matched calls give
+             * (the mismatch check). Published without the doorbell: the caller's next publish,
+             * copy-in's IN after its first chunk is copied, rings it, so a peer asleep on this
+             * descriptor is woken once, not twice (and sleeps are bounded: exec.c). */
             __atomic_store_n(st_intra_cnt_ptr(intra, intra->local_rank, ST_INTRA_ZC), op_id + 1,
                              __ATOMIC_RELEASE);
             zc->state = 2;

@@ -231,11 +231,12 @@ void        st_intra_zc_fini(st_intra_zc_t *zc);
  * the ST_INTRA_ZC counter is compared with >=, so a smaller one would find stale descriptors.
  * ST_INPROGRESS until every local rank published (*lag_p then names the first local rank
  * missing); ST_OK once decided (zc->on, zc->cma), at once where the own descriptor decides it
- * (off: the own buffers are not shareable and this rank may not take cma, so neither flavour can
- * run; the caller's operation must not end before every local rank decided, as hier's does not:
- * its copy-in follows the decision; published without ringing the doorbell, which the caller's
- * next publish must do); ST_ERR_IO when a peer's buffer cannot be mapped
- * (*lag_p names that local rank; the transport logged why). */
+ * (off: this rank does not want zero-copy or its buffers are not shareable, and it may not take
+ * cma, so neither flavour can run). Then the descriptor is published without ringing the
+ * doorbell, and the caller must publish next without waiting on a peer (which rings it), and
+ * must not end its operation before every local rank decided (hier's copy-in follows the
+ * decision, and its reduce-scatter waits for every local rank's). ST_ERR_IO when a peer's buffer
+ * cannot be mapped (*lag_p names that local rank; the transport logged why). */
 st_status_t st_intra_zc_negotiate(st_intra_t *intra, st_intra_zc_t *zc, uint64_t op_id, int want,
                                   const void *send, void *recv, size_t bytes, int *lag_p);
 

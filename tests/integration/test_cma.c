@@ -99,6 +99,8 @@ typedef struct {
                            * are not oversubscribed, and on an oversubscribed node only from
                            * 1 MiB (hier.c st_hier_zc_negotiate); else the run has STRATA_CMA=1
                            * or 0 */
+    int         pin2;     /* each rank holds itself to 2 CPUs before init (4 ranks: an
+                           * oversubscribed node on any machine) */
 } run_t;
 
 /* CPUs the ranks may use (the library's count: the union of the node's masks, which are all
@@ -241,9 +243,12 @@ static int cma_battery(it_ctx_t *c)
          * oversubscribed */
         one_call(c, strataFloat32, (9u << 20) / 4 + 1, 0);
         big = 1;
-        /* below 1 MiB (ST_HIER_CMA_OVERSUB_MIN): auto copies there on an oversubscribed node */
-        one_call(c, strataFloat32, (512u << 10) / 4 + 3, 0);
+        /* just below 1 MiB (ST_HIER_CMA_OVERSUB_MIN): auto copies there on an oversubscribed
+         * node; exactly 1 MiB: cma everywhere */
+        one_call(c, strataFloat32, (1u << 20) / 4 - 1, 0);
         little = 1;
+        one_call(c, strataFloat32, (1u << 20) / 4, 0);
+        calls++;
     }
 
     log = it_read_log();
@@ -266,6 +271,9 @@ static int cma_battery(it_ctx_t *c)
         /* every rank of these runs shares this host: oversubscribed when more than its CPUs */
         int oversub = c->nranks > cpus_usable();
 
+        IT_EXPECT(!run->pin2 || c->nranks <= 2 || oversub, "held to 2 CPUs, %d ranks see %d "
+                  "usable CPUs", c->nranks, cpus_usable());
+
         IT_EXPECT(strstr(log, LOG_NODE_CMA) != NULL, "cross-memory attach works between the "
                   "ranks, but the log does not say the node uses it:\n%.4000s", log);
         int big_cma = !oversub && c->nranks == 2, little_cma = !oversub;
@@ -273,8 +281,9 @@ static int cma_battery(it_ctx_t *c)
         IT_EXPECT(n_cma == (size_t)(calls + big_cma + little_cma) &&
                       n_copy == (size_t)(big - big_cma + little - little_cma),
                   "STRATA_CMA=auto, %d ranks on %d CPUs: %zu of %d all-reduces of 1-8 MiB, one "
-                  "of 9 MiB and one of 512 KiB ran by cross-memory attach, %zu copied (expected: "
-                  "those of 1-8 MiB by cma, the one of 9 MiB %s, the one of 512 KiB %s)", c->nranks,
+                  "of 9 MiB and one of 1 MiB - 4 B ran by cross-memory attach, %zu copied "
+                  "(expected: those of 1-8 MiB by cma, the one of 9 MiB %s, the one of 1 MiB - 4 B "
+                  "%s)", c->nranks,
                   cpus_usable(), n_cma, calls, n_copy,
                   big_cma ? "by cma (2 local ranks, not oversubscribed)" : "copied",
                   little_cma ? "by cma" : "copied (oversubscribed)");
@@ -304,20 +313,29 @@ static int cma_battery(it_ctx_t *c)
 }
 
 
-static void cma_run(int nranks, const char *layout, const char *settings, int cma_off)
+static int cma_battery_pinned(it_ctx_t *c);
+
+static void cma_run_as(int nranks, const char *layout, const char *settings, int cma_off,
+                       int pin2)
 {
-    char  dir[] = "/tmp/strata_test_cma_XXXXXX";
-    char  env[512];
-    run_t run = {.layout = layout, .cma_off = cma_off,
-                 .cma_auto = strstr(settings, "STRATA_CMA=") == NULL};
-    int   ret;
+    char      dir[] = "/tmp/strata_test_cma_XXXXXX";
+    char      env[512];
+    run_t     run = {.layout = layout, .cma_off = cma_off,
+                     .cma_auto = strstr(settings, "STRATA_CMA=") == NULL, .pin2 = pin2};
+    it_opts_t o = {.nranks = nranks, .layout = layout, .env = env, .no_init = pin2};
+    int       ret;
 
     assert_non_null(mkdtemp(dir));
     snprintf(env, sizeof(env), "%s STRATA_DEBUG=DEBUG STRATA_DEBUG_SUBSYS=SHM,COLL "
              "STRATA_DEBUG_FILE=%s/%%p.log", settings, dir);
-    ret = it_run_simple(nranks, layout, env, cma_battery, &run);
+    ret = it_run(&o, pin2 ? cma_battery_pinned : cma_battery, &run);
     it_rm_dir(dir);
     assert_int_equal(ret, 0);
+}
+
+static void cma_run(int nranks, const char *layout, const char *settings, int cma_off)
+{
+    cma_run_as(nranks, layout, settings, cma_off, 0);
 }
 
 /* default algorithm choice (auto: hier for these sizes on a node of several ranks); STRATA_CMA=1
@@ -331,24 +349,22 @@ static void test_cma_1x4_4k(void **state)
 {
     cma_run(4, "1", "STRATA_ALGO=hier STRATA_HIER_CHUNK_SIZE=4k STRATA_CMA=1", 0);
 }
-/* auto: cma where the ranks fit the cores (above 8 MiB: on 2 local ranks only), copying where
- * they do not */
+/* auto: cma up to 8 MiB, above on 2 local ranks only where they fit the cores; where the ranks
+ * outnumber the cores only from 1 MiB. 1x4 is oversubscribed or not by the machine's CPUs, the
+ * pinned run on any machine (4 ranks held to 2 CPUs). */
 static void test_cma_auto_1x2(void **state) { cma_run(2, "1", "", 0); }
 static void test_cma_auto_1x4(void **state) { cma_run(4, "1", "", 0); }
+static void test_cma_auto_1x4_on_2_cpus(void **state) { cma_run_as(4, "1", "", 0, 1); }
 static void test_cma_off_1x2(void **state) { cma_run(2, "1", "STRATA_CMA=0", 1); }
 static void test_cma_off_1x4(void **state) { cma_run(4, "1", "STRATA_CMA=0", 1); }
 
-/* Ranks that disagree on STRATA_CMA (rank 0: 1, the others: auto) on an oversubscribed node (4
- * ranks held to 2 CPUs, where auto copies above 8 MiB): the node decides alike from every rank's
- * descriptor (cma only when every rank may take it), so the results are right; a rank deciding on
- * its own settings read what another never wrote. 2 ranks: the same settings agree (a plain
- * run). */
-static int cma_mixed(it_ctx_t *c)
+/* Holds the calling process to the first 2 of its CPUs (before init: the library counts the
+ * node's CPUs from the ranks' masks then); nothing where it has fewer. */
+static void hold_to_two_cpus(void)
 {
-    const size_t count = (12u << 20) / sizeof(float) + 3;
-    cpu_set_t    set, two;
+    cpu_set_t set, two;
 
-    if (c->nranks == 4 && sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) >= 2) {
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) >= 2) {
         CPU_ZERO(&two);
         for (int cpu = 0, n = 0; cpu < CPU_SETSIZE && n < 2; cpu++) {
             if (CPU_ISSET(cpu, &set)) {
@@ -359,6 +375,35 @@ static int cma_mixed(it_ctx_t *c)
         if (sched_setaffinity(0, sizeof(two), &two) != 0) {
             (void)IT_EXPECT(0, "sched_setaffinity: %s", strerror(errno));
         }
+    }
+}
+
+/* cma_battery on a communicator made after holding this rank to 2 CPUs (run->pin2). */
+static int cma_battery_pinned(it_ctx_t *c)
+{
+    int ret;
+
+    hold_to_two_cpus();
+    if (!IT_OK(strataCommInitRank(&c->comm, c->nranks, c->id, c->rank))) {
+        return 1;
+    }
+    ret = cma_battery(c);
+    IT_OK(strataCommDestroy(c->comm));
+    c->comm = NULL;
+    return ret;
+}
+
+/* Ranks that disagree on STRATA_CMA (rank 0: 1, the others: auto) on an oversubscribed node (4
+ * ranks held to 2 CPUs, where auto copies above 8 MiB): the node decides alike from every rank's
+ * descriptor (cma only when every rank may take it), so the results are right; a rank deciding on
+ * its own settings read what another never wrote. 2 ranks: the same settings agree (a plain
+ * run). */
+static int cma_mixed(it_ctx_t *c)
+{
+    const size_t count = (12u << 20) / sizeof(float) + 3;
+
+    if (c->nranks == 4) {
+        hold_to_two_cpus();
     }
     setenv("STRATA_CMA", c->rank == 0 ? "1" : "auto", 1);
     if (!IT_OK(strataCommInitRank(&c->comm, c->nranks, c->id, c->rank))) {
@@ -391,6 +436,7 @@ int main(void)
         cmocka_unit_test(test_cma_1x4_4k),
         cmocka_unit_test(test_cma_auto_1x2),
         cmocka_unit_test(test_cma_auto_1x4),
+        cmocka_unit_test(test_cma_auto_1x4_on_2_cpus),
         cmocka_unit_test(test_cma_mixed_settings),
         cmocka_unit_test(test_cma_off_1x2),
         cmocka_unit_test(test_cma_off_1x4),
