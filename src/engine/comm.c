@@ -308,6 +308,19 @@ void st_comm_notice_stop(st_comm_t *comm)
         return;
     }
     pend = malloc((size_t)(comm->nranks + 2) * sizeof(*pend));
+    /* this rank's own notice first gets up to a second to reach the peers: a rank destroying
+     * its communicator right after a failure (a mismatch it found) would otherwise cancel the
+     * notice before a peer received it, and that peer would see only the broken connection
+     * (CI: 'Endpoint timeout' in place of the mismatch) */
+    for (int r = 0; r < comm->nranks && pend != NULL; r++) {
+        if (!ns->sreq[r].done) {
+            pend[npend++] = &ns->sreq[r];
+        }
+    }
+    if (npend > 0) {
+        (void)st_exec_drain(comm, pend, npend, 1.0);
+    }
+    npend = 0;
     for (int i = 0; i < ns->nctx; i++) {
         if (!ns->rreq[i].done) {
             comm->net->cancel(ns->ctx[i], &ns->rreq[i], 0);
