@@ -308,11 +308,13 @@ void st_comm_notice_stop(st_comm_t *comm)
         return;
     }
     pend = malloc((size_t)(comm->nranks + 2) * sizeof(*pend));
-    /* this rank's own notice first gets up to a second to reach the peers: a rank destroying
-     * its communicator right after a failure (a mismatch it found) would otherwise cancel the
-     * notice before a peer received it, and that peer would see only the broken connection
-     * (CI: 'Endpoint timeout' in place of the mismatch) */
-    for (int r = 0; r < comm->nranks && pend != NULL; r++) {
+    /* after the ranks' wrong calls (a mismatch this rank found: strataInvalidUsage), its own
+     * notice first gets up to a second to reach the peers, which are alive: destroying the
+     * communicator at once would cancel it before a peer received it, and that peer would see
+     * only the broken connection (CI: 'Endpoint timeout' in place of the mismatch). Not after
+     * other failures (a peer may be dead; init's failures keep their own timing). */
+    for (int r = 0; r < comm->nranks && pend != NULL && comm->state != ST_COMM_INITIALIZING &&
+                    comm->async_error == strataInvalidUsage; r++) {
         if (!ns->sreq[r].done) {
             pend[npend++] = &ns->sreq[r];
         }

@@ -340,9 +340,10 @@ static st_status_t st_exec_adopt_notice(st_op_t *op, st_status_t status)
     /* A connection broken by a live peer: its notice left before it broke the connection, but
      * may still be in the transport's queue behind the failure (CI, under the sanitizers: a
      * compressed all-reduce's mismatch reported as 'Endpoint timeout' on one rank). The network
-     * is progressed for it a short while, the lock released between turns. */
+     * is progressed for it a short while, the lock released between turns; not while the
+     * communicator is still being made (init's own deadlines and messages stand). */
     for (double t0 = st_time_now();
-         comm->notice_at <= 0 && status != ST_ERR_TIMEOUT &&
+         comm->notice_at <= 0 && status != ST_ERR_TIMEOUT && comm->state == ST_COMM_READY &&
          (op->wait_peer < 0 || op->wait_peer >= comm->nranks ||
           !st_comm_peer_exited(comm, op->wait_peer)) &&
          !st_exec_comm_aborted(comm) && st_time_now() - t0 < ST_EXEC_NOTICE_WAIT_S;) {
