@@ -267,7 +267,10 @@ STRATA_API strataResult_t strataCommSplit(strataComm_t comm, int color, int key,
 STRATA_API strataResult_t strataCommFinalize(strataComm_t comm);
 
 /* Frees comm and everything it holds. Waits for queued work only as long as the communicator's
- * deadline, and never for dead peers. comm must not be used afterwards.
+ * deadline, and never for dead peers. After a call failed with strataInvalidUsage (the ranks'
+ * calls did not match) it gives this rank's failure notice up to 1 s to leave and flushes its
+ * connections rather than resetting them, at most 2 s in all, so that slower peers still read
+ * why. comm must not be used afterwards.
  * Returns strataInvalidUsage for NULL comm, and when queued work is still there at the deadline
  * (a call on device buffers starts only once its CUDA stream reaches it: destroying before the
  * stream can get there waits out the deadline; strataCommAbort does not wait, and releases the

@@ -134,6 +134,12 @@ st_status_t st_rail_fail(const st_op_t *op, const st_rail_xfer_t *x, st_status_t
     va_start(ap, where);
     vsnprintf(place, sizeof(place), where, ap);
     va_end(ap);
+    /* a transfer to or from a rank whose process has exited failed because it did, whatever
+     * error the transport saw on the way (CI, under the sanitizers: UCX failed a send to a killed
+     * rank with an I/O error): the peer's failure, strataRemoteError */
+    if (status == ST_ERR_IO && x->peer >= 0 && st_comm_peer_exited(op->comm, x->peer)) {
+        status = ST_ERR_REMOTE;
+    }
     if (status == ST_ERR_USAGE && x->is_send) {
         char takes[48];
 

@@ -605,13 +605,14 @@ static strataResult_t st_api_destroy(strataComm_t comm, int force, const char *f
         return strataInvalidUsage;
     }
     st_comm_unregister(comm);
-    /* A communicator failed by the ranks' wrong calls (a mismatch: strataInvalidUsage) has live
-     * peers, still reading what this rank sent them (its failure notice): its connections are
-     * flushed, not reset, so that a peer slower to read does not lose the notice and report
-     * the broken connection instead of the mismatch (CI: 'Endpoint timeout' under the
-     * sanitizers). Within the close's deadline; a connection already failed closes at once. */
+    /* A made communicator that an operation failed with strataInvalidUsage (the ranks' wrong
+     * calls: a mismatch) has live peers, still reading what this rank sent them (its failure
+     * notice): its connections are flushed, not reset, so that a peer slower to read does not
+     * lose the notice and report the broken connection instead of the mismatch (CI: 'Endpoint
+     * timeout' under the sanitizers). Within the close's deadline (about 2 s for all); a
+     * connection already failed, or broken by the op's own cancel, closes at once. */
     st_comm_free(comm, force || (comm->state != ST_COMM_READY &&
-                                 comm->async_error != strataInvalidUsage));
+                                 !(comm->made && comm->async_error == strataInvalidUsage)));
     return strataSuccess;
 }
 

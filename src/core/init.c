@@ -855,6 +855,7 @@ static st_status_t st_comm_connect(st_comm_t *comm, const st_rank_record_t *cons
     ST_CHECK_GOTO(st_comm_tune(comm), status, out);
     ST_CHECK_GOTO(st_intra_create(comm, st_comm_agree, ST_MEM_HOST, &comm->intra), status, out);
     ST_CHECK_GOTO(st_intra_create_device(comm, st_comm_agree, comm->intra), status, out);
+    comm->made  = 1;
     comm->state = ST_COMM_READY;
 out:
     comm->timeout        = op_timeout;

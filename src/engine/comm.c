@@ -308,13 +308,15 @@ void st_comm_notice_stop(st_comm_t *comm)
         return;
     }
     pend = malloc((size_t)(comm->nranks + 2) * sizeof(*pend));
-    /* after the ranks' wrong calls (a mismatch this rank found: strataInvalidUsage), its own
-     * notice first gets up to a second to reach the peers, which are alive: destroying the
-     * communicator at once would cancel it before a peer received it, and that peer would see
-     * only the broken connection (CI: 'Endpoint timeout' in place of the mismatch). Not after
-     * other failures (a peer may be dead; init's failures keep their own timing). */
-    for (int r = 0; r < comm->nranks && pend != NULL && comm->state != ST_COMM_INITIALIZING &&
-                    comm->async_error == strataInvalidUsage; r++) {
+    /* a made communicator failed by the ranks' wrong calls (strataInvalidUsage: a mismatch):
+     * the own notice, if still pending, first gets up to a second to leave (local completion;
+     * the flush close of st_api_destroy then delivers it): cancelled at once, a peer slower to
+     * read would see only the broken connection (CI: 'Endpoint timeout' in place of the
+     * mismatch). Not after other failures (a peer may be dead), not for init's failures (their
+     * own timing), not on abort (at once). */
+    for (int r = 0; r < comm->nranks && pend != NULL && comm->made &&
+                    comm->state != ST_COMM_ABORTED && comm->async_error == strataInvalidUsage;
+         r++) {
         if (!ns->sreq[r].done) {
             pend[npend++] = &ns->sreq[r];
         }

@@ -72,6 +72,8 @@ struct st_comm {
                                           * exchanges must end (0: none; exec.c) */
     volatile int         state;        /* st_comm_state_t */
     volatile int         async_error;  /* strataResult_t of the first asynchronous failure */
+    int                  made;         /* 1 once init completed (READY): a later failure's
+                                        * peers were connected and alive then */
     volatile int         active;       /* operations being driven right now (abort waits) */
     int                  blocking;     /* 1 while a thread is in a blocking call on this comm
                                         * (a collective or split outside groups and streams) */

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/log.h"
 #include "base/param.h"
@@ -48,8 +47,6 @@
  * made no progress for as long: a rank that can still finish (a mismatch all ranks see, a
  * transfer that completes) ends with its own, more precise error. */
 #define ST_EXEC_NOTICE_GRACE_S 0.5
-/* How long a transfer that a live peer broke waits for that peer's notice (st_exec_adopt_notice) */
-#define ST_EXEC_NOTICE_WAIT_S 1.0
 /* A wait on one peer without progress for this long checks, every ST_EXEC_PROBE_S, whether that
  * peer's process has exited (same pid namespace: same host or emulated nodes). */
 #define ST_EXEC_PROBE_AFTER_S 1.0
@@ -337,22 +334,6 @@ static st_status_t st_exec_adopt_notice(st_op_t *op, st_status_t status)
         return status;
     }
     st_comm_notice_poll(comm);
-    /* A connection broken by a live peer: its notice left before it broke the connection, but
-     * may still be in the transport's queue behind the failure (CI, under the sanitizers: a
-     * compressed all-reduce's mismatch reported as 'Endpoint timeout' on one rank). The network
-     * is progressed for it a short while, the lock released between turns; not while the
-     * communicator is still being made (init's own deadlines and messages stand). */
-    for (double t0 = st_time_now();
-         comm->notice_at <= 0 && status != ST_ERR_TIMEOUT && comm->state == ST_COMM_READY &&
-         (op->wait_peer < 0 || op->wait_peer >= comm->nranks ||
-          !st_comm_peer_exited(comm, op->wait_peer)) &&
-         !st_exec_comm_aborted(comm) && st_time_now() - t0 < ST_EXEC_NOTICE_WAIT_S;) {
-        pthread_mutex_unlock(&comm->lock);
-        usleep(1000);
-        pthread_mutex_lock(&comm->lock);
-        (void)st_comm_progress(comm);
-        st_comm_notice_poll(comm);
-    }
     if (comm->notice_at <= 0) {
         return status;
     }
